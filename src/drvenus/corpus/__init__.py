@@ -1,0 +1,58 @@
+"""Local corpora: load JSONL/parquet/built-in documents, build and query a BM25 index."""
+
+from drvenus.corpus.documents import (
+    BUILTIN_DOC_COUNT,
+    Corpus,
+    CorpusError,
+    CorpusSource,
+    CorpusSpec,
+    Document,
+    LoadStats,
+    builtin_corpus,
+    builtin_corpus_path,
+    corpus_spec,
+    iter_documents,
+    load_corpus,
+)
+from drvenus.corpus.index import (
+    CorpusIndex,
+    Hit,
+    IndexInfo,
+    build_index,
+    default_cache_dir,
+    index_dir,
+    index_info_dict,
+    make_snippet,
+    open_index,
+    sanitize_query,
+)
+from drvenus.corpus.urls import is_web_url, pseudo_url, url_key, wikipedia_url
+
+__all__ = [
+    "BUILTIN_DOC_COUNT",
+    "Corpus",
+    "CorpusError",
+    "CorpusIndex",
+    "CorpusSource",
+    "CorpusSpec",
+    "Document",
+    "Hit",
+    "IndexInfo",
+    "LoadStats",
+    "build_index",
+    "builtin_corpus",
+    "builtin_corpus_path",
+    "corpus_spec",
+    "default_cache_dir",
+    "index_dir",
+    "index_info_dict",
+    "is_web_url",
+    "iter_documents",
+    "load_corpus",
+    "make_snippet",
+    "open_index",
+    "pseudo_url",
+    "sanitize_query",
+    "url_key",
+    "wikipedia_url",
+]

@@ -1,0 +1,526 @@
+"""A BM25 search index over a corpus (tantivy), cached on disk, and the page store.
+
+``build_index`` builds the index on first use under the cache directory, in a folder keyed by
+the corpus content (file hash + field map + schema version), atomically: the index is written
+to a temporary folder and renamed into place, so a crashed build never leaves half an index.
+``CorpusIndex`` answers searches (title boosted, snippets around the matched terms) and looks
+pages up by URL. It is cheap to open, shared per process by ``open_index``, and thread-safe, so
+async code can call it through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import tantivy
+
+from drvenus.corpus.documents import (
+    BUILTIN_DOC_COUNT,
+    CorpusError,
+    CorpusSource,
+    CorpusSpec,
+    Document,
+    LoadStats,
+    corpus_spec,
+    iter_documents,
+    report,
+)
+from drvenus.corpus.urls import url_key
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+TOKENIZER = "drvenus_en"
+TITLE_BOOST = 2.5
+SNIPPET_CHARS = 260
+MAX_QUERY_TERMS = 48
+META_FILE = "drvenus_index.json"
+CACHE_ENV = "DRVENUS_CACHE_DIR"
+_STALE_TMP_SECONDS = 6 * 3600
+_SEARCH_FIELDS = ["title", "text"]
+
+
+def default_cache_dir(cache_dir: str | Path | None = None) -> Path:
+    """``cache_dir``, else ``$DRVENUS_CACHE_DIR``, else the user cache dir of ``drvenus``."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("drvenus"))
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    """An index on disk and how it was made."""
+
+    path: Path
+    doc_count: int
+    build_seconds: float
+    cache_hit: bool
+    corpus_path: str
+    corpus_name: str
+    corpus_key: str
+    rows: int
+    malformed: int
+    size_bytes: int
+
+    @property
+    def cached(self) -> bool:
+        """Alias of ``cache_hit``."""
+        return self.cache_hit
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result."""
+
+    id: str
+    title: str
+    url: str
+    snippet: str
+    score: float
+
+    def to_result(self) -> dict[str, str]:
+        """The protocol's ``{title, url, snippet}`` result object."""
+        return {"title": self.title, "url": self.url, "snippet": self.snippet}
+
+
+# --- schema ------------------------------------------------------------------------------------
+
+
+def _analyzer() -> tantivy.TextAnalyzer:
+    """Words, lowercased, accents folded, English-stemmed (queries and documents alike)."""
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(40))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.ascii_fold())
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("id", stored=True, tokenizer_name="raw")
+    builder.add_text_field("title", stored=True, tokenizer_name=TOKENIZER)
+    builder.add_text_field("url", stored=True, tokenizer_name="raw")
+    builder.add_text_field("text", stored=True, tokenizer_name=TOKENIZER)
+    builder.add_text_field("key", stored=False, tokenizer_name="raw")
+    builder.add_text_field("key_ci", stored=False, tokenizer_name="raw")
+    return builder.build()
+
+
+# --- cache keys --------------------------------------------------------------------------------
+
+_DIGESTS: dict[tuple[str, int, int], tuple[str, int]] = {}
+
+
+def _file_digest(path: Path) -> tuple[str, int]:
+    """(sha256 of the file bytes, number of lines); memoised on path, size and mtime."""
+    stat = path.stat()
+    memo = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if memo in _DIGESTS:
+        return _DIGESTS[memo]
+    digest = hashlib.sha256()
+    lines = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+            lines += chunk.count(b"\n")
+    _DIGESTS[memo] = (digest.hexdigest(), lines)
+    return _DIGESTS[memo]
+
+
+def corpus_key(spec: CorpusSpec) -> str:
+    """Hash of what determines the index: file bytes, format, field map, name, schema."""
+    material = {
+        "sha256": _file_digest(spec.path)[0],
+        "format": spec.format,
+        "field_map": sorted(spec.field_map.items()),
+        "name": spec.label,
+        "schema": SCHEMA_VERSION,
+        "tantivy": tantivy.__version__,
+    }
+    blob = json.dumps(material, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+def index_dir(spec: CorpusSpec, cache_dir: str | Path | None = None) -> Path:
+    """The folder the index of ``spec`` lives in (whether built yet or not)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.label).strip("-.")[:40] or "corpus"
+    return default_cache_dir(cache_dir) / "index" / f"{slug}-{corpus_key(spec)}"
+
+
+def _read_meta(path: Path) -> dict[str, Any] | None:
+    try:
+        meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("schema_version") != SCHEMA_VERSION:
+        return None
+    return meta
+
+
+def _dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _info(path: Path, meta: Mapping[str, Any], cache_hit: bool) -> IndexInfo:
+    return IndexInfo(
+        path=path,
+        doc_count=int(meta["doc_count"]),
+        build_seconds=float(meta["build_seconds"]),
+        cache_hit=cache_hit,
+        corpus_path=str(meta.get("corpus_path", "")),
+        corpus_name=str(meta.get("corpus_name", "")),
+        corpus_key=str(meta.get("corpus_key", "")),
+        rows=int(meta.get("rows", 0)),
+        malformed=int(meta.get("malformed", 0)),
+        size_bytes=_dir_size(path),
+    )
+
+
+# --- building ----------------------------------------------------------------------------------
+
+
+def build_index(
+    source: CorpusSource = None,
+    *,
+    field_map: Mapping[str, str] | None = None,
+    cache_dir: str | Path | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> IndexInfo:
+    """Build the index of a corpus unless a valid cached one exists; return where it is.
+
+    ``source``: None (the built-in corpus), a JSONL/parquet path, or a :class:`CorpusSpec`.
+    Raises :class:`CorpusError` for a missing file or a corpus without usable rows.
+    """
+    spec = corpus_spec(source, field_map=field_map)
+    final = index_dir(spec, cache_dir)
+    meta = _read_meta(final)
+    if meta is not None and not force:
+        return _info(final, meta, cache_hit=True)
+
+    root = final.parent
+    root.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(root)
+    tmp = root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        meta = _write_index(spec, tmp, progress)
+        _publish(tmp, final, replace=force)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    meta = _read_meta(final) or meta
+    info = _info(final, meta, cache_hit=False)
+    log.info(
+        "indexed %d documents of %s in %.1fs (%s)",
+        info.doc_count,
+        spec.path.name,
+        info.build_seconds,
+        final,
+    )
+    return info
+
+
+def _write_index(spec: CorpusSpec, path: Path, progress: bool) -> dict[str, Any]:
+    start = time.perf_counter()
+    index = tantivy.Index(_schema(), path=str(path), reuse=False)
+    index.register_tokenizer(TOKENIZER, _analyzer())
+    writer = index.writer(heap_size=256_000_000, num_threads=min(4, os.cpu_count() or 1))
+    stats = LoadStats()
+    docs = iter_documents(spec, stats)
+    for doc in _with_progress(docs, spec, progress):
+        key = url_key(doc.url) or doc.url
+        writer.add_document(
+            tantivy.Document(
+                id=doc.id, title=doc.title, url=doc.url, text=doc.text, key=key, key_ci=key.lower()
+            )
+        )
+    report(spec, stats)  # raises CorpusError when nothing was usable
+    writer.commit()
+    writer.wait_merging_threads()
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "doc_count": stats.documents,
+        "rows": stats.rows,
+        "malformed": stats.malformed,
+        "build_seconds": round(time.perf_counter() - start, 3),
+        "corpus_path": str(spec.path),
+        "corpus_name": spec.label,
+        "corpus_format": spec.format,
+        "field_map": dict(spec.field_map),
+        "corpus_key": corpus_key(spec),
+        "tantivy": tantivy.__version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    # The meta file is written last: its presence marks a complete index.
+    (path / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    return meta
+
+
+def _with_progress(docs: Iterator[Document], spec: CorpusSpec, enabled: bool) -> Iterator[Document]:
+    if not enabled:
+        yield from docs
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    total = _expected_rows(spec)
+    columns = (
+        SpinnerColumn(),
+        TextColumn("[bold]indexing {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(spec.label, total=total)
+        for doc in docs:
+            bar.advance(task)
+            yield doc
+
+
+def _expected_rows(spec: CorpusSpec) -> int | None:
+    """Rough row count for the progress bar (None when unknown)."""
+    try:
+        if spec.format == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.ParquetFile(spec.path).metadata.num_rows
+        if spec.format == "wiki-summaries":
+            return BUILTIN_DOC_COUNT
+        if spec.format == "jsonl" and not spec.path.name.lower().endswith(".gz"):
+            return _file_digest(spec.path)[1] or None
+    except Exception:  # noqa: BLE001 - only cosmetics depend on it
+        return None
+    return None
+
+
+def _publish(tmp: Path, final: Path, *, replace: bool) -> None:
+    """Rename the finished index into place; a concurrent builder's valid index wins."""
+    if final.exists():
+        if _read_meta(final) is not None and not replace:
+            return
+        old = final.parent / f".old-{final.name}-{uuid.uuid4().hex[:8]}"
+        try:
+            final.rename(old)
+        except OSError:
+            pass
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+    try:
+        tmp.rename(final)
+    except OSError:
+        if _read_meta(final) is None:
+            raise
+
+
+def _remove_stale_tmp(root: Path) -> None:
+    now = time.time()
+    for entry in root.glob(".tmp-*"):
+        try:
+            if now - entry.stat().st_mtime > _STALE_TMP_SECONDS:
+                shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            continue
+
+
+# --- querying ----------------------------------------------------------------------------------
+
+_WORD = re.compile(r"\w+")
+_PHRASE = re.compile(r'"([^"]+)"')
+
+
+def sanitize_query(text: str) -> str:
+    """A tantivy query string for free user text: plain terms (lowercased, so AND/OR/NOT are
+    words, not operators) plus each quoted phrase of two or more words as a phrase clause.
+    Empty when the text has no words."""
+    words = _WORD.findall(text.lower())[:MAX_QUERY_TERMS]
+    if not words:
+        return ""
+    parts = list(words)
+    for phrase in _PHRASE.findall(text.lower())[:8]:
+        terms = _WORD.findall(phrase)[:MAX_QUERY_TERMS]
+        if len(terms) > 1:
+            parts.append('"' + " ".join(terms) + '"')
+    return " ".join(parts)
+
+
+def make_snippet(text: str, start: int, end: int, width: int = SNIPPET_CHARS) -> str:
+    """About ``width`` characters of ``text`` around ``text[start:end]``, cut at word
+    boundaries, with ``...`` where the text was cut and whitespace collapsed."""
+    n = len(text)
+    start, end = max(0, min(start, n)), max(0, min(end, n))
+    end = min(max(end, start), start + width)
+    pad = width - (end - start)
+    lo = start - pad // 3
+    hi = end + (pad - pad // 3)
+    if lo < 0:
+        hi, lo = min(n, hi - lo), 0
+    if hi > n:
+        lo, hi = max(0, lo - (hi - n)), n
+    if lo > 0:
+        space = text.find(" ", lo - 1, start + 1) if start >= lo else -1
+        lo = space + 1 if space != -1 else lo
+    if hi < n:
+        space = text.rfind(" ", end, hi + 1)
+        hi = space if space != -1 else hi
+    body = " ".join(text[lo:hi].split())
+    return ("..." if lo > 0 else "") + body + ("..." if hi < n else "")
+
+
+def _char_span(text: str, byte_start: int, byte_end: int) -> tuple[int, int]:
+    raw = text.encode("utf-8")
+    start = len(raw[:byte_start].decode("utf-8", errors="ignore"))
+    end = start + len(raw[byte_start:byte_end].decode("utf-8", errors="ignore"))
+    return start, end
+
+
+class CorpusIndex:
+    """An opened index: BM25 search and the URL -> page store. Thread-safe."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        meta = _read_meta(self.path)
+        if meta is None:
+            raise CorpusError(f"no drvenus index at {self.path} (or an incompatible version)")
+        self.meta = meta
+        try:
+            self._index = tantivy.Index.open(str(self.path))
+        except (OSError, ValueError) as exc:
+            raise CorpusError(f"cannot open index {self.path}: {exc}") from exc
+        self._index.register_tokenizer(TOKENIZER, _analyzer())
+        self._index.reload()
+        self._schema = self._index.schema
+
+    @classmethod
+    def open(cls, path: str | Path) -> CorpusIndex:
+        return cls(path)
+
+    @property
+    def doc_count(self) -> int:
+        return self._index.searcher().num_docs
+
+    def __len__(self) -> int:
+        return self.doc_count
+
+    def __repr__(self) -> str:
+        return f"CorpusIndex({str(self.path)!r}, docs={self.doc_count})"
+
+    def search(self, query: str, k: int = 10) -> list[Hit]:
+        """The top ``k`` documents for free text ``query`` (never raises on odd syntax)."""
+        text = sanitize_query(query if isinstance(query, str) else str(query))
+        if not text or k <= 0:
+            return []
+        try:
+            parsed, _errors = self._index.parse_query_lenient(
+                text, _SEARCH_FIELDS, field_boosts={"title": TITLE_BOOST}
+            )
+        except ValueError as exc:  # defensive: the sanitised text should always parse
+            log.warning("query %r could not be parsed: %s", query, exc)
+            return []
+        searcher = self._index.searcher()
+        result = searcher.search(parsed, limit=k)
+        if not result.hits:
+            return []
+        snippets = tantivy.SnippetGenerator.create(searcher, parsed, self._schema, "text")
+        snippets.set_max_num_chars(SNIPPET_CHARS)
+        hits = []
+        for score, address in result.hits:
+            doc = searcher.doc(address)
+            body = doc.get_first("text") or ""
+            snippet = snippets.snippet_from_doc(doc)
+            if snippet.highlighted():
+                span = snippet.fragment_range()
+                start, end = _char_span(body, span.start, span.end)
+            else:  # matched in the title only: show the lead
+                start = end = 0
+            hits.append(
+                Hit(
+                    id=doc.get_first("id") or "",
+                    title=doc.get_first("title") or "",
+                    url=doc.get_first("url") or "",
+                    snippet=make_snippet(body, start, end),
+                    score=float(score),
+                )
+            )
+        return hits
+
+    def get_document(self, url: str) -> Document | None:
+        """The page stored under ``url`` (any common spelling of it), or None."""
+        key = url_key(url) if isinstance(url, str) else None
+        if key is None:
+            return None
+        searcher = self._index.searcher()
+        for field, value in (("key", key), ("key_ci", key.lower())):
+            query = tantivy.Query.term_query(self._schema, field, value)
+            result = searcher.search(query, limit=1)
+            if result.hits:
+                doc = searcher.doc(result.hits[0][1])
+                return Document(
+                    id=doc.get_first("id") or "",
+                    title=doc.get_first("title") or "",
+                    url=doc.get_first("url") or "",
+                    text=doc.get_first("text") or "",
+                )
+        return None
+
+    def info(self) -> IndexInfo:
+        return _info(self.path, self.meta, cache_hit=True)
+
+
+_OPEN: dict[Path, CorpusIndex] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def open_index(
+    source: CorpusSource = None,
+    *,
+    field_map: Mapping[str, str] | None = None,
+    cache_dir: str | Path | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> CorpusIndex:
+    """The shared :class:`CorpusIndex` of a corpus, built on first use (one per process)."""
+    with _OPEN_LOCK:
+        spec = corpus_spec(source, field_map=field_map)
+        path = index_dir(spec, cache_dir)
+        if not force and path in _OPEN:
+            return _OPEN[path]
+        info = build_index(spec, cache_dir=cache_dir, force=force, progress=progress)
+        index = CorpusIndex(info.path)
+        _OPEN[info.path] = index
+        return index
+
+
+def index_info_dict(info: IndexInfo) -> dict[str, Any]:
+    """``IndexInfo`` as plain JSON-ready data (for ``drvenus corpus info`` style output)."""
+    data = asdict(info)
+    data["path"] = str(info.path)
+    return data

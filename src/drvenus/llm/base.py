@@ -1,0 +1,62 @@
+"""The small interface every model backend implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from drvenus.protocol import STOP_STRINGS
+
+
+class LLMError(RuntimeError):
+    """A model call failed (server down, timeout, bad response, unloadable model file)."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Generation settings; defaults are DR-Venus inference's."""
+
+    temperature: float = 1.0
+    top_p: float = 0.95
+    top_k: int = 20
+    presence_penalty: float = 1.1
+    max_tokens: int = 15000
+    stop: tuple[str, ...] = STOP_STRINGS
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled assistant turn. Token counts come from the backend when it reports them."""
+
+    text: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat model: ``generate`` one assistant turn for a message list; count tokens."""
+
+    name: str
+
+    async def generate(
+        self,
+        messages: list[dict[str, str]],
+        params: SamplingParams,
+        *,
+        constrained: bool | None = None,
+    ) -> Generation:
+        """Sample one assistant turn. ``constrained`` overrides the backend's grammar default
+        (True: only well-formed protocol turns can be sampled). Raises :class:`LLMError`."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens in ``text`` (exact where the backend has the tokenizer, else an estimate)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release resources (HTTP connections, model memory)."""
+        ...

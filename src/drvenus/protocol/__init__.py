@@ -1,0 +1,78 @@
+"""The DR-Venus conversation protocol: the single source of truth for every other module.
+
+Pure functions and data only (no I/O beyond reading a prompt file the caller names).
+"""
+
+from drvenus.protocol.format import check_turn_format
+from drvenus.protocol.parse import ParsedTurn, extract_answer, parse_turn, repair_turn
+from drvenus.protocol.prompt import (
+    build_system_prompt,
+    initial_messages,
+    load_system_prompt,
+    tools_section,
+)
+from drvenus.protocol.render import (
+    CONTEXT_LIMIT_MESSAGE,
+    FORMAT_ERROR_MESSAGE,
+    STEP_LIMIT_MESSAGE,
+    VISIT_SEPARATOR,
+    classify_tool_response,
+    join_visits,
+    parse_search_body,
+    parse_visit_body,
+    render_search,
+    render_visit,
+    render_visit_failure,
+    search_entry,
+    unwrap_tool_response,
+    wrap_tool_response,
+)
+from drvenus.protocol.tools import (
+    SEARCH,
+    TOOL_NAMES,
+    TOOL_SPECS,
+    VISIT,
+    ToolCall,
+    ToolCallError,
+    normalize_arguments,
+    normalize_tool_call,
+    unknown_tool_message,
+)
+
+STOP_STRINGS: tuple[str, ...] = ("<tool_response>", "\n<tool_response>")
+
+__all__ = [
+    "CONTEXT_LIMIT_MESSAGE",
+    "FORMAT_ERROR_MESSAGE",
+    "SEARCH",
+    "STEP_LIMIT_MESSAGE",
+    "STOP_STRINGS",
+    "TOOL_NAMES",
+    "TOOL_SPECS",
+    "VISIT",
+    "VISIT_SEPARATOR",
+    "ParsedTurn",
+    "ToolCall",
+    "ToolCallError",
+    "build_system_prompt",
+    "check_turn_format",
+    "classify_tool_response",
+    "extract_answer",
+    "initial_messages",
+    "join_visits",
+    "load_system_prompt",
+    "normalize_arguments",
+    "normalize_tool_call",
+    "parse_search_body",
+    "parse_turn",
+    "parse_visit_body",
+    "render_search",
+    "render_visit",
+    "render_visit_failure",
+    "repair_turn",
+    "search_entry",
+    "tools_section",
+    "unknown_tool_message",
+    "unwrap_tool_response",
+    "wrap_tool_response",
+]

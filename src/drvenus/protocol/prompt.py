@@ -1,0 +1,66 @@
+"""The system prompt: research instructions, tool signatures, call syntax, current date."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from drvenus.protocol.tools import TOOL_NAMES, TOOL_SPECS
+
+INSTRUCTIONS = (
+    "You are a deep research assistant. Investigate every question thoroughly: search several "
+    "independent sources, open the most promising pages, and cross-check each fact before you "
+    "rely on it. Work on open-domain and specialist questions alike, and keep going until the "
+    "evidence is solid. When you are ready to give your definitive response, put the entire "
+    "final answer inside `<answer></answer>` tags."
+)
+
+
+def tools_section(tools: Sequence[str] = TOOL_NAMES) -> str:
+    """The ``# Tools`` section: signatures in ``<tools>`` (one JSON per line) and call syntax."""
+    lines = [json.dumps(TOOL_SPECS[name], ensure_ascii=False) for name in tools]
+    return (
+        "# Tools\n\n"
+        "You may call one or more functions to help answer the user query.\n\n"
+        "The function signatures are given inside <tools></tools> XML tags:\n"
+        "<tools>\n" + "\n".join(lines) + "\n</tools>\n\n"
+        "To call a function, return a JSON object with the function name and its arguments "
+        "inside <tool_call></tool_call> XML tags:\n"
+        "<tool_call>\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n'
+        "</tool_call>"
+    )
+
+
+def build_system_prompt(
+    current_date: _dt.date | str | None = None,
+    *,
+    tools: Sequence[str] = TOOL_NAMES,
+    instructions: str = INSTRUCTIONS,
+) -> str:
+    """The full system prompt, ending with the ``Current date: YYYY-MM-DD`` line."""
+    if current_date is None:
+        current_date = _dt.date.today()
+    date_text = (
+        current_date.isoformat() if isinstance(current_date, _dt.date) else str(current_date)
+    )
+    _dt.date.fromisoformat(date_text)  # raises ValueError on a malformed date
+    return f"{instructions}\n\n{tools_section(tools)}\n\nCurrent date: {date_text}\n"
+
+
+def load_system_prompt(path: str | Path) -> str:
+    """A user-supplied system prompt that replaces ours verbatim (e.g. a checkpoint's own)."""
+    text = Path(path).read_text(encoding="utf-8")
+    if not text.strip():
+        raise ValueError(f"system prompt file {path} is empty")
+    return text
+
+
+def initial_messages(question: str, system_prompt: str) -> list[dict[str, str]]:
+    """The conversation start: system prompt, then the question verbatim."""
+    return [
+        {"role": "system", "content": system_prompt},
+        {"role": "user", "content": question},
+    ]

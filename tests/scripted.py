@@ -1,0 +1,75 @@
+"""Test doubles for the agent loop: a scripted model and scripted tools (unit tests only)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+from drvenus.llm.base import Generation, LLMError, SamplingParams
+from drvenus.protocol import ToolCall
+
+Reply = str | Exception | Callable[[list[dict[str, str]]], str]
+
+
+def call(name: str, **arguments) -> str:
+    import json
+
+    body = json.dumps({"name": name, "arguments": arguments})
+    return f"<think>\nI should use {name}.\n</think>\n<tool_call>\n{body}\n</tool_call>"
+
+
+def answer(text: str) -> str:
+    return f"<think>\nI know enough.\n</think>\n<answer>\n{text}\n</answer>"
+
+
+class ScriptedModel:
+    """Replies from a script, in order; the last reply repeats when the script runs out."""
+
+    name = "scripted"
+
+    def __init__(self, replies: Sequence[Reply], delay: float = 0.0, usage: bool = False):
+        self.replies = list(replies)
+        self.delay = delay
+        self.usage = usage
+        self.calls: list[dict] = []
+        self.tokenized_chars = 0
+
+    async def generate(self, messages, params: SamplingParams, *, constrained=None) -> Generation:
+        self.calls.append(
+            {"n_messages": len(messages), "constrained": constrained, "seed": params.seed}
+        )
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        i = min(len(self.calls) - 1, len(self.replies) - 1)
+        reply = self.replies[i]
+        if isinstance(reply, Exception):
+            raise reply
+        text = reply(messages) if callable(reply) else reply
+        if self.usage:
+            prompt = sum(len(m["content"]) // 4 + 4 for m in messages)
+            return Generation(text, prompt_tokens=prompt, completion_tokens=len(text) // 4)
+        return Generation(text)
+
+    def count_tokens(self, text: str) -> int:
+        self.tokenized_chars += len(text)
+        return len(text) // 4
+
+    async def aclose(self) -> None:
+        return None
+
+
+class ScriptedTools:
+    def __init__(self, body: str | Callable[[ToolCall], str] = "[]", fail: bool = False):
+        self.body = body
+        self.fail = fail
+        self.calls: list[ToolCall] = []
+
+    async def call(self, tool_call: ToolCall) -> str:
+        self.calls.append(tool_call)
+        if self.fail:
+            raise RuntimeError("tool exploded")
+        return self.body(tool_call) if callable(self.body) else self.body
+
+
+def llm_down() -> LLMError:
+    return LLMError("model server at http://127.0.0.1:9: connection refused")
