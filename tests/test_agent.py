@@ -186,8 +186,8 @@ def test_seed_varies_across_retries():
 
 def test_grammar_kind_requested_per_step():
     model = ScriptedModel([call("search", query=["a"]), call("search", query=["b"]), answer("x")])
-    run(model, config=cfg(constrained=True, min_tool_calls=1, max_steps=2))
-    assert [c["constrained"] for c in model.calls] == ["tool_call", True, "answer"]
+    run(model, config=cfg(constrained=True, min_searches=1, max_steps=2))
+    assert [c["constrained"] for c in model.calls] == ["search", True, "answer"]
     model = ScriptedModel([answer("x")])
     run(model, config=cfg(constrained=False))
     assert model.calls[0]["constrained"] is False

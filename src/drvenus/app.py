@@ -18,17 +18,18 @@ from drvenus.protocol import load_system_prompt
 log = logging.getLogger(__name__)
 
 # The embedded model is tiny: a short, grammar-constrained run that finishes in about a minute
-# on two CPU cores, searching at least once before it may answer.
+# on two CPU cores; its first tool call must be a search (it would otherwise invent URLs).
 EMBEDDED_AGENT = AgentConfig(
     max_steps=3,
     max_context_tokens=6500,
     time_limit=110.0,
+    max_attempts=3,
     backoff_base=0.0,
     sampling=SamplingParams(
-        temperature=0.7, top_p=0.95, top_k=20, presence_penalty=1.1, max_tokens=200, seed=0
+        temperature=0.7, top_p=0.95, top_k=20, presence_penalty=1.1, max_tokens=256, seed=0
     ),
     constrained=True,
-    min_tool_calls=1,
+    min_searches=1,
 )
 EMBEDDED_N_CTX = 8192
 EMBEDDED_SEARCH_TOP_K = 4
@@ -51,7 +52,9 @@ def _agent_config(
     settings: Settings, embedded: bool, system_prompt_file: str | None
 ) -> AgentConfig:
     cfg = EMBEDDED_AGENT if embedded else FULL_AGENT
-    changes: dict[str, object] = {"max_attempts": settings.max_attempts}
+    changes: dict[str, object] = {}
+    if settings.max_attempts is not None:
+        changes["max_attempts"] = settings.max_attempts
     if settings.max_steps is not None:
         changes["max_steps"] = settings.max_steps
     if settings.max_context is not None:

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from drvenus import __version__
@@ -33,7 +34,7 @@ index_app = typer.Typer(help="Build and inspect local search indexes.", no_args_
 app.add_typer(index_app, name="index")
 
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 log = logging.getLogger("drvenus")
 
 
@@ -56,7 +57,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
 
 def _fail(exc: BaseException) -> typer.Exit:
     message = str(exc) or type(exc).__name__
-    err.print(f"[bold red]error:[/] {message.splitlines()[0]}")
+    err.print(f"[bold red]error:[/] {escape(message.splitlines()[0])}")
     return typer.Exit(2)
 
 

@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     max_steps: int | None = None
     max_context: int | None = None
     time_limit: float | None = None
-    max_attempts: int = 5
+    max_attempts: int | None = None
 
     def api_key_value(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key else None

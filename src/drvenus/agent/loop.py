@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from drvenus import protocol
 from drvenus.agent.events import EventCallback, TraceEvent
 from drvenus.agent.record import ResultRecord, Termination
-from drvenus.llm.base import ChatModel, LLMError, SamplingParams
+from drvenus.llm.base import ChatModel, Constraint, LLMError, SamplingParams
 from drvenus.protocol import ParsedTurn, ToolCall
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class AgentConfig:
     repetition_threshold: int = 5
     sampling: SamplingParams = field(default_factory=SamplingParams)
     constrained: bool | None = None
-    min_tool_calls: int = 0
+    min_searches: int = 0  # with a grammar: the first N tool calls must be searches
     system_prompt: str | None = None
     current_date: str | None = None
 
@@ -175,15 +175,15 @@ class _Run:
         return "No answer found"
 
     # ---- generation with retries ----
-    def _constraint(self, forced: bool) -> bool | str | None:
+    def _constraint(self, forced: bool) -> Constraint:
         """Grammar for this call: the configured switch, narrowed to the turn kind we need."""
         c = self.cfg.constrained
         if not c:
             return c
         if forced:
             return "answer"
-        if self.tool_calls < self.cfg.min_tool_calls:
-            return "tool_call"
+        if self.tool_calls < self.cfg.min_searches:
+            return "search"
         return True
 
     def _params(self) -> SamplingParams:

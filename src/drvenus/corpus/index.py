@@ -353,7 +353,7 @@ def _remove_stale_tmp(root: Path) -> None:
 
 # --- querying ----------------------------------------------------------------------------------
 
-_WORD = re.compile(r"\w+")
+_WORD = re.compile(r"[^\W_]+")  # letters and digits; "_" separates words
 _PHRASE = re.compile(r'"([^"]+)"')
 
 

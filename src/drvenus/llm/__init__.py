@@ -1,5 +1,21 @@
 """Model backends behind one interface (:class:`drvenus.llm.base.ChatModel`)."""
 
-from drvenus.llm.base import ChatModel, Generation, LLMError, SamplingParams
+from drvenus.llm.base import (
+    ChatModel,
+    Constraint,
+    Generation,
+    GrammarKind,
+    LLMError,
+    SamplingParams,
+    grammar_kind,
+)
 
-__all__ = ["ChatModel", "Generation", "LLMError", "SamplingParams"]
+__all__ = [
+    "ChatModel",
+    "Constraint",
+    "Generation",
+    "GrammarKind",
+    "LLMError",
+    "SamplingParams",
+    "grammar_kind",
+]

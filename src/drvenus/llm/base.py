@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from drvenus.protocol import STOP_STRINGS
+
+# Which turns a constrained generation may produce: any well-formed turn, or only one kind
+# (a tool call, a search call, or an answer: the agent forces an answer at its limits).
+GrammarKind = Literal["any", "tool_call", "search", "answer"]
+Constraint = bool | GrammarKind | None
+
+
+def grammar_kind(constrained: Constraint, default: bool) -> GrammarKind | None:
+    """The grammar a call asks for: None for unconstrained, else the allowed turn kind."""
+    use = default if constrained is None else constrained
+    if use is False or use is None:
+        return None
+    return "any" if use is True else use
 
 
 class LLMError(RuntimeError):
@@ -47,10 +60,11 @@ class ChatModel(Protocol):
         messages: list[dict[str, str]],
         params: SamplingParams,
         *,
-        constrained: bool | None = None,
+        constrained: Constraint = None,
     ) -> Generation:
-        """Sample one assistant turn. ``constrained`` overrides the backend's grammar default
-        (True: only well-formed protocol turns can be sampled). Raises :class:`LLMError`."""
+        """Sample one assistant turn. ``constrained`` overrides the backend's grammar default:
+        True (or "any") admits only well-formed protocol turns, "tool_call" / "search" /
+        "answer" only that kind, False none. Raises :class:`LLMError`."""
         ...
 
     def count_tokens(self, text: str) -> int:

@@ -1,0 +1,5 @@
+"""``python -m drvenus``: the same as the ``drvenus`` command."""
+
+from drvenus.cli import main
+
+main()

@@ -1,0 +1,215 @@
+"""LLM judge for the correctness filter: an OpenAI-compatible chat endpoint decides whether a
+trajectory's final answer is equivalent to the ground truth.
+
+Verdicts are cached persistently in SQLite, keyed by a hash of (question, answer, ground truth,
+judge model), so a rerun only asks about what it has not seen. Calls run concurrently with a
+timeout and bounded retries with backoff. A call that still fails is reported as a failure
+(``correct is None``), never as a wrong answer, and is not cached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+ENV_BASE_URL = "DRVENUS_JUDGE_BASE_URL"
+ENV_MODEL = "DRVENUS_JUDGE_MODEL"
+ENV_API_KEY = "DRVENUS_JUDGE_API_KEY"
+
+JUDGE_PROMPT = """You are grading the answer of a research assistant.
+
+Question: {question}
+
+Ground-truth answer (alternatives separated by " | "): {gt}
+
+Predicted answer: {answer}
+
+Is the predicted answer equivalent to the ground-truth answer (the same entity, value or fact, \
+allowing different wording, formatting, or extra correct detail)? Reply with exactly one word: \
+Correct or Incorrect."""
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_VERDICT = re.compile(r"\b(incorrect|correct)\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """Where and how to ask. ``api_key`` never appears in logs or reprs."""
+
+    base_url: str
+    model: str
+    api_key: str | None = field(default=None, repr=False)
+    concurrency: int = 16
+    retries: int = 3
+    timeout_s: float = 60.0
+    max_tokens: int = 256
+    cache_path: Path | None = None
+
+    @classmethod
+    def from_options(
+        cls, base_url: str | None, model: str | None, **kwargs
+    ) -> JudgeConfig | None:
+        """Options first, then ``DRVENUS_JUDGE_BASE_URL``/``_MODEL``/``_API_KEY``; None when
+        no endpoint and model are configured."""
+        base_url = base_url or os.environ.get(ENV_BASE_URL)
+        model = model or os.environ.get(ENV_MODEL)
+        if not base_url or not model:
+            return None
+        return cls(base_url=base_url, model=model, api_key=os.environ.get(ENV_API_KEY), **kwargs)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    correct: bool | None  # None: the judge could not be asked successfully
+    cached: bool = False
+    error: str | None = None
+
+
+def cache_key(question: str, answer: str, gt: str, model: str) -> str:
+    blob = json.dumps([question, answer, gt, model], ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class VerdictCache:
+    """A small SQLite table ``key -> verdict``; safe to reuse across runs."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path))
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS verdicts "
+            "(key TEXT PRIMARY KEY, correct INTEGER NOT NULL, reply TEXT, model TEXT, ts REAL)"
+        )
+        self._db.commit()
+
+    def get(self, key: str) -> bool | None:
+        row = self._db.execute("SELECT correct FROM verdicts WHERE key = ?", (key,)).fetchone()
+        return None if row is None else bool(row[0])
+
+    def put(self, key: str, correct: bool, reply: str, model: str) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?)",
+            (key, int(correct), reply, model, time.time()),
+        )
+        self._db.commit()
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def parse_verdict(reply: str) -> bool | None:
+    """True/False from the judge's reply, None when it says neither."""
+    text = _THINK.sub("", reply)
+    m = _VERDICT.search(text)
+    if m is None:
+        return None
+    return m.group(1).lower() == "correct"
+
+
+async def _ask(
+    client: httpx.AsyncClient, cfg: JudgeConfig, question: str, answer: str, gt: str
+) -> tuple[bool, str]:
+    prompt = JUDGE_PROMPT.format(
+        question=question, gt=" | ".join(gt.split("<|answer_split|>")), answer=answer
+    )
+    body = {
+        "model": cfg.model,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0.0,
+        "max_tokens": cfg.max_tokens,
+    }
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+    url = cfg.base_url.rstrip("/") + "/chat/completions"
+    last_error = "no attempt"
+    for attempt in range(cfg.retries + 1):
+        if attempt:
+            await asyncio.sleep(min(0.25 * 2 ** (attempt - 1), 8.0))
+        try:
+            resp = await client.post(url, json=body, headers=headers)
+            if resp.status_code != 200:
+                last_error = f"HTTP {resp.status_code}"
+                continue
+            reply = resp.json()["choices"][0]["message"]["content"] or ""
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            last_error = f"{type(exc).__name__}: {exc}"
+            continue
+        verdict = parse_verdict(reply)
+        if verdict is None:
+            last_error = f"unparseable judge reply: {reply[:80]!r}"
+            continue
+        return verdict, reply
+    raise RuntimeError(last_error)
+
+
+async def judge_many_async(
+    items: Sequence[tuple[str, str, str]],
+    cfg: JudgeConfig,
+    on_done: Callable[[int], None] | None = None,
+) -> list[Verdict]:
+    """A verdict for each ``(question, answer, gt)``, in order."""
+    cache = VerdictCache(cfg.cache_path) if cfg.cache_path else None
+    out: list[Verdict | None] = [None] * len(items)
+    todo: list[tuple[int, str]] = []
+    for i, (q, a, g) in enumerate(items):
+        key = cache_key(q, a, g, cfg.model)
+        hit = cache.get(key) if cache else None
+        if hit is not None:
+            out[i] = Verdict(hit, cached=True)
+            if on_done:
+                on_done(1)
+        else:
+            todo.append((i, key))
+    sem = asyncio.Semaphore(max(1, cfg.concurrency))
+    failures = 0
+
+    async def one(client: httpx.AsyncClient, i: int, key: str) -> None:
+        nonlocal failures
+        q, a, g = items[i]
+        async with sem:
+            try:
+                verdict, reply = await _ask(client, cfg, q, a, g)
+            except RuntimeError as exc:
+                failures += 1
+                if failures <= 3:
+                    log.warning("judge call failed after %d attempts: %s", cfg.retries + 1, exc)
+                out[i] = Verdict(None, error=str(exc))
+            else:
+                out[i] = Verdict(verdict)
+                if cache:
+                    cache.put(key, verdict, reply, cfg.model)
+        if on_done:
+            on_done(1)
+
+    try:
+        if todo:
+            limits = httpx.Limits(max_connections=max(1, cfg.concurrency))
+            async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits) as client:
+                await asyncio.gather(*(one(client, i, key) for i, key in todo))
+    finally:
+        if cache:
+            cache.close()
+    if failures:
+        log.warning("%d of %d judge calls failed", failures, len(todo))
+    return [v if v is not None else Verdict(None, error="not judged") for v in out]
+
+
+def judge_many(
+    items: Sequence[tuple[str, str, str]],
+    cfg: JudgeConfig,
+    on_done: Callable[[int], None] | None = None,
+) -> list[Verdict]:
+    """Synchronous wrapper of :func:`judge_many_async`."""
+    return asyncio.run(judge_many_async(items, cfg, on_done))

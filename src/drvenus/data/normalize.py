@@ -1,0 +1,240 @@
+"""Stage 1: normalise one input row (raw REDSearcher or already clean) into SFT form.
+
+The rules reproduce DR-Venus's released cleaning script (``SFT/data_clean/
+prepare_trajectories.py``) so that the same rows and messages survive; the system prompt is ours
+(:func:`drvenus.protocol.build_system_prompt`) unless ``--system-prompt-mode row`` keeps the
+row's own.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from drvenus.protocol import render_search, wrap_tool_response
+from drvenus.protocol._json import loads_json5
+from drvenus.protocol.serper import (
+    ANSWER_RE,
+    THINK_RE,
+    TOOL_CALL_RE,
+    WEB_RESULTS_MARKER,
+    legacy_tool_call,
+    parse_serper_markdown,
+)
+
+_SUMMARY_BLOCK = re.compile(r"<summary>(.*?)</summary>", re.DOTALL | re.IGNORECASE)
+_ANSWER_BLOCK = ANSWER_RE
+
+# Benchmarks switch this off to measure the plain per-string path; results are identical.
+SURROGATE_FAST_PATH = True
+
+
+def fix_surrogates(text: str) -> str:
+    """Join UTF-16 surrogate pairs into characters; drop lone surrogates."""
+    if SURROGATE_FAST_PATH:
+        if text.isascii():
+            return text
+        try:
+            text.encode("utf-8")
+            return text  # no surrogates: the round trip below is the identity
+        except UnicodeEncodeError:
+            pass
+    try:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeError:
+        return text.encode("utf-8", "ignore").decode("utf-8")
+
+
+def deep_fix(obj: Any) -> Any:
+    """:func:`fix_surrogates` applied to every string in nested lists and dicts (copies them)."""
+    if isinstance(obj, str):
+        return fix_surrogates(obj)
+    if isinstance(obj, list):
+        return [deep_fix(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: deep_fix(v) for k, v in obj.items()}
+    return obj
+
+
+def _as_list(messages: Any) -> Any:
+    """A list with each dict shallow-copied (a numpy array becomes a list)."""
+    if type(messages).__name__ == "ndarray":
+        messages = messages.tolist()
+    if isinstance(messages, list):
+        return [dict(m) if isinstance(m, dict) else m for m in messages]
+    return messages
+
+
+def choose_system_prompt(row: dict[str, Any], mode: str, template: str) -> str:
+    """``template``: ours. ``row``: the row's ``system_prompt``, else its first system message,
+    else ours."""
+    if mode == "template":
+        return template
+    if mode != "row":
+        raise ValueError(f"unsupported system prompt mode: {mode!r}")
+    own = row.get("system_prompt")
+    if isinstance(own, str) and own.strip():
+        return own
+    messages = _as_list(row.get("messages"))
+    if isinstance(messages, list) and messages:
+        first = messages[0]
+        if isinstance(first, dict) and first.get("role") == "system":
+            content = first.get("content")
+            if isinstance(content, str) and content.strip():
+                return content
+    return template
+
+
+def clean_tool_call_turn(text: Any) -> str | None:
+    """A middle assistant turn rebuilt as ``<think>..</think><tool_call>..</tool_call>``.
+
+    Takes the first think block (answer/summary tags removed) and the first tool call,
+    normalised (:func:`drvenus.protocol.serper.legacy_tool_call`). None when either is missing,
+    the think text is empty, or the call is unusable.
+    """
+    if not isinstance(text, str):
+        return None
+    think = THINK_RE.search(text)
+    if think is None:
+        return None
+    thought = think.group(1).strip()
+    for tag in ("<answer>", "</answer>", "<summary>", "</summary>"):
+        thought = thought.replace(tag, "")
+    if not thought:
+        return None
+    call = TOOL_CALL_RE.search(text)
+    if call is None:
+        return None
+    raw = call.group(1).strip()
+    try:
+        obj = loads_json5(raw.split("<code>")[0].strip())
+    except Exception:  # noqa: BLE001 - an undecodable call drops the turn
+        return None
+    if not isinstance(obj, dict):
+        return None
+    normalized = legacy_tool_call(obj, raw)
+    if normalized is None:
+        return None
+    body = normalized if isinstance(normalized, str) else normalized.to_json()
+    return f"<think>\n{thought}\n</think>\n<tool_call>\n{body}\n</tool_call>"
+
+
+def clean_answer_turn(text: Any) -> str | None:
+    """The final assistant turn rebuilt as ``<think>..</think><answer>..</answer>``.
+
+    The answer is the last answer block; the thought is the first think block with summary and
+    answer tags unwrapped, followed by any ``<summary>`` blocks written after the thinking.
+    """
+    if not isinstance(text, str):
+        return None
+    answers = list(ANSWER_RE.finditer(text))
+    if not answers:
+        return None
+    answer = answers[-1].group(1).strip()
+    think = THINK_RE.search(text)
+    if think is None:
+        return None
+    thought = think.group(1).strip()
+    thought = _SUMMARY_BLOCK.sub(r"\1", thought)
+    thought = _ANSWER_BLOCK.sub(r"\1", thought)
+    for tag in ("<answer>", "</answer>", "<summary>", "</summary>"):
+        thought = thought.replace(tag, "")
+    tail = text.split("</think>")[-1]
+    summaries = [m.group(1).strip() for m in _SUMMARY_BLOCK.finditer(tail)]
+    parts = ([thought] if thought else []) + summaries
+    joined = "\n\n".join(parts)
+    return f"<think>\n{joined}\n</think>\n<answer>\n{answer}\n</answer>"
+
+
+def convert_tool_response(content: str) -> str:
+    """A raw tool result as a protocol tool response; Serper markdown becomes search JSON."""
+    body = content.replace("<tool_response>", "").replace("</tool_response>", "").strip()
+    if WEB_RESULTS_MARKER in body:
+        body = render_search(parse_serper_markdown(body))
+    return wrap_tool_response(body)
+
+
+def normalize_raw_messages(messages: Any, system_prompt: str) -> list[dict[str, str]] | None:
+    """Raw REDSearcher messages in protocol form, or None when the row cannot be used.
+
+    The first message is the question; the last must be a usable answer turn; a middle
+    assistant turn that cannot be cleaned is dropped, and so is a tool result that does not
+    follow a kept assistant turn; any other role fails the row.
+    """
+    raw = _as_list(messages)
+    if not isinstance(raw, list) or not raw:
+        return None
+    out: list[dict[str, str]] = [{"role": "system", "content": system_prompt}]
+    last = len(raw) - 1
+    for i, turn in enumerate(raw):
+        if not isinstance(turn, dict):
+            return None
+        content = turn.get("content")
+        role = turn.get("role")
+        if not isinstance(content, str):
+            return None
+        if i == 0:
+            out.append({"role": "user", "content": content})
+        elif i == last:
+            cleaned = clean_answer_turn(content)
+            if cleaned is None:
+                return None
+            out.append({"role": "assistant", "content": cleaned})
+        elif role == "user":
+            if out[-1]["role"] == "assistant":
+                out.append({"role": "user", "content": convert_tool_response(content)})
+        elif role == "assistant":
+            cleaned = clean_tool_call_turn(content)
+            if cleaned is not None:
+                out.append({"role": "assistant", "content": cleaned})
+        else:
+            return None
+    return deep_fix(out)
+
+
+def normalize_clean_messages(messages: Any, mode: str, system_prompt: str) -> list[Any] | None:
+    """Already-clean messages with the system prompt set (template mode) or added (missing)."""
+    msgs = _as_list(messages)
+    if not isinstance(msgs, list) or not msgs:
+        return None
+    msgs = deep_fix(msgs)
+    first = msgs[0]
+    if not isinstance(first, dict):
+        return None
+    if first.get("role") == "system":
+        if mode == "template":
+            first["content"] = system_prompt
+        return msgs
+    return [{"role": "system", "content": system_prompt}, *msgs]
+
+
+def question_and_gt(row: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(question, ground truth) from ``meta`` (raw rows) or ``question``/``gt`` (clean rows)."""
+    meta = row.get("meta")
+    if isinstance(meta, dict):
+        q, a = meta.get("question"), meta.get("answer")
+    else:
+        q, a = row.get("question"), row.get("gt")
+    return (q if isinstance(q, str) else None), (a if isinstance(a, str) else None)
+
+
+def normalize_row(
+    row: dict[str, Any], *, mode: str, template: str
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Stage 1 for one row: ``({question, messages, gt}, None)`` or ``(None, drop_reason)``.
+
+    Drop reasons: ``missing_question_or_gt``, ``raw_clean_failed``, ``clean_input_invalid``.
+    """
+    question, gt = question_and_gt(row)
+    if not question or not gt:
+        return None, "missing_question_or_gt"
+    system_prompt = choose_system_prompt(row, mode, template)
+    if isinstance(row.get("meta"), dict):
+        messages = normalize_raw_messages(row.get("messages"), system_prompt)
+        if messages is None:
+            return None, "raw_clean_failed"
+    else:
+        messages = normalize_clean_messages(row.get("messages"), mode, system_prompt)
+        if messages is None:
+            return None, "clean_input_invalid"
+    return {"question": question, "messages": messages, "gt": gt}, None

@@ -1,0 +1,259 @@
+"""A GBNF grammar that admits exactly the well-formed DR-Venus assistant turns.
+
+Constrained decoding with this grammar makes every sampled turn pass
+:func:`drvenus.protocol.check_turn_format` for its kind and :func:`drvenus.protocol.parse_turn`:
+
+    <think>\\n THINK \\n</think>\\n <tool_call>\\n{"name": "search", ...}\\n</tool_call>
+                              or  <tool_call>\\n{"name": "visit", ...}\\n</tool_call>
+                              or  <answer>\\n ANSWER \\n</answer>
+
+Free text (THINK, ANSWER, JSON strings) may contain ``<`` and any other tag (``<summary>``,
+``a < b``), but never one of the protocol tags (``<think>``, ``</think>``, ``<tool_call>``,
+``</tool_call>``, ``<answer>``, ``</answer>``, ``<tool_response>``, ``</tool_response>``):
+they are excluded with a small trie of rules (GBNF has no negative lookahead). The tool-call JSON
+is the canonical one-line form of the SFT data (``{"name": "search", "arguments": {"query":
+["..."]}}``) with valid JSON strings (escapes allowed, control characters not), non-blank
+queries/goal, and ``http(s)://`` URLs.
+
+The grammar is plain GBNF as llama.cpp (``LlamaGrammar``, llama-server's ``grammar`` field)
+reads it; xgrammar (vLLM structured outputs, SGLang) reads the same syntax.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+# Tags that free text must never contain: the protocol's own, and the stop string.
+PROTOCOL_TAGS: tuple[str, ...] = (
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<answer>",
+    "</answer>",
+    "<tool_response>",
+    "</tool_response>",
+)
+
+# Defaults: generous for a real checkpoint; the embedded tiny model passes tighter ones.
+DEFAULT_MAX_THINK_CHARS: int | None = None
+DEFAULT_MAX_ANSWER_CHARS: int | None = None
+DEFAULT_MAX_STRING_CHARS = 500
+DEFAULT_MAX_LIST_ITEMS = 5
+
+_CLASS_ESCAPES = {
+    "\\": "\\\\",
+    "]": "\\]",
+    "[": "\\[",
+    "-": "\\-",
+    "^": "\\^",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    '"': '\\"',
+}
+
+
+def _class_char(c: str) -> str:
+    """A character as it may appear inside a GBNF ``[...]`` class."""
+    if c in _CLASS_ESCAPES:
+        return _CLASS_ESCAPES[c]
+    if ord(c) < 0x20 or ord(c) == 0x7F:
+        return f"\\x{ord(c):02X}"
+    return c
+
+
+def _literal(text: str) -> str:
+    """A GBNF string literal."""
+    out = []
+    for c in text:
+        if c == "\\":
+            out.append("\\\\")
+        elif c == '"':
+            out.append('\\"')
+        elif c == "\n":
+            out.append("\\n")
+        elif c == "\r":
+            out.append("\\r")
+        elif c == "\t":
+            out.append("\\t")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
+
+
+def _repeat(item: str, max_count: int | None, min_count: int = 0) -> str:
+    """``item*`` / ``item+`` or a bounded ``item{min,max}``."""
+    if max_count is None:
+        return f"{item}*" if min_count == 0 else f"{item}+"
+    if max_count < min_count:
+        raise ValueError(f"bound {max_count} is below the minimum {min_count}")
+    return f"{item}{{{min_count},{max_count}}}"
+
+
+class _Rules:
+    """Ordered GBNF rule set."""
+
+    def __init__(self) -> None:
+        self._rules: dict[str, str] = {}
+
+    def add(self, name: str, body: str) -> str:
+        self._rules[name] = body
+        return name
+
+    def render(self) -> str:
+        return "\n".join(f"{name} ::= {body}" for name, body in self._rules.items()) + "\n"
+
+
+def _tag_free_text(
+    rules: _Rules,
+    prefix: str,
+    *,
+    excluded: str,
+    extra_items: tuple[str, ...] = (),
+    tags: tuple[str, ...] = PROTOCOL_TAGS,
+) -> str:
+    """Add rules for ONE item of text that never spells out any of ``tags``; return its name.
+
+    An item is either a plain character (not ``<``, not in ``excluded``), one of
+    ``extra_items`` (e.g. a JSON escape), or ``<`` followed by a walk down the trie of tag
+    prefixes that leaves the trie before completing a tag. All tags start with ``<`` and contain
+    no other ``<``, so a fresh ``<`` always restarts the walk at the root.
+    """
+    if any(not t.startswith("<") or "<" in t[1:] for t in tags):
+        raise ValueError("every tag must start with '<' and contain no other '<'")
+    # Trie over the characters after '<'. A node is a prefix; terminal = a whole tag.
+    prefixes = {t[1:i] for t in tags for i in range(1, len(t))}
+    whole = {t[1:] for t in tags}
+    names: dict[str, str] = {}
+    for p in sorted(prefixes, key=lambda s: (len(s), s)):
+        names[p] = f"{prefix}-lt{len(names)}"
+    for p, name in names.items():
+        children = sorted(
+            {w[len(p)] for w in prefixes | whole if len(w) > len(p) and w.startswith(p)}
+        )
+        exit_class = "[^<" + excluded + "".join(_class_char(c) for c in children) + "]"
+        alts = [exit_class, *extra_items, f'"<" {names[""]}']
+        for c in children:
+            nxt = p + c
+            if nxt in whole:
+                continue  # completing a tag is the one thing not allowed
+            alts.append(f"{_literal(c)} {names[nxt]}")
+        rules.add(name, " | ".join(alts))
+    plain = "[^<" + excluded + "]"
+    return rules.add(f"{prefix}-item", " | ".join([plain, *extra_items, f'"<" {names[""]}']))
+
+
+def _json_string(rules: _Rules, name: str, first: str, item: str, max_chars: int) -> str:
+    """A JSON string: ``first`` (a non-blank start) then items, then the closing quote."""
+    return rules.add(name, f'"\\"" {first} {_repeat(item, max(max_chars - 1, 0))} "\\""')
+
+
+@lru_cache(maxsize=64)
+def protocol_grammar(
+    prefilled_think: bool = False,
+    *,
+    allow_tool_call: bool = True,
+    allow_answer: bool = True,
+    tools: tuple[str, ...] = ("search", "visit"),
+    max_think_chars: int | None = DEFAULT_MAX_THINK_CHARS,
+    max_answer_chars: int | None = DEFAULT_MAX_ANSWER_CHARS,
+    max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
+    max_list_items: int = DEFAULT_MAX_LIST_ITEMS,
+) -> str:
+    """The GBNF grammar of one well-formed assistant turn.
+
+    ``prefilled_think``: the chat template already put ``<think>\\n`` in the generation prompt
+    (Qwen3-Thinking), so the sample starts inside the think block. ``allow_tool_call`` /
+    ``allow_answer`` restrict the turn kind (e.g. answer-only when the agent forces a final
+    answer); ``tools`` the tools a call may name. The ``max_*`` bounds count characters (a
+    tag-like ``<...`` run counts as one) and keep a small model from rambling forever; ``None``
+    leaves free text unbounded (then ``max_tokens`` is the only limit).
+    """
+    if not (allow_tool_call or allow_answer):
+        raise ValueError("the grammar must allow a tool call, an answer, or both")
+    if allow_tool_call and (not tools or set(tools) - {"search", "visit"}):
+        raise ValueError("tools must be a non-empty subset of ('search', 'visit')")
+    if max_list_items < 1 or max_string_chars < 1:
+        raise ValueError("max_list_items and max_string_chars must be at least 1")
+    r = _Rules()
+    kinds = []
+    if allow_tool_call:
+        kinds.append("tool-call")
+    if allow_answer:
+        kinds.append("answer")
+    opening = "" if prefilled_think else _literal("<think>\n") + " "
+    r.add(
+        "root",
+        f"{opening}think {_literal(chr(10) + '</think>' + chr(10))} ( " + " | ".join(kinds) + " )",
+    )
+
+    text_item = _tag_free_text(r, "text", excluded="")
+    r.add("think", _repeat(text_item, max_think_chars))
+
+    if allow_answer:
+        r.add(
+            "answer",
+            f"{_literal('<answer>' + chr(10))} answer-first "
+            f"{_repeat(text_item, None if max_answer_chars is None else max_answer_chars - 1)} "
+            f"{_literal(chr(10) + '</answer>')}",
+        )
+        # A non-blank first character keeps the answer body non-empty after strip().
+        r.add("answer-first", "[^<\\x00-\\x20\\x7F\\u00A0\\u3000]")
+
+    if allow_tool_call:
+        r.add(
+            "tool-call",
+            f"{_literal('<tool_call>' + chr(10))} ( "
+            + " | ".join(f"{t}-call" for t in tools)
+            + f" ) {_literal(chr(10) + '</tool_call>')}",
+        )
+        more_queries = _repeat('( ", " query )', max_list_items - 1)
+        more_urls = _repeat('( ", " url )', max_list_items - 1)
+        r.add(
+            "search-call",
+            _literal('{"name": "search", "arguments": {"query": [')
+            + f" query {more_queries} "
+            + _literal("]}}"),
+        )
+        r.add(
+            "visit-call",
+            _literal('{"name": "visit", "arguments": {"url": [')
+            + f" url {more_urls} "
+            + _literal('], "goal": ')
+            + " goal "
+            + _literal("}}"),
+        )
+        escape = r.add("json-escape", '"\\\\" ( ["\\\\/bfnrt] | "u" [0-9a-fA-F]{4} )')
+        json_item = _tag_free_text(r, "json", excluded='"\\\\\\x00-\\x1F', extra_items=(escape,))
+        r.add("json-first", '[^<"\\\\\\x00-\\x20\\x7F\\u00A0\\u3000] | "\\\\\\""')
+        _json_string(r, "query", "json-first", json_item, max_string_chars)
+        _json_string(r, "goal", "json-first", json_item, max_string_chars)
+        r.add("url-scheme", '"http" "s"? "://"')
+        r.add("url", f'"\\"" url-scheme {_repeat(json_item, max_string_chars, 1)} "\\""')
+    return r.render()
+
+
+def grammar_for_kind(kind: str, prefilled_think: bool = False, **options: object) -> str:
+    """:func:`protocol_grammar` for a turn kind: "any", "tool_call", "search" (a search call
+    only) or "answer"."""
+    if kind not in ("any", "tool_call", "search", "answer"):
+        raise ValueError(f"unknown grammar kind {kind!r}")
+    # Options may narrow the kind further (e.g. a model built with an answer-free grammar).
+    allow_call = kind != "answer" and bool(options.pop("allow_tool_call", True))
+    allow_answer = kind in ("any", "answer") and bool(options.pop("allow_answer", True))
+    tools = tuple(options.pop("tools", ("search", "visit")))  # type: ignore[arg-type]
+    if kind == "search":
+        tools = tuple(t for t in tools if t == "search")
+    if not (allow_call or allow_answer):  # options exclude the kind asked for: the kind wins
+        allow_call, allow_answer = kind != "answer", kind == "answer"
+    return protocol_grammar(
+        prefilled_think,
+        allow_tool_call=allow_call,
+        allow_answer=allow_answer,
+        tools=tools or ("search",),
+        **options,  # type: ignore[arg-type]
+    )
+
+
+__all__ = ["PROTOCOL_TAGS", "grammar_for_kind", "protocol_grammar"]

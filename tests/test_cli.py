@@ -1,0 +1,161 @@
+"""The `drvenus` command as a user runs it (subprocesses, real loopback servers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stub_server import StubServer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def drvenus(*args: str, env: dict | None = None, timeout: float = 300, cwd=None):
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "drvenus", *args],
+        capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd,
+    )
+
+
+def search_turn(query: str) -> str:
+    call = json.dumps({"name": "search", "arguments": {"query": [query]}})
+    return f"<think>\nLet me search.\n</think>\n<tool_call>\n{call}\n</tool_call>"
+
+
+def visit_turn(url: str, goal: str) -> str:
+    call = json.dumps({"name": "visit", "arguments": {"url": [url], "goal": goal}})
+    return f"<think>\nOpen it.\n</think>\n<tool_call>\n{call}\n</tool_call>"
+
+
+ANSWER = "<think>\nDone.\n</think>\n<answer>\nBram Stoker\n</answer>"
+
+
+@pytest.fixture()
+def corpus(tmp_path: Path) -> Path:
+    rows = [
+        {"id": "1", "title": "Dracula", "url": "https://en.wikipedia.org/wiki/Dracula",
+         "text": "Dracula is an 1897 Gothic horror novel by the Irish author Bram Stoker. "
+                 "It introduced the vampire Count Dracula."},
+        {"id": "2", "title": "Emma (novel)", "url": "https://en.wikipedia.org/wiki/Emma_(novel)",
+         "text": "Emma is a novel written by Jane Austen, first published in 1815."},
+    ]
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_help_reads_well():
+    r = drvenus("--help")
+    assert r.returncode == 0
+    for word in ("ask", "run", "index", "data", "deep research"):
+        assert word in r.stdout
+
+
+def test_empty_question_is_one_line_error():
+    r = drvenus("ask", "   ")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == ["error: the question is empty"]
+
+
+def test_missing_corpus_is_one_line_error(tmp_path):
+    r = drvenus("ask", "Who?", "--corpus", str(tmp_path / "nope.jsonl"), "--json")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "nope.jsonl" in r.stderr
+
+
+def test_malformed_corpus_is_one_line_error(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{oops\nnot json either\n")
+    r = drvenus("ask", "Who?", "--corpus", str(bad), "--json")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "skipped 2 malformed" in r.stderr  # counted and reported
+    assert r.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "no usable rows" in r.stderr.strip().splitlines()[-1]
+
+
+def test_gguf_that_is_not_a_model(tmp_path, corpus):
+    fake = tmp_path / "model.gguf"
+    fake.write_text("this is not a model")
+    r = drvenus("ask", "Who?", "--model", str(fake), "--corpus", str(corpus), "--json")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "model.gguf" in r.stderr
+
+
+def test_base_url_without_model_name(corpus):
+    r = drvenus("ask", "Who?", "--base-url", "http://127.0.0.1:9/v1", "--corpus", str(corpus))
+    assert r.returncode == 2 and "--model-name" in r.stderr
+
+
+def test_server_down_is_a_recorded_llm_error(corpus):
+    r = drvenus(
+        "ask", "Who wrote Dracula?", "--base-url", "http://127.0.0.1:9/v1", "--model-name", "m",
+        "--corpus", str(corpus), "--json", env={"DRVENUS_MAX_ATTEMPTS": "2"}, timeout=120,
+    )
+    assert r.returncode == 1, r.stderr
+    record = json.loads(r.stdout)
+    assert record["termination"] == "llm_error" and record["error"]
+
+
+def test_ask_against_a_local_server_runs_real_tools(corpus, tmp_path):
+    replies = [
+        search_turn("Dracula novel author"),
+        visit_turn("https://en.wikipedia.org/wiki/Dracula", "who wrote it"),
+        ANSWER,
+    ]
+    trace = tmp_path / "trace.jsonl"
+    with StubServer(replies) as server:
+        r = drvenus(
+            "ask", "Who wrote the novel Dracula?", "--base-url", server.base_url,
+            "--model-name", "dr-venus", "--corpus", str(corpus), "--json", "--trace", str(trace),
+            env={"DRVENUS_API_KEY": "sk-secret-test"},
+        )
+        requests = server.chat_requests
+    assert r.returncode == 0, r.stderr
+    assert "sk-secret-test" not in r.stdout + r.stderr
+    rec = json.loads(r.stdout)
+    assert rec["termination"] == "answered" and rec["prediction"] == "Bram Stoker"
+    assert rec["tool_call_count"] == 2
+    search = json.loads(rec["messages"][3]["content"].split("\n", 1)[1].rsplit("\n", 1)[0])
+    assert search[0]["web_page_info_list"][0]["url"] == "https://en.wikipedia.org/wiki/Dracula"
+    assert "Bram Stoker" in rec["messages"][5]["content"]
+    body = requests[0].json
+    assert body["model"] == "dr-venus" and body["top_k"] == 20 and body["temperature"] == 1.0
+    assert "<tool_response>" in body["stop"]
+    assert requests[0].headers.get("Authorization") == "Bearer sk-secret-test"
+    events = [json.loads(line)["type"] for line in trace.read_text().splitlines()]
+    assert events[0] == "step_started" and events[-1] == "finished" and "tool_result" in events
+
+
+def test_batch_run_is_resumable(corpus, tmp_path):
+    qs = tmp_path / "questions.jsonl"
+    qs.write_text("\n".join(
+        [json.dumps({"id": f"q{i}", "question": f"Who wrote book {i}?", "answer": "x"}) for i in range(4)]
+        + ["{broken"]
+    ) + "\n")
+    out = tmp_path / "results.jsonl"
+    with StubServer([], default=ANSWER) as server:
+        args = ("run", str(qs), "-o", str(out), "--workers", "3", "--base-url", server.base_url,
+                "--model-name", "m", "--corpus", str(corpus))
+        r1 = drvenus(*args)
+        assert r1.returncode == 0, r1.stderr
+        assert "1 malformed line" in r1.stderr
+        rows = [json.loads(x) for x in out.read_text().splitlines()]
+        assert sorted(r["id"] for r in rows) == ["q0", "q1", "q2", "q3"]
+        assert all(r["termination"] == "answered" for r in rows)
+        r2 = drvenus(*args)
+        assert r2.returncode == 0 and "already" in r2.stdout
+    assert len(out.read_text().splitlines()) == 4
+
+
+def test_index_build_and_reuse(corpus, tmp_path):
+    env = {"DRVENUS_CACHE_DIR": str(tmp_path / "cache")}
+    r1 = drvenus("index", "build", str(corpus), env=env)
+    assert r1.returncode == 0 and "2 documents" in r1.stdout
+    r2 = drvenus("index", "build", str(corpus), env=env)
+    assert r2.returncode == 0 and "reused" in r2.stdout

@@ -1,0 +1,37 @@
+"""End to end on the real embedded model (SmolLM2 GGUF) and the real built-in corpus."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_cli import drvenus
+
+from drvenus import protocol
+from drvenus.agent import TERMINATIONS
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+
+
+@pytest.mark.slow
+def test_ask_dracula_on_the_embedded_defaults(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    r = drvenus("ask", "Who wrote the novel Dracula?", "--json", "--trace", str(trace), timeout=400)
+    assert r.returncode in (0, 1), r.stderr
+    rec = json.loads(r.stdout)
+    assert rec["termination"] in TERMINATIONS
+    assert rec["termination"] not in ("exception", "llm_error"), rec.get("error")
+    # at least one executed search whose results come from the built-in Wikipedia corpus
+    searches = [
+        protocol.parse_search_body(protocol.unwrap_tool_response(m["content"]) or "")
+        for m in rec["messages"][2:]
+        if m["role"] == "user"
+    ]
+    hits = [h for s in searches if s for entry in s for h in entry["web_page_info_list"]]
+    assert hits and all(h["url"].startswith("https://en.wikipedia.org/wiki/") for h in hits)
+    assert rec["tool_call_count"] >= 1
+    # every assistant turn the grammar produced is well formed
+    turns = [m["content"] for m in rec["messages"] if m["role"] == "assistant"]
+    assert all(protocol.check_turn_format(t, False) for t in turns[:-1])
+    events = [json.loads(line)["type"] for line in trace.read_text().splitlines()]
+    assert "tool_result" in events and events[-1] == "finished"
