@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_cli import drvenus
 
 from drvenus import protocol
 from drvenus.agent import TERMINATIONS
+from test_cli import drvenus
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 
