@@ -69,7 +69,8 @@ class LiveTrace:
                 return
             for entry in data:
                 hits = entry["web_page_info_list"]
-                self.console.print(f"    [dim]{len(hits)} results for[/] {escape(entry['query'])}")
+                noun = "result" if len(hits) == 1 else "results"
+                self.console.print(f"    [dim]{len(hits)} {noun} for[/] {escape(entry['query'])}")
                 for hit in hits[:5]:
                     title = escape(_short(hit["title"], 60))
                     self.console.print(f"      • {title} [dim]{escape(hit['url'])}[/]")

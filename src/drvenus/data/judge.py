@@ -18,10 +18,11 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import httpx
+from drvenus.llm.base import LLMError, SamplingParams
+from drvenus.llm.openai_compat import OpenAICompatModel
 
 log = logging.getLogger(__name__)
 
@@ -119,38 +120,31 @@ def parse_verdict(reply: str) -> bool | None:
     return m.group(1).lower() == "correct"
 
 
+JUDGE_SAMPLING = SamplingParams(
+    temperature=0.0, top_p=1.0, top_k=-1, presence_penalty=0.0, max_tokens=256, stop=()
+)
+
+
 async def _ask(
-    client: httpx.AsyncClient, cfg: JudgeConfig, question: str, answer: str, gt: str
+    model: OpenAICompatModel, cfg: JudgeConfig, question: str, answer: str, gt: str
 ) -> tuple[bool, str]:
+    """One verdict. HTTP failures are retried inside the model client; an unparseable reply
+    is asked again here. Raises RuntimeError when no verdict could be had."""
     prompt = JUDGE_PROMPT.format(
         question=question, gt=" | ".join(gt.split("<|answer_split|>")), answer=answer
     )
-    body = {
-        "model": cfg.model,
-        "messages": [{"role": "user", "content": prompt}],
-        "temperature": 0.0,
-        "max_tokens": cfg.max_tokens,
-    }
-    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-    url = cfg.base_url.rstrip("/") + "/chat/completions"
+    messages = [{"role": "user", "content": prompt}]
+    params = replace(JUDGE_SAMPLING, max_tokens=cfg.max_tokens)
     last_error = "no attempt"
-    for attempt in range(cfg.retries + 1):
-        if attempt:
-            await asyncio.sleep(min(0.25 * 2 ** (attempt - 1), 8.0))
+    for _ in range(cfg.retries + 1):
         try:
-            resp = await client.post(url, json=body, headers=headers)
-            if resp.status_code != 200:
-                last_error = f"HTTP {resp.status_code}"
-                continue
-            reply = resp.json()["choices"][0]["message"]["content"] or ""
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-            last_error = f"{type(exc).__name__}: {exc}"
-            continue
+            reply = (await model.generate(messages, params, constrained=False)).text
+        except LLMError as exc:
+            raise RuntimeError(str(exc)) from None
         verdict = parse_verdict(reply)
-        if verdict is None:
-            last_error = f"unparseable judge reply: {reply[:80]!r}"
-            continue
-        return verdict, reply
+        if verdict is not None:
+            return verdict, reply
+        last_error = f"unparseable judge reply: {reply[:80]!r}"
     raise RuntimeError(last_error)
 
 
@@ -175,12 +169,12 @@ async def judge_many_async(
     sem = asyncio.Semaphore(max(1, cfg.concurrency))
     failures = 0
 
-    async def one(client: httpx.AsyncClient, i: int, key: str) -> None:
+    async def one(model: OpenAICompatModel, i: int, key: str) -> None:
         nonlocal failures
         q, a, g = items[i]
         async with sem:
             try:
-                verdict, reply = await _ask(client, cfg, q, a, g)
+                verdict, reply = await _ask(model, cfg, q, a, g)
             except RuntimeError as exc:
                 failures += 1
                 if failures <= 3:
@@ -195,9 +189,14 @@ async def judge_many_async(
 
     try:
         if todo:
-            limits = httpx.Limits(max_connections=max(1, cfg.concurrency))
-            async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits) as client:
-                await asyncio.gather(*(one(client, i, key) for i, key in todo))
+            model = OpenAICompatModel(
+                cfg.base_url, cfg.model, api_key=cfg.api_key, timeout=cfg.timeout_s,
+                max_retries=cfg.retries,
+            )
+            try:
+                await asyncio.gather(*(one(model, i, key) for i, key in todo))
+            finally:
+                await model.aclose()
     finally:
         if cache:
             cache.close()
