@@ -225,4 +225,8 @@ def stats(
     Console().print(tools)
     console.print(f"tokens: {s['token_method']}")
     if plot is not None:
-        console.print(f"plot written to {plot_stats(st, plot)}")
+        try:
+            console.print(f"plot written to {plot_stats(st, plot)}")
+        except ImportError:
+            console.print('[red]error:[/] plotting needs matplotlib: pip install "drvenus[plot]"')
+            raise typer.Exit(2) from None

@@ -56,33 +56,46 @@ class Pruned:
     responses: list[int] = field(default_factory=list)
 
 
+def _drop_turns(
+    messages: list[Message], drop: Callable[[Message], bool]
+) -> tuple[list[Message], list[tuple[int, int]]]:
+    """Remove each assistant turn for which ``drop(turn)`` is true, with the tool responses
+    that follow it. Returns the kept messages and (turn index, responses removed) per drop.
+    ``drop`` sees the assistant turns in order, so it may keep state across them."""
+    kept: list[Message] = []
+    dropped: list[tuple[int, int]] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        if m.get("role", "") == "assistant" and drop(m):
+            end = _tool_responses_after(messages, i + 1)
+            dropped.append((i, end - i - 1))
+            i = end
+            continue
+        kept.append(m)
+        i += 1
+    return kept, dropped
+
+
 def prune_disallowed_tools(
     messages: list[Message], allowed: Collection[str], read_calls: CallReader = tool_call_objects
 ) -> tuple[list[Message], Pruned]:
     """Drop each assistant turn that calls a tool outside ``allowed`` (lower-case names,
     compared case-insensitively), together with the tool responses that follow it."""
-    kept: list[Message] = []
     pruned = Pruned()
-    i = 0
-    while i < len(messages):
-        m = messages[i]
-        if m.get("role", "") != "assistant":
-            kept.append(m)
-            i += 1
-            continue
+
+    def disallowed(m: Message) -> bool:
         names = [
             n for n in (c.get("name") for c in read_calls(m.get("content", "")))
             if isinstance(n, str) and n
         ]
         bad = [n for n in names if n.lower() not in allowed]
-        if not bad:
-            kept.append(m)
-            i += 1
-            continue
-        end = _tool_responses_after(messages, i + 1)
-        pruned.tools.append(bad)
-        pruned.responses.append(end - i - 1)
-        i = end
+        if bad:
+            pruned.tools.append(bad)
+        return bool(bad)
+
+    kept, dropped = _drop_turns(messages, disallowed)
+    pruned.responses = [n for _, n in dropped]
     return kept, pruned
 
 
@@ -92,28 +105,20 @@ def drop_duplicate_tool_calls(
     """Drop each assistant turn whose every search/visit signature (tool, sorted unique
     queries/URLs) was seen earlier in the trajectory, with its tool responses.
     Returns the kept messages and the number of dropped turns."""
-    kept: list[Message] = []
     seen: set[tuple[str, tuple[str, ...]]] = set()
-    dropped = 0
-    i = 0
-    while i < len(messages):
-        m = messages[i]
-        if m.get("role", "") != "assistant":
-            kept.append(m)
-            i += 1
-            continue
+
+    def duplicate(m: Message) -> bool:
         sigs = [
             s for s in (legacy_signature(c) for c in read_calls(m.get("content", "")))
             if s is not None
         ]
         if sigs and all(s in seen for s in sigs):
-            dropped += 1
-            i = _tool_responses_after(messages, i + 1)
-            continue
+            return True
         seen.update(sigs)
-        kept.append(m)
-        i += 1
-    return kept, dropped
+        return False
+
+    kept, dropped = _drop_turns(messages, duplicate)
+    return kept, len(dropped)
 
 
 def _check_assistant(content: str, is_final: bool) -> str | None:

@@ -51,49 +51,40 @@ def _query_of_header(header: str) -> str:
     return query
 
 
+def _close_of(line: str, i: int, opening: str, closing: str) -> int | None:
+    """Index of the ``closing`` that balances an ``opening`` just before ``line[i]``."""
+    j = line.find(closing, i)
+    if j != -1 and line.find(opening, i, j) == -1:
+        return j  # fast path: nothing nested, the first closing character matches
+    depth = 1
+    for k in range(i, len(line)):
+        if line[k] == opening:
+            depth += 1
+        elif line[k] == closing:
+            depth -= 1
+            if depth == 0:
+                return k
+    return None
+
+
 def _markdown_link(line: str) -> tuple[str, str, str] | None:
     """``N. [title](url) trailing`` with balanced brackets/parentheses, or None."""
     line = line.strip()
     m = _RESULT_PREFIX.match(line)
     if m is None:
         return None
-    i, n = m.end(), len(line)
-    if i >= n or line[i] != "[":
+    i = m.end()
+    if line[i : i + 1] != "[":
         return None
-    i += 1
-    start, depth = i, 1
-    j = line.find("]", i)
-    if j != -1 and line.find("[", i, j) == -1:
-        i = j  # fast path: no nested brackets, the first "]" closes the title
-    while depth and i < n:
-        ch = line[i]
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth == 0:
-                break
-        i += 1
-    else:
+    close = _close_of(line, i + 1, "[", "]")
+    if close is None:
         return None
-    title = line[start:i]
-    if i + 1 >= n or line[i + 1] != "(":
+    title = line[i + 1 : close]
+    if line[close + 1 : close + 2] != "(":
         return None
-    i += 2
-    start, depth = i, 1
-    j = line.find(")", i)
-    if j != -1 and line.find("(", i, j) == -1:
-        i = j  # fast path: no nested parentheses
-    while depth and i < n:
-        ch = line[i]
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                break
-        i += 1
-    else:
+    start = close + 2
+    i = _close_of(line, start, "(", ")")
+    if i is None:
         return None
     url = line[start:i]
     return title.strip(), url.strip(), line[i + 1 :].strip()
