@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from drvenus.llm.base import Generation, LLMError, SamplingParams
-from drvenus.protocol import ToolCall
+from drvenus.protocol import ToolCall, render_answer_turn, render_tool_call_turn
 
 Reply = str | Exception | Callable[[list[dict[str, str]]], str]
 
@@ -15,11 +15,11 @@ def call(name: str, **arguments) -> str:
     import json
 
     body = json.dumps({"name": name, "arguments": arguments})
-    return f"<think>\nI should use {name}.\n</think>\n<tool_call>\n{body}\n</tool_call>"
+    return render_tool_call_turn(f"I should use {name}.", body)
 
 
 def answer(text: str) -> str:
-    return f"<think>\nI know enough.\n</think>\n<answer>\n{text}\n</answer>"
+    return render_answer_turn("I know enough.", text)
 
 
 class ScriptedModel:

@@ -246,3 +246,11 @@ def test_limit_messages_ask_for_an_answer():
     assert "maximum number of tool calls" in P.STEP_LIMIT_MESSAGE
     for msg in (P.CONTEXT_LIMIT_MESSAGE, P.STEP_LIMIT_MESSAGE, P.FORMAT_ERROR_MESSAGE):
         assert "<answer></answer>" in msg
+
+
+def test_turn_renderers_produce_well_formed_turns():
+    call = P.ToolCall("search", {"query": ["a"]}).to_json()
+    turn = P.render_tool_call_turn("thinking", call)
+    assert P.check_turn_format(turn, False) and P.parse_turn(turn).tool_call.arguments == {"query": ["a"]}
+    final = P.render_answer_turn("done", "Paris")
+    assert P.check_turn_format(final, True) and P.parse_turn(final).answer == "Paris"

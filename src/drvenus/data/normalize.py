@@ -11,7 +11,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from drvenus.protocol import render_search, wrap_tool_response
+from drvenus.protocol import (
+    render_answer_turn,
+    render_search,
+    render_tool_call_turn,
+    wrap_tool_response,
+)
 from drvenus.protocol._json import loads_json5
 from drvenus.protocol.serper import (
     ANSWER_RE,
@@ -116,7 +121,7 @@ def clean_tool_call_turn(text: Any) -> str | None:
     if normalized is None:
         return None
     body = normalized if isinstance(normalized, str) else normalized.to_json()
-    return f"<think>\n{thought}\n</think>\n<tool_call>\n{body}\n</tool_call>"
+    return render_tool_call_turn(thought, body)
 
 
 def clean_answer_turn(text: Any) -> str | None:
@@ -143,7 +148,7 @@ def clean_answer_turn(text: Any) -> str | None:
     summaries = [m.group(1).strip() for m in _SUMMARY_BLOCK.finditer(tail)]
     parts = ([thought] if thought else []) + summaries
     joined = "\n\n".join(parts)
-    return f"<think>\n{joined}\n</think>\n<answer>\n{answer}\n</answer>"
+    return render_answer_turn(joined, answer)
 
 
 def convert_tool_response(content: str) -> str:

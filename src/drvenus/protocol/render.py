@@ -39,6 +39,16 @@ STEP_LIMIT_MESSAGE = (
 _RESULT_KEYS = ("title", "url", "snippet", "date")
 
 
+def render_tool_call_turn(thinking: str, call_json: str) -> str:
+    """A middle assistant turn: think block, then one tool call (``call_json`` verbatim)."""
+    return f"<think>\n{thinking}\n</think>\n<tool_call>\n{call_json}\n</tool_call>"
+
+
+def render_answer_turn(thinking: str, answer: str) -> str:
+    """A final assistant turn: think block, then the answer."""
+    return f"<think>\n{thinking}\n</think>\n<answer>\n{answer}\n</answer>"
+
+
 def wrap_tool_response(body: str) -> str:
     """The user-role message that carries a tool result."""
     return f"{TOOL_RESPONSE_OPEN}\n{body}\n{TOOL_RESPONSE_CLOSE}"
