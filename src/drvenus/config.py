@@ -36,6 +36,11 @@ class Settings(BaseSettings):
     extractor_model: str | None = None
     extractor_api_key: SecretStr | None = Field(default=None, repr=False)
 
+    # LLM judge (correctness filter, evaluation)
+    judge_base_url: str | None = None
+    judge_model: str | None = None
+    judge_api_key: SecretStr | None = Field(default=None, repr=False)
+
     # agent budgets
     max_steps: int | None = None
     max_context: int | None = None

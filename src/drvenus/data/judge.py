@@ -13,7 +13,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
 import re
 import sqlite3
 import time
@@ -25,10 +24,6 @@ from drvenus.llm.base import LLMError, SamplingParams
 from drvenus.llm.openai_compat import OpenAICompatModel
 
 log = logging.getLogger(__name__)
-
-ENV_BASE_URL = "DRVENUS_JUDGE_BASE_URL"
-ENV_MODEL = "DRVENUS_JUDGE_MODEL"
-ENV_API_KEY = "DRVENUS_JUDGE_API_KEY"
 
 JUDGE_PROMPT = """You are grading the answer of a research assistant.
 
@@ -63,13 +58,17 @@ class JudgeConfig:
     def from_options(
         cls, base_url: str | None, model: str | None, **kwargs
     ) -> JudgeConfig | None:
-        """Options first, then ``DRVENUS_JUDGE_BASE_URL``/``_MODEL``/``_API_KEY``; None when
-        no endpoint and model are configured."""
-        base_url = base_url or os.environ.get(ENV_BASE_URL)
-        model = model or os.environ.get(ENV_MODEL)
+        """Options first, then ``DRVENUS_JUDGE_BASE_URL``/``_MODEL``/``_API_KEY`` from the
+        environment or ``.env``; None when no endpoint and model are configured."""
+        from drvenus.config import load_settings
+
+        settings = load_settings()
+        base_url = base_url or settings.judge_base_url
+        model = model or settings.judge_model
         if not base_url or not model:
             return None
-        return cls(base_url=base_url, model=model, api_key=os.environ.get(ENV_API_KEY), **kwargs)
+        key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
+        return cls(base_url=base_url, model=model, api_key=key, **kwargs)
 
 
 @dataclass(frozen=True)
