@@ -17,7 +17,7 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 def test_ask_dracula_on_the_embedded_defaults(tmp_path):
     trace = tmp_path / "trace.jsonl"
     r = drvenus("ask", "Who wrote the novel Dracula?", "--json", "--trace", str(trace), timeout=400)
-    assert r.returncode in (0, 1), r.stderr
+    assert r.returncode == 0, r.stderr
     rec = json.loads(r.stdout)
     assert rec["termination"] in TERMINATIONS
     assert rec["termination"] not in ("exception", "llm_error"), rec.get("error")

@@ -198,8 +198,8 @@ def ask(
         out.print(record.prediction)
         if not record.answered:
             err.print(f"[red]{record.termination}[/]: {record.error or 'no final answer'}")
-    if not record.answered:
-        raise typer.Exit(1)
+    if record.termination in ("llm_error", "exception"):
+        raise typer.Exit(1)  # the run itself failed; budget terminations are normal outcomes
 
 
 # ---------------------------------------------------------------- run (batch)

@@ -263,6 +263,7 @@ class _Run:
                     return _Attempt(parsed, completion_tokens=gen.completion_tokens)
                 await self._sleep_backoff(attempt)
                 continue
+            self.last_error = None  # recovered: an earlier attempt's failure no longer applies
             return _Attempt(parsed, completion_tokens=gen.completion_tokens)
         return _Attempt(last)
 
