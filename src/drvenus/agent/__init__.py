@@ -2,9 +2,10 @@
 
 from drvenus.agent.events import EventCallback, TraceEvent
 from drvenus.agent.loop import AgentConfig, ResearchAgent, ToolExecutor, is_repetitive
-from drvenus.agent.record import TERMINATIONS, ResultRecord, Termination
+from drvenus.agent.record import FAILED_TERMINATIONS, TERMINATIONS, ResultRecord, Termination
 
 __all__ = [
+    "FAILED_TERMINATIONS",
     "TERMINATIONS",
     "AgentConfig",
     "EventCallback",

@@ -14,8 +14,12 @@ Termination = Literal[
     "timeout",
     "llm_error",
     "exception",
+    "interrupted",
 ]
 TERMINATIONS: tuple[str, ...] = Termination.__args__  # type: ignore[attr-defined]
+# The run itself failed (the model could not be reached, a crash, Ctrl-C): not an outcome of
+# the question. A batch rerun retries these; every other termination is a finished item.
+FAILED_TERMINATIONS: frozenset[str] = frozenset({"llm_error", "exception", "interrupted"})
 
 
 @dataclass
@@ -32,6 +36,10 @@ class ResultRecord:
     elapsed_seconds: float = 0.0
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.termination in FAILED_TERMINATIONS
 
     @property
     def answered(self) -> bool:
