@@ -20,10 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+from drvenus.llm.llamacpp import LlamaCppModel
+
 from drvenus import protocol
 from drvenus.llm.base import SamplingParams
 from drvenus.llm.embedded import EMBEDDED_GRAMMAR_OPTIONS, embedded_model_path
-from drvenus.llm.llamacpp import LlamaCppModel
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "Who wrote the novel Dracula?"

@@ -33,10 +33,19 @@ class ScriptedModel:
         self.usage = usage
         self.calls: list[dict] = []
         self.tokenized_chars = 0
+        self.window: int | None = None
 
-    async def generate(self, messages, params: SamplingParams, *, constrained=None) -> Generation:
+    async def generate(
+        self, messages, params: SamplingParams, *, constrained=None, timeout=None
+    ) -> Generation:
         self.calls.append(
-            {"n_messages": len(messages), "constrained": constrained, "seed": params.seed}
+            {
+                "n_messages": len(messages),
+                "constrained": constrained,
+                "seed": params.seed,
+                "timeout": timeout,
+                "max_tokens": params.max_tokens,
+            }
         )
         if self.delay:
             await asyncio.sleep(self.delay)
@@ -53,6 +62,9 @@ class ScriptedModel:
     def count_tokens(self, text: str) -> int:
         self.tokenized_chars += len(text)
         return len(text) // 4
+
+    async def context_window(self) -> int | None:
+        return self.window
 
     async def aclose(self) -> None:
         return None
@@ -72,4 +84,48 @@ class ScriptedTools:
 
 
 def llm_down() -> LLMError:
-    return LLMError("model server at http://127.0.0.1:9: connection refused")
+    return LLMError("model server at http://127.0.0.1:9: connection refused", retryable=True)
+
+
+class PerQuestionModel:
+    """One script per question: ``script(question)`` lists that question's replies, and the reply
+    for a turn is chosen by how many assistant turns its conversation already has (the last reply
+    repeats). Nothing is shared between questions, so concurrent runs cannot take each other's
+    replies. ``delay`` may depend on the question too."""
+
+    name = "per-question"
+
+    def __init__(
+        self,
+        script: Callable[[str], Sequence[Reply]],
+        delay: float | Callable[[str], float] = 0.0,
+    ):
+        self.script = script
+        self.delay = delay
+        self.calls: dict[str, int] = {}
+
+    @staticmethod
+    def question_of(messages: list[dict[str, str]]) -> str:
+        return next(m["content"] for m in messages if m["role"] == "user")
+
+    async def generate(self, messages, params: SamplingParams, *, constrained=None, **kwargs):
+        question = self.question_of(messages)
+        self.calls[question] = self.calls.get(question, 0) + 1
+        delay = self.delay(question) if callable(self.delay) else self.delay
+        if delay:
+            await asyncio.sleep(delay)
+        replies = list(self.script(question))
+        turn = sum(1 for m in messages if m["role"] == "assistant")
+        reply = replies[min(turn, len(replies) - 1)]
+        if isinstance(reply, Exception):
+            raise reply
+        return Generation(reply(messages) if callable(reply) else reply)
+
+    async def context_window(self) -> int | None:
+        return None
+
+    def count_tokens(self, text: str) -> int:
+        return len(text) // 4
+
+    async def aclose(self) -> None:
+        return None

@@ -105,7 +105,7 @@ def test_empty_question_is_rejected():
 def test_all_terminations_are_known():
     assert set(TERMINATIONS) == {
         "answered", "answered_token_limit", "token_limit_no_answer", "answered_max_steps",
-        "max_steps", "timeout", "llm_error", "exception",
+        "max_steps", "timeout", "llm_error", "exception", "interrupted",
     }
 
 
@@ -228,7 +228,7 @@ def test_event_stream_order_and_record():
 
     events = asyncio.run(collect())
     types = [e.type for e in events]
-    assert types[0] == "step_started" and types[-1] == "finished"
+    assert types[0] == "started" and types[1] == "step_started" and types[-1] == "finished"
     assert types.index("tool_call") < types.index("tool_result") < types.index("answer")
     tc = next(e for e in events if e.type == "tool_call")
     assert tc.data == {"name": "visit", "arguments": {"url": ["https://en.wikipedia.org/wiki/Dracula"], "goal": "author"}}

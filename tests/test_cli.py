@@ -129,7 +129,7 @@ def test_ask_against_a_local_server_runs_real_tools(corpus, tmp_path):
     assert "<tool_response>" in body["stop"]
     assert requests[0].headers.get("Authorization") == "Bearer sk-secret-test"
     events = [json.loads(line)["type"] for line in trace.read_text().splitlines()]
-    assert events[0] == "step_started" and events[-1] == "finished" and "tool_result" in events
+    assert events[0] == "started" and events[-1] == "finished" and "tool_result" in events
 
 
 def test_batch_run_is_resumable(corpus, tmp_path):

@@ -151,7 +151,7 @@ def test_retry_on_500_then_success(server):
 
 def test_retry_on_429_then_success(server):
     server.add_replies(Reply(status=429, content="slow down", headers={"Retry-After": "0"}))
-    assert run(_generate(_fast(server.base_url))).text
+    assert run(_generate(_fast(server.base_url, max_retries=1))).text
     assert len(server.chat_requests) == 2
 
 
@@ -179,7 +179,7 @@ def test_malformed_response_is_an_error(server):
 
 def test_dropped_connection_is_retried(server):
     server.add_replies(Reply(drop=True))
-    assert run(_generate(_fast(server.base_url))).text
+    assert run(_generate(_fast(server.base_url, max_retries=1))).text
     assert len(server.chat_requests) == 2
 
 
@@ -223,17 +223,15 @@ def test_concurrent_generations_share_one_client():
         assert time.monotonic() - start < 1.5  # concurrent, not 8 x 0.2 s in series
 
 
-def test_api_key_from_argument_and_environment(server, monkeypatch):
-    monkeypatch.delenv("DRVENUS_API_KEY", raising=False)
+def test_api_key_only_from_the_argument(server, monkeypatch):
+    """The client never reads the environment: Settings decides which key goes where."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
-    model = _fast(server.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-changed")  # read at construction, not later
-    run(_generate(model))
-    run(_generate(_fast(server.base_url, api_key="sk-arg")))
     monkeypatch.setenv("DRVENUS_API_KEY", "sk-drvenus")
+    model = _fast(server.base_url, api_key="sk-arg")
+    run(_generate(model))
     run(_generate(_fast(server.base_url)))
     auth = [r.headers.get("Authorization") for r in server.chat_requests]
-    assert auth == ["Bearer sk-env", "Bearer sk-arg", "Bearer sk-drvenus"]
+    assert auth == ["Bearer sk-arg", None]
     assert "sk-" not in repr(model)
 
 

@@ -2,13 +2,16 @@
 
 The CLI, batch runs, evaluation and the servers all build their agent here, so a flag means the
 same thing everywhere. Two presets: the embedded tiny model (SmolLM2-135M, grammar on, a few
-steps, a small context) and real models such as DR-Venus-4B (DR-Venus inference defaults).
+steps, a small context) and real models such as DR-Venus-4B (DR-Venus inference defaults). The
+assembled :class:`Stack` owns everything it opened and closes it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from drvenus.agent import AgentConfig, ResearchAgent
 from drvenus.config import Settings
@@ -17,8 +20,8 @@ from drvenus.protocol import load_system_prompt
 
 log = logging.getLogger(__name__)
 
-# The embedded model is tiny: a short, grammar-constrained run that finishes in about a minute
-# on two CPU cores; its first tool call must be a search (it would otherwise invent URLs).
+# The embedded model is tiny: a short, grammar-constrained run that finishes in well under a
+# minute on two CPU cores; its first tool call must be a search (it would otherwise invent URLs).
 EMBEDDED_AGENT = AgentConfig(
     max_steps=3,
     max_context_tokens=6500,
@@ -31,7 +34,6 @@ EMBEDDED_AGENT = AgentConfig(
     constrained=True,
     min_searches=1,
 )
-EMBEDDED_N_CTX = 8192
 EMBEDDED_SEARCH_TOP_K = 4
 
 # DR-Venus inference defaults for real models.
@@ -40,18 +42,28 @@ FULL_AGENT = AgentConfig()
 
 @dataclass
 class Stack:
+    """The assembled agent and what it owns (closed by :meth:`aclose`)."""
+
     agent: ResearchAgent
     model: ChatModel
-    embedded: bool
+    tools: Any
 
     async def aclose(self) -> None:
-        await self.model.aclose()
+        try:
+            await self.model.aclose()
+        finally:
+            close = getattr(self.tools, "aclose", None)
+            if close is not None:
+                await close()
 
 
-def _agent_config(
-    settings: Settings, embedded: bool, system_prompt_file: str | None
-) -> AgentConfig:
-    cfg = EMBEDDED_AGENT if embedded else FULL_AGENT
+def is_embedded(settings: Settings) -> bool:
+    return settings.base_url is None and settings.model_path is None
+
+
+def agent_config(settings: Settings, system_prompt_file: str | None = None) -> AgentConfig:
+    """The preset for the model the settings select, with the settings' budgets on top."""
+    cfg = EMBEDDED_AGENT if is_embedded(settings) else FULL_AGENT
     changes: dict[str, object] = {}
     if settings.max_attempts is not None:
         changes["max_attempts"] = settings.max_attempts
@@ -68,26 +80,31 @@ def _agent_config(
     return replace(cfg, **changes)
 
 
-def build_model(settings: Settings) -> tuple[ChatModel, bool]:
-    """The chat model the settings name, and whether it is the embedded default."""
+def build_model(
+    settings: Settings, *, parallel: int = 1, notify: Callable[[str], None] | None = None
+) -> ChatModel:
+    """The chat model the settings name (a server, a GGUF, or the embedded default)."""
     from drvenus.llm.factory import make_model
 
-    embedded = settings.base_url is None and settings.model_path is None
     if settings.base_url is not None and not settings.model_name:
         raise ValueError("--base-url needs --model-name (the model name the server serves)")
-    model = make_model(
+    return make_model(
         model_path=settings.model_path,
         base_url=settings.base_url,
         model_name=settings.model_name,
         api_key=settings.api_key_value(),
         constrained=settings.constrained,
-        n_ctx=settings.n_ctx or (EMBEDDED_N_CTX if embedded else None),
+        window=settings.n_ctx,
+        parallel=parallel,
+        n_threads=settings.n_threads,
         timeout=settings.request_timeout,
+        models_dir=settings.models_root(),
+        notify=notify,
     )
-    return model, embedded
 
 
-def build_toolbox(settings: Settings, *, embedded: bool, progress: bool = False):  # noqa: ANN201
+def build_toolbox(settings: Settings, *, progress: bool = False):  # noqa: ANN201
+    """``search`` + ``visit`` over the settings' corpus, with the extractor they configure."""
     from drvenus.tools.toolbox import offline_toolbox
 
     extractor = None
@@ -95,26 +112,48 @@ def build_toolbox(settings: Settings, *, embedded: bool, progress: bool = False)
         from drvenus.llm.openai_compat import OpenAICompatModel
         from drvenus.tools.extract import LLMExtractor
 
-        key = settings.extractor_api_key.get_secret_value() if settings.extractor_api_key else None
         extractor = LLMExtractor(
             OpenAICompatModel(
-                base_url=settings.extractor_base_url, model=settings.extractor_model, api_key=key
-            )
+                settings.extractor_base_url,
+                settings.extractor_model,
+                settings.extractor_api_key_value(),  # its own key, never the agent model's
+                timeout=settings.request_timeout,
+            )  # one attempt per call: LLMExtractor owns the retries
         )
-    top_k = settings.search_top_k or (EMBEDDED_SEARCH_TOP_K if embedded else 10)
+    top_k = settings.search_top_k or (EMBEDDED_SEARCH_TOP_K if is_embedded(settings) else 10)
     return offline_toolbox(
-        settings.corpus, top_k=top_k, extractor=extractor, cache_dir=settings.cache_dir,
+        settings.corpus, top_k=top_k, extractor=extractor, cache_dir=settings.cache_root(),
         progress=progress,
     )
 
 
 def build_stack(
-    settings: Settings, *, system_prompt_file: str | None = None, progress: bool = False
+    settings: Settings,
+    *,
+    system_prompt_file: str | None = None,
+    progress: bool = False,
+    parallel: int = 1,
+    notify: Callable[[str], None] | None = None,
 ) -> Stack:
-    """Model, tools and agent for ``settings``; raises LLMError / CorpusError / ValueError."""
-    toolbox_embedded = settings.base_url is None and settings.model_path is None
-    tools = build_toolbox(settings, embedded=toolbox_embedded, progress=progress)
-    model, embedded = build_model(settings)
-    config = _agent_config(settings, embedded, system_prompt_file)
-    log.info("agent ready: model=%s embedded=%s steps=%d", model.name, embedded, config.max_steps)
-    return Stack(ResearchAgent(model, tools, config), model, embedded)
+    """Model, tools and agent for ``settings``; raises LLMError / CorpusError / ValueError.
+    ``parallel``: how many questions will run at once (a local GGUF gets that many slots)."""
+    config = agent_config(settings, system_prompt_file)
+    tools = build_toolbox(settings, progress=progress)
+    try:
+        model = build_model(settings, parallel=parallel, notify=notify)
+    except BaseException:
+        _close_quietly(tools)
+        raise
+    log.info("agent ready: model=%s steps=%d", model.name, config.max_steps)
+    return Stack(ResearchAgent(model, tools, config), model, tools)
+
+
+def _close_quietly(tools: Any) -> None:
+    import asyncio
+
+    close = getattr(tools, "aclose", None)
+    if close is not None:
+        try:
+            asyncio.run(close())
+        except Exception:  # noqa: BLE001 - already failing; closing is best effort
+            log.debug("closing the toolbox failed", exc_info=True)

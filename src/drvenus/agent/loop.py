@@ -3,8 +3,16 @@
 Budgets (steps, context tokens, wall clock), bounded retries with backoff (API failure,
 empty output, repetitive tail, parse error, duplicate tool call), the error tool response,
 forced final answers at the limits, and the result record, as DR-Venus inference does them.
-Context tokens are counted incrementally: the tokens of each new message, corrected by the
-server's usage numbers whenever a generation reports them.
+
+- The context budget is clamped to the model's real window minus the per-turn token cap, and a
+  server that says the prompt no longer fits ends the run with the forced answer, never an error.
+- The time limit counts from the run's first step; every model request gets the time that is
+  left as its deadline. A model that keeps failing ends as ``llm_error`` with its last error,
+  whatever the time limit; a model that is working but slow ends as ``timeout``.
+- Context tokens are counted incrementally: the tokens of each new message, anchored to the
+  backend's usage numbers whenever a generation reports them.
+- Every change to the conversation is a trace event (see :mod:`drvenus.agent.events`), so a
+  trace replays to the exact final ``messages``.
 """
 
 from __future__ import annotations
@@ -13,7 +21,6 @@ import asyncio
 import inspect
 import logging
 import math
-import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
@@ -22,7 +29,8 @@ from typing import Any, Protocol
 from drvenus import protocol
 from drvenus.agent.events import EventCallback, TraceEvent
 from drvenus.agent.record import ResultRecord, Termination
-from drvenus.llm.base import ChatModel, Constraint, LLMError, SamplingParams
+from drvenus.llm.base import ChatModel, Constraint, Generation, LLMError, SamplingParams
+from drvenus.llm.retry import RetryPolicy
 from drvenus.protocol import ParsedTurn, ToolCall
 
 log = logging.getLogger(__name__)
@@ -54,6 +62,26 @@ class AgentConfig:
     min_searches: int = 0  # with a grammar: the first N tool calls must be searches
     system_prompt: str | None = None
     current_date: str | None = None
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return RetryPolicy(max(1, self.max_attempts), self.backoff_base, self.backoff_max)
+
+
+def fit_to_window(config: AgentConfig, window: int | None) -> AgentConfig:
+    """``config`` with its budgets inside a ``window``-token context: the per-turn cap is at
+    most a quarter of the window, the context budget at most the window minus that cap."""
+    if not window or window <= 0:
+        return config
+    max_tokens = min(config.sampling.max_tokens, max(64, window // 4))
+    budget = min(config.max_context_tokens, window - max_tokens)
+    if max_tokens == config.sampling.max_tokens and budget == config.max_context_tokens:
+        return config
+    return replace(
+        config,
+        max_context_tokens=budget,
+        sampling=replace(config.sampling, max_tokens=max_tokens),
+    )
 
 
 def is_repetitive(text: str, tail: int = 50, threshold: int = 5) -> bool:
@@ -100,31 +128,63 @@ class ContextMeter:
 
 
 @dataclass
+class Usage:
+    """Token accounting of one run: what the prompts held versus what was really evaluated
+    (the rest came from the backend's prompt cache)."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    prompt_tokens_evaluated: int = 0
+    completion_tokens: int = 0
+
+    def add(self, gen: Generation) -> None:
+        self.calls += 1
+        prompt = gen.prompt_tokens or 0
+        self.prompt_tokens += prompt
+        cached = gen.cached_tokens if gen.cached_tokens is not None else 0
+        self.prompt_tokens_evaluated += max(0, prompt - cached)
+        self.completion_tokens += gen.completion_tokens or 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "calls": self.calls,
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens_evaluated": self.prompt_tokens_evaluated,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+@dataclass
 class _Attempt:
     """The outcome of one step's generation after retries."""
 
     parsed: ParsedTurn | None  # None: the model could not be reached / gave nothing
-    error: str | None = None
     completion_tokens: int | None = None
+    overflow: bool = False  # the prompt no longer fits the model's window
 
 
 class _Run:
     """State of one question. Not shared between questions, so runs are independent."""
 
-    def __init__(self, agent: ResearchAgent, question: str, emit: EventCallback | None) -> None:
-        self.agent, self.cfg, self.model = agent, agent.config, agent.model
+    def __init__(
+        self, agent: ResearchAgent, config: AgentConfig, question: str, emit: EventCallback | None
+    ) -> None:
+        self.agent, self.cfg, self.model = agent, config, agent.model
         self.question = question
         self._emit_cb = emit
         system = self.cfg.system_prompt or protocol.build_system_prompt(self.cfg.current_date)
         self.messages = protocol.initial_messages(question, system)
         self.start = time.monotonic()
+        self.step = 0
         self.turns = self.parse_errors = self.tool_calls = self.dedups = 0
         self.seen_calls: set[str] = set()
         self.meter = ContextMeter(self.model.count_tokens)
         for m in self.messages:
             self.meter.add(m["content"])
+        self.usage = Usage()
         self.calls_made = 0  # model calls, to vary the seed across retries
         self.last_error: str | None = None
+        self.failing = False  # the latest model call raised and none has succeeded since
 
     # ---- bookkeeping ----
     @property
@@ -134,21 +194,32 @@ class _Run:
     def elapsed(self) -> float:
         return time.monotonic() - self.start
 
-    async def emit(self, type_: str, step: int, **data: Any) -> None:
+    def remaining(self) -> float:
+        return max(0.0, self.cfg.time_limit - self.elapsed())
+
+    async def emit(self, type_: str, **data: Any) -> None:
         if self._emit_cb is None:
             return
-        result = self._emit_cb(TraceEvent(type_, step, data))  # type: ignore[arg-type]
+        result = self._emit_cb(TraceEvent(type_, self.step, data))  # type: ignore[arg-type]
         if inspect.isawaitable(result):
             await result
 
-    def append(self, role: str, content: str, tokens: int | None = None) -> None:
-        self.messages.append({"role": role, "content": content})
+    async def append(
+        self, event: str, role: str, content: str, tokens: int | None = None, /, **data: Any
+    ) -> None:
+        """Add a message to the conversation and say so in the trace."""
+        message = {"role": role, "content": content}
+        self.messages.append(message)
         self.meter.add(content, tokens)
+        await self.emit(event, message=message, **data)
 
-    def replace_last(self, content: str) -> None:
+    async def replace_last(self, content: str, **data: Any) -> None:
+        """Replace the last message (a tool response) with a limit notice."""
         old = self.messages[-1]["content"]
-        self.messages[-1] = {"role": "user", "content": content}
+        message = {"role": "user", "content": content}
+        self.messages[-1] = message
         self.meter.replace(old, content)
+        await self.emit("limit_notice", message=message, replace=True, **data)
 
     def record(self, termination: Termination, prediction: str | None = None) -> ResultRecord:
         if prediction is None:
@@ -165,6 +236,7 @@ class _Run:
             final_token_count=self.context_tokens,
             elapsed_seconds=round(self.elapsed(), 3),
             error=self.last_error if not termination.startswith("answered") else None,
+            usage=self.usage.to_dict(),
         )
 
     def _last_prediction(self) -> str:
@@ -192,132 +264,171 @@ class _Run:
             p = replace(p, seed=p.seed + self.calls_made)
         return p
 
-    async def _sleep_backoff(self, attempt: int) -> None:
-        if self.cfg.backoff_base <= 0:
-            return
-        delay = min(self.cfg.backoff_base * 2**attempt + random.uniform(0, 1), self.cfg.backoff_max)
-        await asyncio.sleep(min(delay, max(0.0, self.cfg.time_limit - self.elapsed())))
+    async def _backoff(self, failures: int, retry_after: float | None = None) -> bool:
+        """Wait before the next attempt; False when the time limit leaves no room for it."""
+        wait = self.cfg.retry.delay(failures, retry_after)
+        if wait >= self.remaining():
+            return False
+        if wait > 0:
+            await asyncio.sleep(wait)
+        return True
 
-    async def generate(self, step: int, forced: bool = False) -> _Attempt:
-        """One step's turn, retried up to ``max_attempts`` times (see module doc)."""
+    async def _call_model(self, forced: bool) -> Generation:
+        self.calls_made += 1
+        try:
+            gen = await self.model.generate(
+                self.messages,
+                self._params(),
+                constrained=self._constraint(forced),
+                timeout=self.remaining(),
+            )
+        except LLMError as exc:
+            self.failing = True
+            self.last_error = str(exc)
+            raise
+        self.failing = False
+        self.usage.add(gen)
+        return gen
+
+    async def generate(self, forced: bool = False) -> _Attempt:
+        """One step's turn, tried up to ``max_attempts`` times (see module doc)."""
         last: ParsedTurn | None = None
-        attempts = max(1, self.cfg.max_attempts)
+        attempts = self.cfg.retry.attempts
         for attempt in range(attempts):
             final_try = attempt == attempts - 1
-            self.calls_made += 1
             try:
-                gen = await self.model.generate(
-                    self.messages, self._params(), constrained=self._constraint(forced)
-                )
+                gen = await self._call_model(forced)
             except LLMError as exc:
-                self.last_error = str(exc)
-                await self.emit("error", step, kind="llm_error", attempt=attempt, message=str(exc))
-                if final_try:
-                    return _Attempt(None, str(exc))
-                await self._sleep_backoff(attempt)
+                await self.emit("error", kind="llm_error", attempt=attempt, message=str(exc))
+                if exc.context_overflow:
+                    return _Attempt(None, overflow=True)
+                if final_try or not exc.retryable or not await self._backoff(
+                    attempt + 1, exc.retry_after
+                ):
+                    return _Attempt(None)
                 continue
             text = gen.text or ""
             if not text.strip():
                 self.last_error = "the model returned empty output"
-                await self.emit("error", step, kind="empty_output", attempt=attempt)
-                if final_try:
-                    return _Attempt(None, self.last_error)
-                await self._sleep_backoff(attempt)
+                await self.emit("error", kind="empty_output", attempt=attempt)
+                if final_try or not await self._backoff(attempt + 1):
+                    return _Attempt(last)
                 continue
             if gen.prompt_tokens is not None:
                 self.meter.anchor(gen.prompt_tokens)  # the server's count of the history
-            repetitive = is_repetitive(
-                text.strip(), self.cfg.repetition_tail, self.cfg.repetition_threshold
-            )
             parsed = protocol.parse_turn(protocol.repair_turn(text))
             await self.emit(
                 "model_output",
-                step,
                 attempt=attempt,
                 text=parsed.content,
                 kind=parsed.kind,
                 error=parsed.error,
                 completion_tokens=gen.completion_tokens,
+                prompt_tokens=gen.prompt_tokens,
+                cached_tokens=gen.cached_tokens,
             )
             last = parsed
-            if repetitive and not final_try:
-                await self.emit("error", step, kind="repetition", attempt=attempt)
-                await self._sleep_backoff(attempt)
-                continue
-            if not parsed.ok:
-                self.parse_errors += 1
-                await self.emit(
-                    "error", step, kind="parse_error", attempt=attempt, message=parsed.error
-                )
-                if final_try:
-                    return _Attempt(parsed, completion_tokens=gen.completion_tokens)
-                await self._sleep_backoff(attempt)
-                continue
-            if parsed.tool_call is not None and parsed.tool_call.key() in self.seen_calls:
-                self.dedups += 1
-                await self.emit(
-                    "error", step, kind="duplicate_tool_call", attempt=attempt,
-                    message=parsed.tool_call.to_json(),
-                )
-                if final_try:  # executed anyway, as DR-Venus does
-                    return _Attempt(parsed, completion_tokens=gen.completion_tokens)
-                await self._sleep_backoff(attempt)
-                continue
-            self.last_error = None  # recovered: an earlier attempt's failure no longer applies
-            return _Attempt(parsed, completion_tokens=gen.completion_tokens)
+            problem = self._problem(text, parsed)
+            if problem is None:
+                self.last_error = None  # recovered: an earlier failure no longer applies
+                return _Attempt(parsed, gen.completion_tokens)
+            kind, message = problem
+            await self.emit("error", kind=kind, attempt=attempt, message=message)
+            if final_try or not await self._backoff(attempt + 1):
+                # A repetitive or duplicate turn is used anyway on the last try, as DR-Venus does.
+                return _Attempt(parsed, gen.completion_tokens)
         return _Attempt(last)
 
+    def _problem(self, text: str, parsed: ParsedTurn) -> tuple[str, str | None] | None:
+        """Why a well-received turn should be sampled again, if it should."""
+        if is_repetitive(text.strip(), self.cfg.repetition_tail, self.cfg.repetition_threshold):
+            return "repetition", None
+        if not parsed.ok:
+            self.parse_errors += 1
+            return "parse_error", parsed.error
+        if parsed.tool_call is not None and parsed.tool_call.key() in self.seen_calls:
+            self.dedups += 1
+            return "duplicate_tool_call", parsed.tool_call.to_json()
+        return None
+
     # ---- the loop ----
-    async def force_answer(self, step: int, ok: Termination, fail: Termination) -> ResultRecord:
-        outcome = await self.generate(step, forced=True)
+    async def force_answer(self, ok: Termination, fail: Termination) -> ResultRecord:
+        outcome = await self.generate(forced=True)
         if outcome.parsed is None:
-            return self.record(fail)
-        self.append("assistant", outcome.parsed.content, outcome.completion_tokens)
+            return self.record("llm_error" if self.failing else fail)
+        await self.append(
+            "turn", "assistant", outcome.parsed.content, outcome.completion_tokens,
+            kind=outcome.parsed.kind, forced=True,
+        )
         self.turns += 1
         if outcome.parsed.kind == "answer":
-            await self.emit("answer", step, answer=outcome.parsed.answer, forced=True)
+            await self.emit("answer", answer=outcome.parsed.answer, forced=True)
             return self.record(ok, outcome.parsed.answer)
         return self.record(fail)
 
-    async def execute(self, step: int, call: ToolCall) -> str:
-        await self.emit("tool_call", step, name=call.name, arguments=call.arguments)
+    async def limit_reached(self, reason: str, notice: str) -> None:
+        """Put the limit notice in place of the last tool response (or after the question)."""
+        wrapped = protocol.wrap_tool_response(notice)
+        if self.messages[-1]["role"] == "user" and len(self.messages) > 2:
+            await self.replace_last(wrapped, reason=reason)
+        else:
+            await self.append("limit_notice", "user", wrapped, reason=reason, replace=False)
+
+    async def execute(self, call: ToolCall) -> None:
+        self.tool_calls += 1
+        self.seen_calls.add(call.key())
+        await self.emit("tool_call", name=call.name, arguments=call.arguments)
         body = await self.agent.tools.call(call)
-        await self.emit("tool_result", step, name=call.name, content=body)
-        return body
+        await self.append(
+            "tool_result", "user", protocol.wrap_tool_response(body), name=call.name, content=body
+        )
 
     async def run(self) -> ResultRecord:
         cfg = self.cfg
+        await self.emit(
+            "started",
+            question=self.question,
+            messages=list(self.messages),
+            model=self.model.name,
+            context_window=self.agent.window,
+            max_context_tokens=cfg.max_context_tokens,
+            max_steps=cfg.max_steps,
+        )
         for step in range(cfg.max_steps):
-            if self.elapsed() > cfg.time_limit:
+            self.step = step
+            if self.remaining() <= 0:
                 self.last_error = f"time limit of {cfg.time_limit:g}s reached"
                 return self.record("timeout")
-            await self.emit("step_started", step, context_tokens=self.context_tokens)
-            outcome = await self.generate(step)
+            await self.emit("step_started", context_tokens=self.context_tokens)
+            outcome = await self.generate()
+            if outcome.overflow:
+                return await self._context_limit()
             parsed = outcome.parsed
-            if parsed is None:
+            if parsed is None:  # unreachable, failing, or empty output every time
                 return self.record("llm_error")
-            self.append("assistant", parsed.content, outcome.completion_tokens)
+            await self.append(
+                "turn", "assistant", parsed.content, outcome.completion_tokens,
+                kind=parsed.kind, forced=False,
+            )
             self.turns += 1
             if parsed.kind == "answer":
-                await self.emit("answer", step, answer=parsed.answer, forced=False)
+                await self.emit("answer", answer=parsed.answer, forced=False)
                 return self.record("answered", parsed.answer)
             if parsed.tool_call is not None:
-                self.tool_calls += 1
-                self.seen_calls.add(parsed.tool_call.key())
-                body = await self.execute(step, parsed.tool_call)
-                self.append("user", protocol.wrap_tool_response(body))
+                await self.execute(parsed.tool_call)
             else:
-                self.append("user", protocol.wrap_tool_response(protocol.FORMAT_ERROR_MESSAGE))
+                wrapped = protocol.wrap_tool_response(protocol.FORMAT_ERROR_MESSAGE)
+                await self.append("format_error", "user", wrapped)
             if self.context_tokens > cfg.max_context_tokens:
-                self.replace_last(protocol.wrap_tool_response(protocol.CONTEXT_LIMIT_MESSAGE))
-                return await self.force_answer(
-                    step + 1, "answered_token_limit", "token_limit_no_answer"
-                )
-        if self.messages[-1]["role"] == "user" and len(self.messages) > 2:
-            self.replace_last(protocol.wrap_tool_response(protocol.STEP_LIMIT_MESSAGE))
-        else:
-            self.append("user", protocol.wrap_tool_response(protocol.STEP_LIMIT_MESSAGE))
-        return await self.force_answer(cfg.max_steps, "answered_max_steps", "max_steps")
+                return await self._context_limit()
+        self.step = cfg.max_steps
+        await self.limit_reached("steps", protocol.STEP_LIMIT_MESSAGE)
+        return await self.force_answer("answered_max_steps", "max_steps")
+
+    async def _context_limit(self) -> ResultRecord:
+        self.step += 1
+        await self.limit_reached("context", protocol.CONTEXT_LIMIT_MESSAGE)
+        return await self.force_answer("answered_token_limit", "token_limit_no_answer")
 
 
 class ResearchAgent:
@@ -330,25 +441,48 @@ class ResearchAgent:
         self.model = model
         self.tools = tools
         self.config = config or AgentConfig()
+        self._fitted: AgentConfig | None = None
+        self.window: int | None = None
+
+    async def effective_config(self) -> AgentConfig:
+        """The config with its budgets fitted to the model's context window (asked once)."""
+        if self._fitted is None:
+            self.window = await self.model.context_window()
+            fitted = fit_to_window(self.config, self.window)
+            if fitted != self.config:
+                log.info(
+                    "context window %d tokens: budget %d, %d new tokens per turn",
+                    self.window, fitted.max_context_tokens, fitted.sampling.max_tokens,
+                )
+            self._fitted = fitted
+        return self._fitted
 
     async def run(self, question: str, on_event: EventCallback | None = None) -> ResultRecord:
         """Research ``question`` to a result record. Never raises for run-time failures:
-        they end as a termination reason (``llm_error``, ``timeout``, ``exception``)."""
+        they end as a termination reason (``llm_error``, ``timeout``, ``exception``).
+        Cancellation (Ctrl-C) emits ``finished`` with an ``interrupted`` record, then
+        propagates."""
         if not question or not question.strip():
             raise ValueError("the question is empty")
-        state = _Run(self, question, on_event)
-        await state.emit("step_started", -1, question=question, context_tokens=state.context_tokens)
+        config = await self.effective_config()
+        state = _Run(self, config, question, on_event)
         try:
-            remaining = self.config.time_limit + 5.0
-            record = await asyncio.wait_for(state.run(), timeout=remaining)
+            record = await asyncio.wait_for(state.run(), timeout=config.time_limit)
         except TimeoutError:
-            state.last_error = f"time limit of {self.config.time_limit:g}s reached mid-step"
-            record = state.record("timeout")
+            if state.failing:  # the model was failing when time ran out: its error is the story
+                record = state.record("llm_error")
+            else:
+                state.last_error = f"time limit of {config.time_limit:g}s reached"
+                record = state.record("timeout")
+        except asyncio.CancelledError:
+            state.last_error = "interrupted"
+            await _shielded_emit(state, state.record("interrupted"))
+            raise
         except Exception as exc:  # noqa: BLE001 - recorded, never raised to the caller
             log.exception("agent run failed")
             state.last_error = f"{type(exc).__name__}: {exc}"
             record = state.record("exception")
-        await state.emit("finished", state.turns, record=record.to_dict())
+        await state.emit("finished", record=record.to_dict())
         return record
 
     async def stream(self, question: str) -> AsyncIterator[TraceEvent]:
@@ -371,3 +505,11 @@ class ResearchAgent:
             if not task.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+
+
+async def _shielded_emit(state: _Run, record: ResultRecord) -> None:
+    """Emit ``finished`` for an interrupted run (the callback may be async)."""
+    try:
+        await asyncio.shield(state.emit("finished", record=record.to_dict()))
+    except (asyncio.CancelledError, Exception):  # noqa: BLE001 - best effort while cancelled
+        log.debug("could not emit the final event of an interrupted run", exc_info=True)

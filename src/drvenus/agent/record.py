@@ -35,6 +35,7 @@ class ResultRecord:
     final_token_count: int = 0
     elapsed_seconds: float = 0.0
     error: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)  # model calls and prompt/cache tokens
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -22,7 +22,26 @@ def grammar_kind(constrained: Constraint, default: bool) -> GrammarKind | None:
 
 
 class LLMError(RuntimeError):
-    """A model call failed (server down, timeout, bad response, unloadable model file)."""
+    """A model call failed (server down, timeout, bad response, unloadable model file).
+
+    ``retryable``: a transient failure (connection, timeout, HTTP 429/5xx) worth another try
+    under :mod:`drvenus.llm.retry`. ``retry_after``: the server's requested wait, in seconds.
+    ``context_overflow``: the prompt no longer fits the model's window; the agent then ends the
+    run with a forced answer instead of failing.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        context_overflow: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.context_overflow = context_overflow
 
 
 @dataclass(frozen=True)
@@ -45,6 +64,7 @@ class Generation:
     text: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None  # prompt tokens served from the KV cache, not evaluated
     finish_reason: str | None = None
     extra: dict = field(default_factory=dict)
 
@@ -61,10 +81,17 @@ class ChatModel(Protocol):
         params: SamplingParams,
         *,
         constrained: Constraint = None,
+        timeout: float | None = None,
     ) -> Generation:
         """Sample one assistant turn. ``constrained`` overrides the backend's grammar default:
         True (or "any") admits only well-formed protocol turns, "tool_call" / "search" /
-        "answer" only that kind, False none. Raises :class:`LLMError`."""
+        "answer" only that kind, False none. ``timeout``: seconds this call may take at most.
+        One attempt: raises :class:`LLMError` (see its ``retryable`` flag)."""
+        ...
+
+    async def context_window(self) -> int | None:
+        """Tokens of context one conversation may use (a GGUF's per-slot ``n_ctx``, a server's
+        max model length), or None when the backend does not say."""
         ...
 
     def count_tokens(self, text: str) -> int:

@@ -160,6 +160,7 @@ def protocol_grammar(
     max_answer_chars: int | None = DEFAULT_MAX_ANSWER_CHARS,
     max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
     max_list_items: int = DEFAULT_MAX_LIST_ITEMS,
+    plain_queries: bool = False,
 ) -> str:
     """The GBNF grammar of one well-formed assistant turn.
 
@@ -168,7 +169,9 @@ def protocol_grammar(
     ``allow_answer`` restrict the turn kind (e.g. answer-only when the agent forces a final
     answer); ``tools`` the tools a call may name. The ``max_*`` bounds count characters (a
     tag-like ``<...`` run counts as one) and keep a small model from rambling forever; ``None``
-    leaves free text unbounded (then ``max_tokens`` is the only limit).
+    leaves free text unbounded (then ``max_tokens`` is the only limit). ``plain_queries``:
+    search queries are words (letters of any script, digits, spaces, light punctuation), never
+    identifiers like ``the_book_2026-11-30``: what a tiny model needs to search like a person.
     """
     if not (allow_tool_call or allow_answer):
         raise ValueError("the grammar must allow a tool call, an answer, or both")
@@ -227,7 +230,12 @@ def protocol_grammar(
         escape = r.add("json-escape", '"\\\\" ( ["\\\\/bfnrt] | "u" [0-9a-fA-F]{4} )')
         json_item = _tag_free_text(r, "json", excluded='"\\\\\\x00-\\x1F', extra_items=(escape,))
         r.add("json-first", '[^<"\\\\\\x00-\\x20\\x7F\\u00A0\\u3000] | "\\\\\\""')
-        _json_string(r, "query", "json-first", json_item, max_string_chars)
+        if plain_queries:
+            r.add("word-first", "[a-zA-Z0-9\\u00C0-\\uFFFF]")
+            r.add("word-item", "[a-zA-Z0-9 ,.'()\\u00C0-\\uFFFF-]")
+            _json_string(r, "query", "word-first", "word-item", max_string_chars)
+        else:
+            _json_string(r, "query", "json-first", json_item, max_string_chars)
         _json_string(r, "goal", "json-first", json_item, max_string_chars)
         r.add("url-scheme", '"http" "s"? "://"')
         r.add("url", f'"\\"" url-scheme {_repeat(json_item, max_string_chars, 1)} "\\""')

@@ -1,43 +1,50 @@
-"""A model behind an OpenAI-compatible ``/v1/chat/completions`` endpoint.
+"""A model that speaks the OpenAI chat-completions API, over HTTP or in process.
 
-Works with vLLM, SGLang, llama-server (llama.cpp) and Ollama. Requests carry the DR-Venus
-sampling settings (``top_k`` as an extra body field, which these servers accept). Transient
-failures (connection errors, timeouts, HTTP 429 and 5xx) are retried with exponential backoff
-and jitter, a bounded number of times; other HTTP errors fail at once. Every failure surfaces as
-one :class:`~drvenus.llm.base.LLMError` line naming the server.
+The request body (DR-Venus sampling settings, ``top_k`` as an extra field, the grammar in the
+field the server understands), the response parsing (content, ``reasoning_content``, usage and
+cached prompt tokens) and the error mapping live here once. Where the requests go is a
+*transport*: :class:`HttpTransport` for vLLM, SGLang, llama-server, Ollama and gateways, or
+:class:`drvenus.llm.local.InProcessTransport` for a GGUF run by llama.cpp inside this process
+(the embedded default). Each call is one attempt; the caller's :class:`RetryPolicy` decides on
+more (``max_retries``, 0 for the agent, whose loop owns the retries).
 
-Constrained decoding sends the protocol grammar (:mod:`drvenus.llm.grammar`) in the field the
-server understands, chosen by ``grammar_mode``:
+``grammar_mode`` picks the grammar field:
 
-- ``"gbnf-field"``: ``{"grammar": GBNF}`` (llama-server)
+- ``"gbnf-field"``: ``{"grammar": GBNF}`` (llama-server, the in-process llama.cpp)
 - ``"vllm"``: ``{"structured_outputs": {"grammar": GBNF}}`` (vLLM >= 0.10)
 - ``"vllm-legacy"``: ``{"guided_grammar": GBNF}`` (older vLLM)
 - ``"sglang"``: ``{"ebnf": GBNF}``
-- ``"auto"``: asks ``GET /v1/models`` who serves the model (``owned_by``) and picks one of the above
-- ``"none"``: no grammar (the default; a constrained request then raises :class:`LLMError`)
+- ``"auto"``: asks ``GET /v1/models`` who serves the model (``owned_by``) and picks one above
+- ``"none"``: no grammar (a constrained request then raises :class:`LLMError`)
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import os
-import random
+import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from drvenus.llm.base import Constraint, Generation, LLMError, SamplingParams, grammar_kind
 from drvenus.llm.grammar import grammar_for_kind
+from drvenus.llm.retry import RetryPolicy, with_retries
+from drvenus.text import estimate_tokens, one_line
 
 log = logging.getLogger(__name__)
 
 GRAMMAR_MODES: tuple[str, ...] = ("none", "gbnf-field", "vllm", "vllm-legacy", "sglang", "auto")
-API_KEY_ENV_VARS: tuple[str, ...] = ("DRVENUS_API_KEY", "OPENAI_API_KEY")
 
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# How servers say the prompt no longer fits (llama-server, vLLM, SGLang, gateways).
+_OVERFLOW = re.compile(
+    r"context (?:length|size|window)|maximum model length|exceed_context|too many tokens"
+    r"|prompt is too long|longer than the model",
+    re.IGNORECASE,
+)
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -50,12 +57,28 @@ def normalize_base_url(base_url: str) -> str:
     for suffix in ("/chat/completions", "/completions"):
         if url.endswith(suffix):
             url = url[: -len(suffix)]
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise ValueError(f"not a server URL: {redact_url(base_url)!r}")
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a malformed port
+    except ValueError:
+        raise ValueError(f"bad port in server URL: {redact_url(base_url)!r}") from None
     return url if url.endswith("/v1") else url + "/v1"
 
 
-def estimate_tokens(text: str) -> int:
-    """A tokenizer-free estimate: about four UTF-8 bytes per token."""
-    return math.ceil(len(text.encode("utf-8")) / 4)
+def redact_url(url: str) -> str:
+    """``url`` without a ``user:password@`` part, safe for logs, records and traces."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, "***@" + host, parts.path, parts.query, parts.fragment))
 
 
 def grammar_fields(mode: str, grammar: str) -> dict[str, Any]:
@@ -71,94 +94,189 @@ def grammar_fields(mode: str, grammar: str) -> dict[str, Any]:
     raise ValueError(f"grammar mode {mode!r} sends no grammar")
 
 
-def _one_line(text: str, limit: int = 200) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _error_detail(response: httpx.Response) -> str:
-    """The server's error message (OpenAI ``{"error": {"message": ...}}`` or raw text)."""
-    try:
-        body = response.json()
-    except ValueError:
-        return _one_line(response.text) or response.reason_phrase
+def error_detail(body: Any, fallback: str = "") -> str:
+    """The message of an OpenAI-style error body (``{"error": {"message": ...}}``) or text."""
     if isinstance(body, Mapping):
         err = body.get("error", body.get("detail", body.get("message")))
         if isinstance(err, Mapping):
             err = err.get("message", err)
         if err:
-            return _one_line(err)
-    return _one_line(response.text)
+            return one_line(err)
+    return one_line(body if isinstance(body, str) else fallback)
 
 
-class _RetryableError(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
+def status_error(
+    where: str, status: int, detail: str, retry_after: float | None = None
+) -> LLMError:
+    """The :class:`LLMError` for an HTTP-style error status from a model server."""
+    return LLMError(
+        f"{where}: HTTP {status}: {detail}",
+        retryable=status in _RETRY_STATUS,
+        retry_after=retry_after,
+        context_overflow=status in (400, 413) and bool(_OVERFLOW.search(detail)),
+    )
 
 
-class OpenAICompatModel:
-    """A :class:`~drvenus.llm.base.ChatModel` served over the OpenAI chat-completions API."""
+class Transport(Protocol):
+    """Where OpenAI-style requests go. ``where`` names it in errors (no secrets)."""
+
+    where: str
+
+    async def request(
+        self, method: str, path: str, body: dict[str, Any] | None, timeout: float | None
+    ) -> Any:
+        """The JSON answer to ``method path`` (``/chat/completions``, ``/models``);
+        one attempt; :class:`LLMError` on failure."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class HttpTransport:
+    """Requests to a server's ``/v1`` over HTTP (httpx), one client per event loop."""
 
     def __init__(
         self,
         base_url: str,
-        model: str | None = None,
         api_key: str | None = None,
         *,
         timeout: float = 600.0,
         connect_timeout: float = 10.0,
-        max_retries: int = 3,
+    ) -> None:
+        self.base_url = normalize_base_url(base_url)
+        self.where = f"model server at {redact_url(self.base_url)}"
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:  # never shows the key or URL credentials
+        return f"HttpTransport({redact_url(self.base_url)!r})"
+
+    def _http(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            # A pooled connection cannot move between loops: the old client belongs to a loop
+            # that is gone, so it is dropped (its sockets close with that loop).
+            self._client = httpx.AsyncClient(headers=self._headers)
+            self._client_loop = loop
+        return self._client
+
+    async def request(
+        self, method: str, path: str, body: dict[str, Any] | None, timeout: float | None
+    ) -> Any:
+        seconds = self.timeout if timeout is None else min(self.timeout, timeout)
+        limits = httpx.Timeout(seconds, connect=min(self.connect_timeout, seconds))
+        # Paths are under /v1; one starting with "/../" is under the server root (/props).
+        if path.startswith("/../"):
+            url = self.base_url.removesuffix("/v1") + path[3:]
+        else:
+            url = self.base_url + path
+        try:
+            response = await self._http().request(method, url, json=body, timeout=limits)
+        except httpx.ConnectError as exc:
+            reason = one_line(exc) or "connection refused"
+            raise LLMError(f"{self.where}: cannot connect ({reason})", retryable=True) from None
+        except httpx.TimeoutException as exc:
+            kind = type(exc).__name__.replace("Timeout", " timeout").strip().lower()
+            raise LLMError(f"{self.where}: {kind} after {seconds:g}s", retryable=True) from None
+        except httpx.TransportError as exc:
+            reason = one_line(exc) or type(exc).__name__
+            raise LLMError(f"{self.where}: transport error: {reason}", retryable=True) from None
+        if response.status_code >= 400:
+            try:
+                detail = error_detail(response.json())
+            except ValueError:
+                detail = one_line(response.text) or response.reason_phrase
+            header = response.headers.get("retry-after")
+            retry_after = float(header) if header and header.replace(".", "").isdigit() else None
+            raise status_error(self.where, response.status_code, detail, retry_after)
+        try:
+            return response.json()
+        except ValueError:
+            raise LLMError(
+                f"{self.where}: response is not JSON: {one_line(response.text, 120)}"
+            ) from None
+
+    async def aclose(self) -> None:
+        client, self._client, self._client_loop = self._client, None, None
+        if client is not None:
+            try:
+                await client.aclose()
+            except RuntimeError:  # its event loop is already closed: nothing left to release
+                pass
+
+
+class OpenAICompatModel:
+    """A :class:`~drvenus.llm.base.ChatModel` over the OpenAI chat-completions API."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        model: str | None = None,
+        api_key: str | None = None,
+        *,
+        transport: Transport | None = None,
+        timeout: float = 600.0,
+        connect_timeout: float = 10.0,
+        max_retries: int = 0,
         backoff_base: float = 0.5,
         backoff_max: float = 8.0,
         grammar_mode: str = "none",
         constrained_default: bool = False,
         prefilled_think: bool = False,
         grammar: str | None = None,
+        grammar_options: Mapping[str, Any] | None = None,
         tokenizer: Callable[[str], int] | None = None,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
-        """``model``: the served model name; ``None`` takes the first one ``/v1/models`` lists.
-        ``api_key``: else ``$DRVENUS_API_KEY``, else ``$OPENAI_API_KEY`` (read here, not at
-        import). ``timeout``: seconds for one whole request (a long turn takes minutes);
-        ``max_retries``: extra attempts after the first on transient failures.
-        ``prefilled_think``: the server's chat template opens the turn with ``<think>\n``
-        (Qwen3-Thinking): the grammar variant without it is sent and the tag is restored in the
-        returned text. ``grammar``: a GBNF grammar replacing the protocol one.
-        ``tokenizer``: a callable returning exact token counts, else counts are estimated.
-        ``extra_body``: more fields merged into every request (e.g. ``chat_template_kwargs``).
+        """``base_url`` (HTTP) or ``transport`` (anything else, e.g. in-process llama.cpp).
+        ``model``: the served model name; None takes the first one ``/v1/models`` lists.
+        ``api_key``: sent as a bearer token (HTTP); never read from the environment here.
+        ``timeout``: seconds for one whole request; ``max_retries``: extra attempts on
+        transient failures (0: the caller retries). ``prefilled_think``: the chat template opens
+        the turn with ``<think>\\n`` (Qwen3-Thinking): the grammar variant without it is sent
+        and the tag is restored in the returned text. ``grammar``: a GBNF grammar replacing the
+        protocol one; ``grammar_options``: bounds for :func:`~drvenus.llm.grammar.protocol_grammar`.
+        ``tokenizer``: exact token counts, else estimated. ``extra_body``: merged into every
+        request (e.g. ``chat_template_kwargs``).
         """
         if grammar_mode not in GRAMMAR_MODES:
             raise ValueError(f"grammar_mode must be one of {', '.join(GRAMMAR_MODES)}")
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
-        self.base_url = normalize_base_url(base_url)
-        self.url = self.base_url + "/chat/completions"
+        if transport is None:
+            if base_url is None:
+                raise ValueError("give a base_url or a transport")
+            transport = HttpTransport(
+                base_url, api_key, timeout=timeout, connect_timeout=connect_timeout
+            )
+        self.transport = transport
         self.model = model
-        self.name = model or self.base_url
+        self.name = model or transport.where
+        self.timeout = timeout
+        self.retry = RetryPolicy(max_retries + 1, backoff_base, backoff_max)
         self.grammar_mode = grammar_mode
         self.constrained_default = constrained_default
         self.prefilled_think = prefilled_think
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
         self.extra_body = dict(extra_body or {})
         self._grammar = grammar
+        self._grammar_options = dict(grammar_options or {})
         self._tokenizer = tokenizer
-        self._timeout = httpx.Timeout(timeout, connect=min(connect_timeout, timeout))
-        if api_key is None:
-            api_key = next((os.environ[v] for v in API_KEY_ENV_VARS if os.environ.get(v)), None)
-        self._headers = {"Content-Type": "application/json"}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
         self._probe_lock: asyncio.Lock | None = None
+        self._probed = False
         self._owned_by: str | None = None
+        self._window: int | None = None
 
     def __repr__(self) -> str:  # never shows the API key
-        return f"OpenAICompatModel(base_url={self.base_url!r}, model={self.model!r})"
+        return f"OpenAICompatModel({self.transport!r}, model={self.model!r})"
+
+    @property
+    def base_url(self) -> str | None:
+        return getattr(self.transport, "base_url", None)
 
     # -- ChatModel ---------------------------------------------------------------------------
 
@@ -173,10 +291,36 @@ class OpenAICompatModel:
         params: SamplingParams,
         *,
         constrained: Constraint = None,
+        timeout: float | None = None,
     ) -> Generation:
         kind = grammar_kind(constrained, self.constrained_default)
         if self.model is None or (kind and self.grammar_mode == "auto"):
-            await self._probe()
+            await self._probe(timeout)
+        body = self.request_body(messages, params, kind)
+
+        async def attempt(seconds: float | None) -> Any:
+            return await self.transport.request("POST", "/chat/completions", body, seconds)
+
+        data = await with_retries(
+            attempt, self.retry, timeout=timeout or self.timeout, what=self.transport.where
+        )
+        return self.parse_response(data)
+
+    async def context_window(self) -> int | None:
+        try:
+            await self._probe(30.0)
+        except LLMError as exc:  # the first generation will report it properly
+            log.debug("no context window from %s: %s", self.transport.where, exc)
+        return self._window
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+    # -- request and response ----------------------------------------------------------------
+
+    def request_body(
+        self, messages: list[dict[str, str]], params: SamplingParams, kind: str | None
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -193,139 +337,15 @@ class OpenAICompatModel:
         body.update(self.extra_body)
         if kind:
             body.update(grammar_fields(self._resolved_grammar_mode(), self.grammar_of(kind)))
-        data = await self._post_json(self.url, body)
-        return self._to_generation(data)
+        return body
 
-    async def aclose(self) -> None:
-        client, self._client, self._client_loop = self._client, None, None
-        if client is not None:
-            await client.aclose()
-
-    # -- helpers -----------------------------------------------------------------------------
-
-    @property
-    def grammar(self) -> str:
-        """The GBNF grammar sent when constrained (any well-formed turn)."""
-        return self.grammar_of("any")
-
-    def grammar_of(self, kind: str) -> str:
-        """The GBNF grammar for one turn kind; a user-supplied grammar is used for every kind."""
-        return self._grammar or grammar_for_kind(kind, self.prefilled_think)
-
-    def _resolved_grammar_mode(self) -> str:
-        mode = self.grammar_mode
-        if mode == "none":
-            raise LLMError(
-                f"model server at {self.base_url}: constrained decoding was requested but "
-                "grammar_mode is 'none' (choose gbnf-field, vllm, vllm-legacy, sglang or auto)"
-            )
-        if mode == "auto":
-            owner = (self._owned_by or "").lower()
-            if "vllm" in owner:
-                return "vllm"
-            if "sglang" in owner:
-                return "sglang"
-            return "gbnf-field"
-        return mode
-
-    def _http(self) -> httpx.AsyncClient:
-        """One client per event loop (a pooled connection cannot move between loops)."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client = httpx.AsyncClient(timeout=self._timeout, headers=self._headers)
-            self._client_loop = loop
-            self._probe_lock = asyncio.Lock()
-        return self._client
-
-    async def _probe(self) -> None:
-        """Ask ``/v1/models`` for the served model name and its owner (server kind)."""
-        self._http()
-        assert self._probe_lock is not None
-        async with self._probe_lock:
-            known_owner = self._owned_by is not None or self.grammar_mode != "auto"
-            if self.model is not None and known_owner:
-                return
-            data = await self._request("GET", self.base_url + "/models", None)
-            models = data.get("data") if isinstance(data, Mapping) else None
-            if not isinstance(models, list) or not models or not isinstance(models[0], Mapping):
-                raise LLMError(f"model server at {self.base_url}: /models lists no model")
-            entry = next((m for m in models if m.get("id") == self.model), models[0])
-            if self.model is None:
-                self.model = str(entry.get("id"))
-                self.name = self.model
-            self._owned_by = str(entry.get("owned_by") or "")
-
-    async def _post_json(self, url: str, body: dict[str, Any]) -> Any:
-        return await self._request("POST", url, body)
-
-    async def _request(self, method: str, url: str, body: dict[str, Any] | None) -> Any:
-        attempts = self.max_retries + 1
-        for attempt in range(1, attempts + 1):
-            try:
-                return await self._attempt(method, url, body)
-            except _RetryableError as exc:
-                if attempt == attempts:
-                    suffix = f" (after {attempts} attempts)" if attempts > 1 else ""
-                    raise LLMError(f"model server at {url}: {exc.reason}{suffix}") from None
-                delay = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
-                delay = delay * (0.5 + random.random() / 2)  # jitter in [delay/2, delay]
-                if exc.retry_after is not None:
-                    delay = min(self.backoff_max, max(delay, exc.retry_after))
-                log.warning(
-                    "model server at %s: %s; retry %d/%d in %.2fs",
-                    url,
-                    exc.reason,
-                    attempt,
-                    self.max_retries,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
-
-    async def _attempt(self, method: str, url: str, body: dict[str, Any] | None) -> Any:
-        client = self._http()
-        try:
-            response = await client.request(method, url, json=body)
-        except httpx.ConnectError as exc:
-            raise _RetryableError(
-                f"cannot connect ({_one_line(exc) or 'connection refused'})"
-            ) from None
-        except httpx.TimeoutException as exc:
-            kind = type(exc).__name__.replace("Timeout", " timeout").strip().lower()
-            raise _RetryableError(f"{kind} after {self._timeout.read}s") from None
-        except httpx.TransportError as exc:
-            raise _RetryableError(
-                f"transport error: {_one_line(exc) or type(exc).__name__}"
-            ) from None
-        if response.status_code in _RETRY_STATUS:
-            retry_after = None
-            header = response.headers.get("retry-after")
-            if header:
-                try:
-                    retry_after = float(header)
-                except ValueError:
-                    retry_after = None
-            raise _RetryableError(
-                f"HTTP {response.status_code}: {_error_detail(response)}", retry_after
-            )
-        if response.status_code >= 400:
-            raise LLMError(
-                f"model server at {url}: HTTP {response.status_code}: {_error_detail(response)}"
-            )
-        try:
-            return response.json()
-        except ValueError:
-            raise LLMError(
-                f"model server at {url}: response is not JSON: {_one_line(response.text, 120)}"
-            ) from None
-
-    def _to_generation(self, data: Any) -> Generation:
+    def parse_response(self, data: Any) -> Generation:
         try:
             choice = data["choices"][0]
             message = choice.get("message") or {}
         except (KeyError, IndexError, TypeError, AttributeError):
             raise LLMError(
-                f"model server at {self.url}: response has no choices: {_one_line(data, 120)}"
+                f"{self.transport.where}: response has no choices: {one_line(data, 120)}"
             ) from None
         text = message.get("content") or ""
         if not isinstance(text, str):  # content parts (rare): join the text pieces
@@ -336,23 +356,92 @@ class OpenAICompatModel:
         elif self.prefilled_think and text and not text.lstrip().startswith("<think>"):
             text = "<think>\n" + text  # the chat template put it in the prompt
         usage = data.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
         extra: dict[str, Any] = {"model": data.get("model", self.model)}
         if reasoning:
             extra["reasoning_separate"] = True
+        if isinstance(data.get("timings"), Mapping):
+            extra["timings"] = dict(data["timings"])
         return Generation(
             text=text,
             prompt_tokens=usage.get("prompt_tokens"),
             completion_tokens=usage.get("completion_tokens"),
+            cached_tokens=details.get("cached_tokens") if isinstance(details, Mapping) else None,
             finish_reason=choice.get("finish_reason"),
             extra=extra,
         )
 
+    # -- grammar -----------------------------------------------------------------------------
+
+    def grammar_of(self, kind: str) -> str:
+        """The GBNF grammar for one turn kind; a user-supplied grammar is used for every kind."""
+        return self._grammar or grammar_for_kind(
+            kind, self.prefilled_think, **self._grammar_options
+        )
+
+    def _resolved_grammar_mode(self) -> str:
+        mode = self.grammar_mode
+        if mode == "none":
+            raise LLMError(
+                f"{self.transport.where}: constrained decoding was requested but grammar_mode "
+                "is 'none' (choose gbnf-field, vllm, vllm-legacy, sglang or auto)"
+            )
+        if mode == "auto":
+            owner = (self._owned_by or "").lower()
+            if "vllm" in owner:
+                return "vllm"
+            if "sglang" in owner:
+                return "sglang"
+            return "gbnf-field"
+        return mode
+
+    # -- discovery ---------------------------------------------------------------------------
+
+    async def _probe(self, timeout: float | None) -> None:
+        """Ask ``/models`` once for the served model name, its owner (the server kind) and the
+        context window it reports (``max_model_len``: vLLM, SGLang; llama-server's ``/props``)."""
+        if self._probe_lock is None:
+            self._probe_lock = asyncio.Lock()
+        async with self._probe_lock:
+            if self._probed:
+                return
+            data = await self.transport.request("GET", "/models", None, timeout)
+            models = data.get("data") if isinstance(data, Mapping) else None
+            if not isinstance(models, list) or not models or not isinstance(models[0], Mapping):
+                raise LLMError(f"{self.transport.where}: /models lists no model")
+            entry = next((m for m in models if m.get("id") == self.model), models[0])
+            if self.model is None:
+                self.model = str(entry.get("id"))
+                self.name = self.model
+            self._owned_by = str(entry.get("owned_by") or "")
+            window = entry.get("max_model_len") or entry.get("context_length")
+            if not window and "llamacpp" in self._owned_by.lower():
+                window = await self._llama_server_window(timeout)
+            self._window = int(window) if window else None
+            self._probed = True
+
+    async def _llama_server_window(self, timeout: float | None) -> int | None:
+        """llama-server's per-slot context (``/props``, outside ``/v1``)."""
+        base = self.base_url
+        if base is None or not isinstance(self.transport, HttpTransport):
+            return None
+        try:
+            props = await self.transport.request("GET", "/../props", None, timeout)
+        except LLMError:
+            return None
+        settings = props.get("default_generation_settings") if isinstance(props, Mapping) else None
+        n_ctx = settings.get("n_ctx") if isinstance(settings, Mapping) else None
+        return int(n_ctx) if isinstance(n_ctx, int) and n_ctx > 0 else None
+
 
 __all__ = [
-    "API_KEY_ENV_VARS",
     "GRAMMAR_MODES",
+    "HttpTransport",
     "OpenAICompatModel",
-    "estimate_tokens",
+    "Transport",
+    "error_detail",
     "grammar_fields",
     "normalize_base_url",
+    "redact_url",
+    "status_error",
 ]

@@ -356,3 +356,6 @@ class LLMExtractor:
             log.info("falling back to %s for %s", type(self.fallback).__name__, url)
             return await self.fallback.extract(page_text, goal, url)
         return None
+
+    async def aclose(self) -> None:
+        await self.model.aclose()

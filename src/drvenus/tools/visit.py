@@ -85,3 +85,9 @@ class LocalVisit:
             return "ERROR: visit needs 'url': a URL or a list of URLs"
         frames = await asyncio.gather(*(self.visit_one(str(u).strip(), goal) for u in urls))
         return join_visits(frames)
+
+    async def aclose(self) -> None:
+        """Close the extractor's model client, if it has one."""
+        close = getattr(self.extractor, "aclose", None)
+        if close is not None:
+            await close()

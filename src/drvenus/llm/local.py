@@ -1,0 +1,273 @@
+"""A GGUF model run inside this process by llama.cpp's own server engine (xllamacpp).
+
+xllamacpp ships prebuilt wheels (Linux x86-64 and arm64, macOS, Windows) whose CPU code picks
+its instruction set at run time, so nothing is compiled at install and nothing the CPU lacks is
+executed. Its ``Server`` is llama-server without the network: it takes OpenAI-style request
+bodies, keeps each conversation's KV cache in a *slot* (step k of an agent run evaluates only
+the tokens added since step k-1) and runs ``parallel`` slots with continuous batching, so
+several questions share one loaded model.
+
+:class:`InProcessTransport` plugs it under :class:`~drvenus.llm.openai_compat.OpenAICompatModel`,
+which builds the requests and parses the answers exactly as for an HTTP server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from drvenus.llm.base import LLMError
+from drvenus.llm.gguf import GGUFInfo, read_gguf_info
+from drvenus.llm.openai_compat import OpenAICompatModel, error_detail, status_error
+
+log = logging.getLogger(__name__)
+
+MIN_WINDOW = 2048
+FALLBACK_WINDOW = 32768  # when neither the GGUF nor the machine says more
+KV_MEMORY_SHARE = 0.5  # of the memory left after the weights, at most, for the KV cache
+
+
+def _import_xllamacpp() -> Any:
+    try:
+        import xllamacpp
+    except ImportError as exc:  # pragma: no cover - a default dependency
+        raise LLMError(
+            f"the llama.cpp runtime is not installed ({exc}): pip install xllamacpp"
+        ) from None
+    return xllamacpp
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (``sched_getaffinity`` where the OS has it)."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    if getaffinity is not None:
+        try:
+            return max(1, len(getaffinity(0)))
+        except OSError:
+            pass
+    return max(1, os.cpu_count() or 1)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new allocations, or None when the OS does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:  # macOS and other POSIX systems: physical memory (no "available" figure)
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def choose_window(
+    info: GGUFInfo, parallel: int, requested: int | None = None, memory: int | None = None
+) -> int:
+    """Tokens of context per slot: ``requested``, else the GGUF's trained length, capped so the
+    KV cache of all slots fits in part of the memory left after the weights."""
+    if requested:
+        return max(256, int(requested))
+    window = info.context_length or FALLBACK_WINDOW
+    per_token = info.kv_bytes_per_token
+    if per_token and memory:
+        free = memory - info.path.stat().st_size
+        fits = int(free * KV_MEMORY_SHARE) // (per_token * max(1, parallel))
+        window = min(window, max(MIN_WINDOW, fits // 256 * 256))
+    return window
+
+
+def _set(params: Any, name: str, value: Any) -> None:
+    """Set a llama.cpp parameter the installed xllamacpp may or may not have."""
+    if hasattr(params, name):
+        setattr(params, name, value)
+    else:  # pragma: no cover - older wheels (e.g. on macOS) lack some knobs
+        log.debug("xllamacpp has no parameter %s; left at its default", name)
+
+
+class LocalServer:
+    """One GGUF loaded by llama.cpp, with ``parallel`` slots of ``window`` tokens each."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        window: int | None = None,
+        parallel: int = 1,
+        n_threads: int | None = None,
+    ) -> None:
+        xlc = _import_xllamacpp()
+        self.info = read_gguf_info(path)
+        self.path = self.info.path
+        self.parallel = max(1, int(parallel))
+        self.window = choose_window(self.info, self.parallel, window, available_memory())
+        self.n_threads = n_threads or usable_cores()
+        params = xlc.CommonParams()
+        params.model.path = str(self.path)
+        params.n_ctx = self.window * self.parallel
+        params.n_parallel = self.parallel
+        params.cpuparams.n_threads = self.n_threads
+        params.cpuparams_batch.n_threads = self.n_threads
+        params.warmup = False
+        _set(params, "verbosity", -1)
+        _set(params, "kv_unified", False)  # each slot owns its window
+        _set(params, "cache_ram_mib", 0)  # no extra host-memory prompt cache
+        _set(params, "reasoning_format", xlc.common_reasoning_format.COMMON_REASONING_FORMAT_NONE)
+        # The engine also listens on a random loopback port; a random key keeps it closed.
+        _set(params, "api_keys", [secrets.token_urlsafe(24)])
+        start = time.perf_counter()
+        try:
+            self._server: Any = xlc.Server(params)
+        except Exception as exc:  # noqa: BLE001 - the binding raises RuntimeError/ValueError
+            raise LLMError(f"cannot load GGUF model {self.path}: {exc}") from None
+        self.load_seconds = time.perf_counter() - start
+        self._pool = ThreadPoolExecutor(self.parallel + 1, thread_name_prefix="llama")
+        self._lock = threading.Lock()
+        self._cancels: set[threading.Event] = set()
+        self._closed = False
+        log.info(
+            "loaded %s in %.2fs: %d slot(s) x %d tokens, %d threads",
+            self.path.name, self.load_seconds, self.parallel, self.window, self.n_threads,
+        )
+
+    def chat(self, body: dict[str, Any], cancel: threading.Event) -> dict[str, Any]:
+        """One chat completion (blocking). Streams internally so that ``cancel`` stops the
+        generation within a token, then returns the answer as one ``chat.completion``."""
+        pieces: list[str] = []
+        final: dict[str, Any] = {}
+        failure: dict[str, Any] = {}
+
+        def on_chunk(chunk: Any) -> bool:
+            if isinstance(chunk, dict):
+                if "error" in chunk:
+                    failure.update(chunk)
+                    return True
+                for choice in chunk.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    if delta.get("content"):
+                        pieces.append(delta["content"])
+                    if choice.get("finish_reason"):
+                        final["finish_reason"] = choice["finish_reason"]
+                for key in ("usage", "timings", "model"):
+                    if key in chunk:
+                        final[key] = chunk[key]
+            return cancel.is_set()
+
+        request = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        answer = self._server.handle_chat_completions(request, on_chunk)
+        if isinstance(answer, dict) and "error" in answer:
+            failure.update(answer)
+        if failure:
+            return failure
+        message = {"role": "assistant", "content": "".join(pieces)}
+        choice = {"index": 0, "message": message, "finish_reason": final.get("finish_reason")}
+        return {"object": "chat.completion", "choices": [choice], **final}
+
+    def close(self) -> None:
+        """Stop every generation (within a token), wait for them, free the model."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for event in self._cancels:
+                event.set()
+        self._pool.shutdown(wait=True)
+        self._server = None
+
+    def submit(self, body: dict[str, Any]) -> tuple[Any, threading.Event]:
+        cancel = threading.Event()
+        with self._lock:
+            if self._closed:
+                raise LLMError(f"model {self.path.name} is closed")
+            self._cancels.add(cancel)
+
+        def run() -> dict[str, Any]:
+            try:
+                return self.chat(body, cancel)
+            finally:
+                with self._lock:
+                    self._cancels.discard(cancel)
+
+        return self._pool.submit(run), cancel
+
+
+class InProcessTransport:
+    """The :class:`~drvenus.llm.openai_compat.Transport` of a :class:`LocalServer`."""
+
+    def __init__(self, server: LocalServer, name: str) -> None:
+        self.server = server
+        self.name = name
+        self.where = f"local model {server.path.name}"
+
+    def __repr__(self) -> str:
+        return f"InProcessTransport({str(self.server.path)!r})"
+
+    async def request(
+        self, method: str, path: str, body: dict[str, Any] | None, timeout: float | None
+    ) -> Any:
+        if method == "GET" and path == "/models":
+            entry = {"id": self.name, "owned_by": "llamacpp", "max_model_len": self.server.window}
+            return {"object": "list", "data": [entry]}
+        if method != "POST" or path != "/chat/completions" or body is None:
+            raise LLMError(f"{self.where}: {method} {path} is not supported in process")
+        future, cancel = self.server.submit(body)
+        try:
+            answer = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except TimeoutError:
+            cancel.set()
+            raise LLMError(f"{self.where}: timed out after {timeout:g}s", retryable=True) from None
+        except BaseException:  # cancelled (Ctrl-C, a time limit): stop the generation too
+            cancel.set()
+            raise
+        if "error" in answer:
+            err = answer["error"] if isinstance(answer["error"], dict) else {}
+            code = int(err.get("code") or 500)
+            raise status_error(self.where, code, error_detail(answer, "llama.cpp error"))
+        return answer
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.server.close)
+
+
+def local_model(
+    path: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    window: int | None = None,
+    parallel: int = 1,
+    n_threads: int | None = None,
+    constrained_default: bool = False,
+    grammar_options: dict[str, Any] | None = None,
+    timeout: float = 600.0,
+) -> OpenAICompatModel:
+    """An :class:`OpenAICompatModel` over a GGUF loaded in this process (see module doc)."""
+    server = LocalServer(path, window=window, parallel=parallel, n_threads=n_threads)
+    label = name or server.info.name or Path(path).stem
+    return OpenAICompatModel(
+        model=label,
+        transport=InProcessTransport(server, label),
+        timeout=timeout,
+        grammar_mode="gbnf-field",
+        constrained_default=constrained_default,
+        prefilled_think=server.info.prefills_think(),
+        grammar_options=grammar_options,
+    )
+
+
+__all__ = [
+    "InProcessTransport",
+    "LocalServer",
+    "available_memory",
+    "choose_window",
+    "local_model",
+    "usable_cores",
+]

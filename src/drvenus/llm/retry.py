@@ -1,0 +1,110 @@
+"""The one retry policy: bounded attempts, exponential backoff with jitter, and a deadline.
+
+Model clients make one attempt per call and raise :class:`~drvenus.llm.base.LLMError`; whoever
+owns the call decides how often to try again, with this policy: the agent loop for its steps,
+the judge and the page extractor for theirs. Nothing retries underneath anything else, so a dead
+server costs ``attempts`` requests, not attempts squared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from drvenus.llm.base import LLMError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``attempts`` tries in all; before try k+1 wait ``base * 2**k`` seconds (at most ``cap``),
+    scaled by a random factor in [0.5, 1] so clients that failed together do not retry together.
+    A server's ``Retry-After`` raises the wait (still capped)."""
+
+    attempts: int = 3
+    base: float = 0.5
+    cap: float = 8.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("a retry policy needs at least one attempt")
+
+    def delay(self, failures: int, retry_after: float | None = None) -> float:
+        """Seconds to wait after the ``failures``-th failed attempt (1-based)."""
+        if self.base <= 0:
+            return 0.0
+        wait = min(self.cap, self.base * 2 ** (failures - 1)) * (0.5 + random.random() / 2)
+        if retry_after is not None:
+            wait = max(wait, retry_after)
+        return min(self.cap, wait)
+
+
+class Deadline:
+    """A point in (monotonic) time; ``None`` seconds means no deadline."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.at = None if seconds is None else time.monotonic() + seconds
+
+    def remaining(self) -> float | None:
+        return None if self.at is None else max(0.0, self.at - time.monotonic())
+
+    def expired(self) -> bool:
+        left = self.remaining()
+        return left is not None and left <= 0
+
+    def clamp(self, seconds: float | None) -> float | None:
+        """``seconds`` shortened to what is left (None: no limit at all)."""
+        left = self.remaining()
+        if left is None:
+            return seconds
+        return left if seconds is None else min(seconds, left)
+
+
+async def with_retries(
+    call: Callable[[float | None], Awaitable[T]],
+    policy: RetryPolicy,
+    *,
+    deadline: Deadline | None = None,
+    timeout: float | None = None,
+    what: str = "request",
+) -> T:
+    """Run ``call(timeout)`` until it succeeds, up to ``policy.attempts`` times.
+
+    Only transient :class:`LLMError` s (``retryable``) are retried; the last error is raised.
+    Each attempt gets ``timeout`` seconds, cut to what the ``deadline`` leaves, and no attempt
+    starts once the deadline has passed.
+    """
+    deadline = deadline or Deadline(None)
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            return await call(deadline.clamp(timeout))
+        except LLMError as exc:
+            last = attempt == policy.attempts or not exc.retryable
+            wait = 0.0 if last else policy.delay(attempt, exc.retry_after)
+            left = deadline.remaining()
+            if last or (left is not None and left <= wait):
+                if attempt == 1:
+                    raise
+                raise LLMError(
+                    f"{exc} (after {attempt} attempts)",
+                    retryable=exc.retryable,
+                    retry_after=exc.retry_after,
+                    context_overflow=exc.context_overflow,
+                ) from None
+            log.log(
+                logging.WARNING if attempt == 1 else logging.DEBUG,
+                "%s failed (%s); retry %d/%d in %.1fs",
+                what, exc, attempt, policy.attempts - 1, wait,
+            )
+            await asyncio.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+__all__ = ["Deadline", "RetryPolicy", "with_retries"]

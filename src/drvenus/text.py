@@ -1,0 +1,23 @@
+"""Small text helpers shared across the package: one token estimate, one-line messages."""
+
+from __future__ import annotations
+
+import math
+
+# Without a tokenizer, a token is taken to be about four UTF-8 bytes (English prose with BPE
+# vocabularies; CJK text runs closer to one character per token, which bytes account for).
+BYTES_PER_TOKEN = 4.0
+
+
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free token count: about four UTF-8 bytes per token."""
+    return math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN)
+
+
+def one_line(text: object, limit: int = 200) -> str:
+    """``text`` on one line (white space folded), cut to ``limit`` characters with ``...``."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+__all__ = ["BYTES_PER_TOKEN", "estimate_tokens", "one_line"]
