@@ -4,8 +4,9 @@ Input: ``--rows`` raw REDSearcher rows (Serper markdown, legacy tool calls, dupl
 disallowed tools, malformed turns, some long trajectories) built from the shared DR-Venus
 trajectories, in parquet shards of 1,000 rows. Variants, each in a fresh process:
 
-- ``naive``: load every shard into memory, run the stages in one process with the fast paths
-  off (json5 for every tool call, no per-row parse cache, per-string surrogate round trip),
+- ``naive``: load every shard into memory, run the stages in one process with this
+  benchmark's own slow per-row code (json5 for every tool call, no per-row parse cache,
+  per-string surrogate round trip: :func:`use_slow_paths`; the product has no switch for it),
   build the output table in memory (the shape of DR-Venus's released script).
 - ``single``: the same load-everything baseline with our fast per-row code.
 - ``ours``: ``run_clean`` streaming with ``--workers`` processes.
@@ -69,21 +70,45 @@ def digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def use_slow_paths() -> None:
+    """Swap this benchmark process's per-row helpers for the plain, slow ones of the naive
+    baseline. Outputs stay identical; only speed changes. Fails loudly when a helper moved."""
+    import json5
+
+    from drvenus.data import normalize, rows
+    from drvenus.protocol import serper
+
+    def slow_fix_surrogates(text: str) -> str:  # the round trip on every string
+        try:
+            return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+        except UnicodeError:
+            return text.encode("utf-8", "ignore").decode("utf-8")
+
+    for module, name, value in [
+        (normalize, "loads_json5", json5.loads),  # no C JSON decoder first
+        (serper, "loads_json5", json5.loads),
+        (normalize, "fix_surrogates", slow_fix_surrogates),
+        (rows, "cached_call_reader", lambda: serper.tool_call_objects),  # parse per use
+    ]:
+        if not hasattr(module, name):
+            raise SystemExit(f"benchmark out of date: {module.__name__}.{name} is gone")
+        setattr(module, name, value)
+
+
 def run_baseline(inp: Path, out: Path, fast: bool) -> None:
     """Load everything, process in this process, write once."""
-    from drvenus.data import normalize, pipeline
+    from drvenus.data.reading import list_input_files
+    from drvenus.data.resample import ResamplePolicy
     from drvenus.data.rows import RowOptions, process_rows
     from drvenus.data.shuffle import legacy_permutation
-    from drvenus.data.stages import ResamplePolicy
-    from drvenus.protocol import _json as protocol_json
     from drvenus.protocol import build_system_prompt
 
-    protocol_json.FAST_PATH = normalize.SURROGATE_FAST_PATH = fast
-    opts = RowOptions("template", build_system_prompt("2026-03-01"), frozenset({"search", "visit"}),
-                      fast_paths=fast)
-    files = pipeline.list_input_files(inp, "train-*.parquet")
+    if not fast:
+        use_slow_paths()
+    opts = RowOptions("template", build_system_prompt("2026-03-01"), frozenset({"search", "visit"}))
+    files = list_input_files(inp, "train-*.parquet")
     rows = pa.concat_tables([pq.read_table(f) for f in files]).to_pylist()
-    _, valid, _ = process_rows(rows, opts)
+    valid = process_rows(rows, opts).valid
     policy = ResamplePolicy()
     final = []
     for _, r in valid:

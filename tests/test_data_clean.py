@@ -25,9 +25,9 @@ from drvenus.data.correctness import exact_match, f1_score, normalize_answer
 from drvenus.data.judge import JudgeConfig
 from drvenus.data.normalize import clean_answer_turn, clean_tool_call_turn, normalize_row
 from drvenus.data.pipeline import CleanOptions, NothingReadError, run_clean
+from drvenus.data.resample import ResamplePolicy
 from drvenus.data.shuffle import legacy_permutation
 from drvenus.data.stages import (
-    ResamplePolicy,
     drop_duplicate_tool_calls,
     prune_disallowed_tools,
     validate_messages,
@@ -312,7 +312,7 @@ def test_cli_clean_export_stats(ref_input, tmp_path):
     assert res.exit_code == 0, res.output
     assert "search" in res.output and (tmp_path / "p.png").stat().st_size > 1000
     res = runner.invoke(data_app, ["clean", "-i", str(tmp_path / "nope"), "-o", str(out)])
-    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert res.exit_code == 2 and "Traceback" not in res.output
 
 
 def test_resample_policy():

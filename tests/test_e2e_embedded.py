@@ -10,8 +10,6 @@ from drvenus import protocol
 from drvenus.agent import TERMINATIONS
 from test_cli import drvenus
 
-pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-
 
 @pytest.mark.slow
 def test_ask_dracula_on_the_embedded_defaults(tmp_path):

@@ -1,22 +1,20 @@
-"""The protocol grammar: compiled by llama.cpp's own parser, checked string by string with
-llama.cpp's grammar sampler, and sampled from with the real embedded model."""
+"""The protocol grammar: its language checked string by string with a pure-Python GBNF
+recognizer (tests/gbnf.py), its syntax checked by llama.cpp's own parser, and sampled from with
+the real embedded model."""
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import math
+import threading
+from functools import lru_cache
 
 import pytest
+from gbnf import Grammar
 
-from drvenus.llm import LLMError, SamplingParams
-from drvenus.llm.embedded import embedded_model_path
-from drvenus.llm.grammar import protocol_grammar
+from drvenus.llm import SamplingParams
+from drvenus.llm.embedded import EMBEDDED_GRAMMAR_OPTIONS
+from drvenus.llm.grammar import grammar_for_kind, protocol_grammar
 from drvenus.protocol import build_system_prompt, check_turn_format, initial_messages, parse_turn
-
-llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-
-from drvenus.llm.llamacpp import LlamaCppModel  # noqa: E402
 
 SEARCH = (
     "<think>\nI should search.\n</think>\n<tool_call>\n"
@@ -30,61 +28,76 @@ VISIT = (
 ANSWER = "<think>\nDone.\n</think>\n<answer>\nBram Stoker\n</answer>"
 
 
-@pytest.fixture(scope="module")
-def llm():
-    try:
-        path = embedded_model_path()
-    except LLMError as exc:
-        pytest.skip(f"embedded model not installed: {exc}")
-    model = llama_cpp.Llama(model_path=str(path), n_ctx=512, verbose=False)
-    yield model
-    model.close()
+@lru_cache(maxsize=None)
+def _compiled(grammar: str) -> Grammar:
+    return Grammar(grammar)
 
 
-def _sampler(llm, grammar: str):
-    vocab = llama_cpp.llama_model_get_vocab(llm.model)
-    return llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
+def accepts(grammar: str, text: str) -> bool:
+    """Whether ``text`` is exactly one sentence of ``grammar``."""
+    return _compiled(grammar).accepts(text)
 
 
-def accepts(llm, grammar: str, text: str) -> bool:
-    """Whether llama.cpp's grammar sampler lets the model write exactly ``text`` then stop."""
-    smpl = _sampler(llm, grammar)
-    assert smpl, "grammar does not parse"
-    eos = llama_cpp.llama_vocab_eos(llama_cpp.llama_model_get_vocab(llm.model))
-    try:
-        for token in [*llm.tokenize(text.encode("utf-8"), add_bos=False, special=False), eos]:
-            cell = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, 0.0, 0.0))
-            array = llama_cpp.llama_token_data_array(data=cell, size=1, selected=-1, sorted=False)
-            llama_cpp.llama_sampler_apply(smpl, ctypes.byref(array))
-            if math.isinf(cell[0].logit):
-                return False
-            if token != eos:
-                llama_cpp.llama_sampler_accept(smpl, token)
-        return True
-    finally:
-        llama_cpp.llama_sampler_free(smpl)
+def search_with(*queries: str) -> str:
+    """SEARCH with other queries (each given as its JSON string body)."""
+    return SEARCH.replace('"Dracula author", "Bram Stoker"', ", ".join(f'"{q}"' for q in queries))
 
 
-@pytest.mark.parametrize("prefilled", [False, True])
-@pytest.mark.parametrize(
-    "options",
-    [
-        {},
-        {"max_think_chars": 600, "max_answer_chars": 400, "max_string_chars": 160},
-        {"allow_tool_call": False},
-        {"allow_answer": False, "max_list_items": 1},
-    ],
-)
-def test_grammar_compiles_in_llama_cpp(llm, prefilled, options):
-    grammar = protocol_grammar(prefilled, **options)
-    smpl = _sampler(llm, grammar)
-    assert smpl, grammar
-    llama_cpp.llama_sampler_free(smpl)
-    assert llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)
+# -- the recognizer itself ----------------------------------------------------------------------
 
 
-def test_broken_grammar_is_detected(llm):
-    assert not _sampler(llm, 'root ::= "a" undefined-rule')
+def test_recognizer_literals_and_escapes():
+    g = Grammar('root ::= "ab" "\\n\\t\\"\\\\" "c"\n')
+    assert g.accepts('ab\n\t"\\c')
+    assert not g.accepts("ab") and not g.accepts('ab\n\t"\\cc') and not g.accepts("")
+
+
+def test_recognizer_classes_and_negation():
+    g = Grammar("root ::= [a-c\\x30-\\x39\\]\\-] [^<\\n\\u00e9]\n")
+    for ok in ("a!", "9x", "]y", "-z", "b\u00e8"):
+        assert g.accepts(ok), ok
+    for bad in ("d!", "a<", "a\n", "a\u00e9", "a", "a!!", "^!"):
+        assert not g.accepts(bad), bad
+    trailing_dash = Grammar("root ::= [a-]+\n")
+    assert trailing_dash.accepts("a-a") and not trailing_dash.accepts("b")
+
+
+def test_recognizer_repetition_bounds():
+    exact, ranged, at_least = (Grammar(f'root ::= "x"{b}\n') for b in ("{3}", "{1,2}", "{2,}"))
+    assert [exact.accepts("x" * n) for n in range(5)] == [False, False, False, True, False]
+    assert [ranged.accepts("x" * n) for n in range(4)] == [False, True, True, False]
+    assert [at_least.accepts("x" * n) for n in range(5)] == [False, False, True, True, True]
+    ops = Grammar('root ::= "a"* "b"+ "c"?\n')
+    assert all(ops.accepts(s) for s in ("b", "aabbb", "bc", "abc"))
+    assert not any(ops.accepts(s) for s in ("", "a", "ac", "bcc", "ba"))
+    # An item that may match nothing, bounded: "ab" "ab" fits in {0,2} only with empty items.
+    empty = Grammar('root ::= ("ab" | "")?{0,2} "."\n')
+    assert empty.accepts("abab.") and empty.accepts(".") and not empty.accepts("ababab.")
+
+
+def test_recognizer_alternation_groups_and_rules():
+    g = Grammar(
+        "# a comment\n"
+        'root ::= greeting ( ", " name )* "!"\n'
+        'greeting ::= "hi" | "hello" |\n    "hey"\n'
+        'name ::= [A-Z] [a-z]*  # trailing comment\n'
+    )
+    assert g.accepts("hi!") and g.accepts("hey, Ann, Bo!") and g.accepts("hello, X!")
+    assert not g.accepts("hi, ann!") and not g.accepts("hi") and not g.accepts("yo!")
+    # Ambiguity: the first alternative must not shadow a later one.
+    assert Grammar('root ::= ("a" | "ab") "c"\n').accepts("abc")
+
+
+def test_recognizer_rejects_bad_grammars():
+    for bad in ('root ::= "a" undefined-rule\n', 'other ::= "a"\n', 'root ::= "a\n',
+                'root ::= "a" )\n', 'root ::= "\\q"\n'):
+        with pytest.raises(ValueError):
+            Grammar(bad)
+    with pytest.raises(RecursionError):
+        Grammar('root ::= root "a" | "a"\n').accepts("aa")
+
+
+# -- the language of the protocol grammar ------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -103,9 +116,10 @@ def test_broken_grammar_is_detected(llm):
         '["http://a.example/x?y=1", "https://b.example"], "goal": "line\\nbreak"}}\n</tool_call>',
     ],
 )
-def test_well_formed_turns_are_accepted(llm, text):
+def test_well_formed_turns_are_accepted(text):
     assert check_turn_format(text, "<answer>" in text)  # the protocol agrees they are valid
-    assert accepts(llm, protocol_grammar(), text)
+    assert parse_turn(text).ok
+    assert accepts(protocol_grammar(), text)
 
 
 @pytest.mark.parametrize(
@@ -135,36 +149,132 @@ def test_well_formed_turns_are_accepted(llm, text):
         SEARCH.replace("</think>\n<tool_call>", "</think>\n<answer>"),
     ],
 )
-def test_malformed_turns_are_rejected(llm, text):
-    assert not accepts(llm, protocol_grammar(), text)
+def test_malformed_turns_are_rejected(text):
+    assert not accepts(protocol_grammar(), text)
 
 
-def test_variants(llm):
+def test_variants():
     prefilled = protocol_grammar(True)
-    assert accepts(llm, prefilled, SEARCH.removeprefix("<think>\n"))
-    assert not accepts(llm, prefilled, SEARCH)  # the template already wrote <think>
+    assert accepts(prefilled, SEARCH.removeprefix("<think>\n"))
+    assert not accepts(prefilled, SEARCH)  # the template already wrote <think>
     answer_only = protocol_grammar(allow_tool_call=False)
-    assert accepts(llm, answer_only, ANSWER) and not accepts(llm, answer_only, SEARCH)
+    assert accepts(answer_only, ANSWER) and not accepts(answer_only, SEARCH)
     calls_only = protocol_grammar(allow_answer=False)
-    assert accepts(llm, calls_only, VISIT) and not accepts(llm, calls_only, ANSWER)
+    assert accepts(calls_only, VISIT) and not accepts(calls_only, ANSWER)
     one_query = protocol_grammar(max_list_items=1)
-    assert not accepts(llm, one_query, SEARCH)  # two queries
+    assert not accepts(one_query, SEARCH)  # two queries
+    assert accepts(one_query, search_with("Dracula author"))
+    search_only = protocol_grammar(tools=("search",))
+    assert accepts(search_only, SEARCH) and not accepts(search_only, VISIT)
 
 
-def test_length_bounds(llm):
+def test_grammar_kinds_narrow_the_turn():
+    def kinds_accepting(text: str) -> list[str]:
+        kinds = ("any", "tool_call", "search", "answer")
+        return [k for k in kinds if accepts(grammar_for_kind(k), text)]
+
+    assert kinds_accepting(SEARCH) == ["any", "tool_call", "search"]
+    assert kinds_accepting(VISIT) == ["any", "tool_call"]
+    assert kinds_accepting(ANSWER) == ["any", "answer"]
+    prefilled = grammar_for_kind("answer", True)
+    assert accepts(prefilled, ANSWER.removeprefix("<think>\n")) and not accepts(prefilled, ANSWER)
+    # options that exclude the kind asked for: the kind wins
+    assert accepts(grammar_for_kind("answer", allow_answer=False), ANSWER)
+    with pytest.raises(ValueError):
+        grammar_for_kind("python")
+
+
+def test_length_bounds():
     bounded = protocol_grammar(max_think_chars=20, max_answer_chars=10, max_string_chars=8)
     think = lambda n: f"<think>\n{'x' * n}\n</think>\n<answer>\nok\n</answer>"  # noqa: E731
-    assert accepts(llm, bounded, think(20)) and not accepts(llm, bounded, think(21))
+    assert accepts(bounded, think(20)) and not accepts(bounded, think(21))
     answer = lambda n: f"<think>\n\n</think>\n<answer>\n{'y' * n}\n</answer>"  # noqa: E731
-    assert accepts(llm, bounded, answer(10)) and not accepts(llm, bounded, answer(11))
+    assert accepts(bounded, answer(10)) and not accepts(bounded, answer(11))
     query = lambda n: SEARCH.replace('"Dracula author"', '"' + "q" * n + '"')  # noqa: E731
-    assert not accepts(llm, bounded, SEARCH.replace("I should search.", ""))  # 'Dracula author'
-    assert accepts(
-        llm, bounded, query(8).replace('"Bram Stoker"', '"b"').replace("I should search.", "")
-    )
+    assert not accepts(bounded, SEARCH.replace("I should search.", ""))  # 'Dracula author'
+    assert accepts(bounded, query(8).replace('"Bram Stoker"', '"b"').replace("I should search.", ""))
     assert not accepts(
-        llm, bounded, query(9).replace('"Bram Stoker"', '"b"').replace("I should search.", "")
+        bounded, query(9).replace('"Bram Stoker"', '"b"').replace("I should search.", "")
     )
+    # a '<' run along a protocol tag's spelling counts as one character: 21 chars, 3 items
+    assert accepts(bounded, think(0).replace("\n\n", "\n" + "<thinkx" * 3 + "\n", 1))
+    assert not accepts(bounded, think(0).replace("\n\n", "\n" + "<summary" * 3 + "\n", 1))
+    # URLs: the scheme, then 1..max_string_chars characters
+    visit = VISIT.replace("Who wrote it?", "g")
+    url = lambda rest: visit.replace("https://en.wikipedia.org/wiki/Dracula", "http://" + rest)  # noqa: E731
+    assert accepts(protocol_grammar(max_string_chars=8), url("a" * 8))
+    assert not accepts(protocol_grammar(max_string_chars=8), url("a" * 9))
+    assert not accepts(protocol_grammar(), url(""))
+
+
+@pytest.mark.parametrize(
+    "queries",
+    [
+        ("Dracula author", "Bram Stoker"),
+        ("2026-11-30",),
+        ("Dracula (1897)", "O'Brien, Flann. The Third Policeman"),
+        ("Ünïcode 東京 café", "Москва"),
+    ],
+)
+def test_plain_queries_accept_words(queries):
+    text = search_with(*queries)
+    assert accepts(protocol_grammar(plain_queries=True), text)
+    assert accepts(protocol_grammar(), text)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "the_book_2026-11-30",  # an identifier, not words
+        "<b>",  # a tag-like query
+        "Bram <b>Stoker</b>",
+        "-x",  # must start with a letter or a digit
+        " x",
+        "",
+        '\\"quoted\\"',  # JSON escapes are not words
+        "caf\\u00e9",
+        "a/b",
+        "x:y",
+        "Who wrote Dracula?",  # only letters, digits, space and ,.'()- after the first
+    ],
+)
+def test_plain_queries_reject_non_words(query):
+    plain = protocol_grammar(plain_queries=True)
+    assert not accepts(plain, search_with(query))
+    assert not accepts(plain, search_with("Dracula", query))  # in any position
+
+
+def test_plain_queries_leave_the_rest_alone():
+    plain = protocol_grammar(plain_queries=True, max_list_items=2, max_string_chars=12)
+    visit = VISIT.replace("https://en.wikipedia.org/wiki/Dracula", "https://a.example")
+    assert accepts(plain, visit.replace("Who wrote it?", "the_book <b>"))  # goal: any text
+    assert accepts(plain, ANSWER) and accepts(plain, search_with("a" * 12))
+    assert not accepts(plain, search_with("a" * 13))
+    assert not accepts(plain, search_with("a", "b", "c"))  # max_list_items
+    embedded = protocol_grammar(**EMBEDDED_GRAMMAR_OPTIONS)
+    assert accepts(embedded, SEARCH) and not accepts(embedded, search_with("the_book_2026"))
+
+
+# Unicode whitespace other than \x00-\x20, \x7F, \xA0 and \u3000 passes the "non-blank first
+# character" classes, but str.strip() removes it, so the protocol finds the value empty.
+UNICODE_BLANKS = ["\x85", "\u1680", "\u2003", "\u2028", "\u202f", "\u205f"]
+BLANK_CASES = [
+    *(({}, f"<think>\nq\n</think>\n<answer>\n{c}\n</answer>") for c in UNICODE_BLANKS),
+    *(({}, search_with(c)) for c in UNICODE_BLANKS),
+    ({}, VISIT.replace("Who wrote it?", "\u2003")),
+    *(({"plain_queries": True}, search_with(c)) for c in [*UNICODE_BLANKS[1:], "\u3000"]),
+]
+
+
+@pytest.mark.xfail(strict=True, reason="grammar bug: Unicode whitespace counts as non-blank")
+def test_turns_the_grammar_admits_are_valid():
+    admitted_but_invalid = [
+        text
+        for options, text in BLANK_CASES
+        if accepts(protocol_grammar(**options), text)
+        and not (check_turn_format(text, "<answer>" in text) and parse_turn(text).ok)
+    ]
+    assert not admitted_but_invalid
 
 
 def test_grammar_options_validated():
@@ -174,65 +284,122 @@ def test_grammar_options_validated():
         protocol_grammar(max_list_items=0)
 
 
+# -- llama.cpp parses every variant ------------------------------------------------------------
+
+VARIANT_OPTIONS = [
+    {},
+    {"max_think_chars": 600, "max_answer_chars": 400, "max_string_chars": 160},
+    {"allow_tool_call": False},
+    {"allow_answer": False, "max_list_items": 1},
+    {"plain_queries": True},
+    dict(EMBEDDED_GRAMMAR_OPTIONS),
+]
+VARIANTS = dict.fromkeys([  # (without duplicates)
+    *(protocol_grammar(prefilled, **options) for prefilled in (False, True) for options in
+      VARIANT_OPTIONS),
+    *(grammar_for_kind(kind, **EMBEDDED_GRAMMAR_OPTIONS) for kind in ("tool_call", "search")),
+    *(grammar_for_kind(kind) for kind in ("any", "tool_call", "search", "answer")),
+])
+
+
+@pytest.fixture(scope="module")
+def server(embedded_gguf):
+    from drvenus.llm.local import LocalServer
+
+    # One thread: a busy machine (parallel test runs) slows a multi-threaded llama.cpp badly.
+    srv = LocalServer(embedded_gguf, window=1024, n_threads=1)
+    yield srv
+    srv.close()
+
+
+def _llama_cpp_answer(server, grammar: str) -> dict:
+    body = {
+        "messages": [{"role": "user", "content": "Hi"}],
+        "grammar": grammar,
+        "max_tokens": 1,
+        "temperature": 0.0,
+    }
+    return server.chat(body, threading.Event())
+
+
+def test_llama_cpp_parses_every_variant(server):
+    for grammar in VARIANTS:
+        answer = _llama_cpp_answer(server, grammar)
+        assert "error" not in answer, (answer, grammar)
+        assert answer["choices"][0]["message"]["content"], answer
+
+
+def test_llama_cpp_reports_a_broken_grammar(server):
+    answer = _llama_cpp_answer(server, 'root ::= "a" undefined-rule')
+    assert "error" in answer, answer
+
+
 # -- sampling with the real model ------------------------------------------------------------
 
-BOUNDS = {"max_think_chars": 240, "max_answer_chars": 160, "max_string_chars": 60}
+# Tight bounds keep each sample to a few dozen tokens (the whole section takes seconds).
+BOUNDS = {"max_think_chars": 120, "max_answer_chars": 80, "max_string_chars": 40}
 QUESTION = initial_messages("Who wrote the novel Dracula?", build_system_prompt("2025-01-01"))
 
 
-def _samples(options: dict, seeds: range, prefilled: bool = False) -> list[str]:
-    model = LlamaCppModel(
-        embedded_model_path(),
-        n_ctx=2048,
-        prefilled_think=prefilled,
-        grammar_options={**BOUNDS, **options},
-        param_overrides={"temperature": 0.8},
-    )
+@pytest.fixture(scope="module")
+def sampler(embedded_gguf):
+    """``get(options)``: a constrained local model with those grammar options (loaded once)."""
+    from drvenus.llm.local import local_model
 
-    async def run() -> list[str]:
-        try:
-            out = []
-            for seed in seeds:
-                gen = await model.generate(QUESTION, SamplingParams(max_tokens=1024, seed=seed))
-                assert gen.finish_reason == "stop", gen.text
-                out.append(gen.text)
-            return out
-        finally:
-            await model.aclose()
+    models: dict[tuple, object] = {}
 
-    return asyncio.run(run())
+    def get(options: dict):
+        key = tuple(sorted(options.items()))
+        if key not in models:
+            models[key] = local_model(
+                embedded_gguf,
+                window=2048,
+                n_threads=1,
+                constrained_default=True,
+                grammar_options={**BOUNDS, **options},
+            )
+        return models[key]
+
+    yield get
+    for model in models.values():
+        asyncio.run(model.aclose())
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("options", "kind", "prefilled", "n"),
     [
-        ({}, None, False, 2),
-        ({"allow_answer": False}, "tool_call", False, 1),
-        ({"allow_tool_call": False}, "answer", False, 1),
+        ({}, None, False, 1),
+        ({}, "tool_call", False, 1),
+        ({}, "answer", False, 1),
         ({}, None, True, 1),
+        ({"plain_queries": True, "max_list_items": 2}, "search", False, 1),
     ],
 )
-def test_constrained_samples_are_valid(llm, options, kind, prefilled, n):
-    for text in _samples(options, range(n), prefilled):
+def test_constrained_samples_are_valid(sampler, options, kind, prefilled, n):
+    model = sampler(options)
+    model.prefilled_think = prefilled  # SmolLM2's template does not prefill: pretend it does
+    grammar = grammar_for_kind(kind or "any", prefilled, **BOUNDS, **options)
+
+    async def run() -> list[str]:
+        out = []
+        for seed in range(n):
+            params = SamplingParams(max_tokens=1024, seed=seed, temperature=0.8)
+            gen = await model.generate(QUESTION, params, constrained=kind)
+            assert gen.finish_reason == "stop", gen.text
+            out.append(gen.text)
+        return out
+
+    try:
+        texts = asyncio.run(run())
+    finally:
+        model.prefilled_think = False
+    for text in texts:
         turn = parse_turn(text)
         assert turn.ok, (turn.error, text)
-        assert kind is None or turn.kind == kind
+        assert kind is None or turn.kind == ("tool_call" if kind == "search" else kind)
         assert check_turn_format(text, turn.kind == "answer"), text
         if turn.kind == "tool_call":
-            assert turn.tool_call.name in ("search", "visit")
-
-
-def test_grammar_kinds_narrow_the_turn():
-    import llama_cpp
-
-    from drvenus.llm.grammar import grammar_for_kind
-
-    for kind in ("any", "tool_call", "search", "answer"):
-        llama_cpp.LlamaGrammar.from_string(grammar_for_kind(kind), verbose=False)
-    search_only = grammar_for_kind("search")
-    assert "visit-call" not in search_only.split("tool-call ::=")[1].split("\n")[0]
-    assert "answer" not in grammar_for_kind("tool_call").split("root ::=")[1].split("\n")[0]
-    assert "tool-call" not in grammar_for_kind("answer").split("root ::=")[1].split("\n")[0]
-    with pytest.raises(ValueError):
-        grammar_for_kind("python")
+            assert turn.tool_call.name in (("search",) if kind == "search" else ("search", "visit"))
+        # what llama.cpp sampled under the grammar, the recognizer accepts
+        assert accepts(grammar, text.removeprefix("<think>\n") if prefilled else text), text

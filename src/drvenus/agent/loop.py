@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 # Tokens a chat template adds around each message (role header, end-of-turn marker).
 MESSAGE_OVERHEAD_TOKENS = 4
+# Seconds a model request may outlive the run's time limit (the run ends first).
+REQUEST_GRACE = 0.5
 
 
 class ToolExecutor(Protocol):
@@ -275,12 +277,14 @@ class _Run:
 
     async def _call_model(self, forced: bool) -> Generation:
         self.calls_made += 1
+        self.failing = False  # a call in flight when time runs out is a timeout, not an error
         try:
             gen = await self.model.generate(
                 self.messages,
                 self._params(),
                 constrained=self._constraint(forced),
-                timeout=self.remaining(),
+                # a little past the run's own limit, so that a slow model ends as "timeout"
+                timeout=self.remaining() + REQUEST_GRACE,
             )
         except LLMError as exc:
             self.failing = True

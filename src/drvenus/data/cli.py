@@ -1,21 +1,35 @@
-"""``drvenus data``: clean, export and inspect SFT trajectory data (mounted by drvenus.cli)."""
+"""``drvenus data``: clean, export and inspect SFT trajectory data (mounted by drvenus.cli).
+
+Bad input (missing or unreadable files, wrong columns, invalid option values) is one line on
+stderr and exit code 2; Ctrl-C during ``data clean`` writes nothing and exits 130.
+"""
 
 from __future__ import annotations
 
+import inspect
 import logging
+import operator
+import types
+from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import typer
+from pydantic import ValidationError
+from pydantic.fields import FieldInfo
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from drvenus.data.cli_meta import KEEP, Cli
 from drvenus.data.export import EXPORT_FORMATS, export_dataset
 from drvenus.data.insight import compute_stats, plot_stats
 from drvenus.data.judge import JudgeConfig
-from drvenus.data.pipeline import CleanOptions, NothingReadError, run_clean
-from drvenus.data.stages import ResamplePolicy
+from drvenus.data.options import CleanOptions, describe_validation_error
+from drvenus.data.pipeline import run_clean
+from drvenus.data.resample import ResamplePolicy
 
 data_app = typer.Typer(
     name="data",
@@ -25,141 +39,122 @@ data_app = typer.Typer(
 )
 console = Console(stderr=True)
 
+BAD_INPUT = 2
+INTERRUPTED = 130
 
-@data_app.command()
-def clean(
-    input: Annotated[Path, typer.Option("--input", "-i", help="Parquet/JSONL file or directory.")],
-    output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Output directory.")],
-    file_pattern: Annotated[
-        str, typer.Option(help="Glob when --input is a directory.")
-    ] = "train-*.parquet",
-    system_prompt_mode: Annotated[str, typer.Option(help="template | row")] = "template",
-    current_date: Annotated[
-        str | None, typer.Option(help="YYYY-MM-DD for the system prompt (default today).")
-    ] = None,
-    system_prompt_file: Annotated[
-        Path | None, typer.Option(help="Use this file verbatim as the system prompt.")
-    ] = None,
-    allowed_tools: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allowed-tools", help="Tools to keep, repeated or comma-separated (search,visit)."
-        ),
-    ] = None,
-    correctness: Annotated[
-        str | None,
-        typer.Option(
-            help="off | em | f1 | judge (default: judge if a judge is configured, else f1)."
-        ),
-    ] = None,
-    f1_threshold: Annotated[
-        float, typer.Option(help="Keep rows with answer F1 >= this (f1 mode).")
-    ] = 0.5,
-    judge_base_url: Annotated[
-        str | None,
-        typer.Option(help="OpenAI-compatible base URL (…/v1); env DRVENUS_JUDGE_BASE_URL."),
-    ] = None,
-    judge_model: Annotated[
-        str | None, typer.Option(help="Judge model name; env DRVENUS_JUDGE_MODEL.")
-    ] = None,
-    judge_concurrency: Annotated[int, typer.Option(help="Concurrent judge requests.")] = 16,
-    judge_retries: Annotated[int, typer.Option(help="Retries per judge request.")] = 3,
-    judge_timeout: Annotated[float, typer.Option(help="Seconds per judge request.")] = 60.0,
-    judge_cache: Annotated[
-        Path | None,
-        typer.Option(help="SQLite verdict cache (default <output-dir>/judge_cache.sqlite)."),
-    ] = None,
-    keep_judge_failures: Annotated[
-        bool,
-        typer.Option(
-            help="Keep rows whose judge call failed (default: drop them, counted as judge_failed)."
-        ),
-    ] = False,
-    strict_format: Annotated[
-        bool,
-        typer.Option(
-            help="Also drop rows whose assistant turns fail the protocol's strict format check."
-        ),
-    ] = False,
-    short_max_turns: Annotated[int, typer.Option()] = 50,
-    medium_max_turns: Annotated[int, typer.Option()] = 100,
-    short_multiplier: Annotated[int, typer.Option()] = 1,
-    medium_multiplier: Annotated[int, typer.Option()] = 2,
-    long_multiplier: Annotated[int, typer.Option()] = 5,
-    shuffle: Annotated[
-        bool, typer.Option(help="Shuffle the resampled rows (as DR-Venus).")
-    ] = False,
-    seed: Annotated[int, typer.Option()] = 42,
-    keep_intermediate: Annotated[
-        bool, typer.Option(help="Write stage1/stage2 parquet files.")
-    ] = False,
-    keep_metadata: Annotated[
-        bool,
-        typer.Option(
-            help="Keep _source_file/_source_row/_turns/_resample_multiplier/_sample_copy columns."
-        ),
-    ] = False,
-    write_jsonl: Annotated[bool, typer.Option(help="Also write cleaned_resampled.jsonl.")] = False,
-    workers: Annotated[
-        int | None, typer.Option(help="Worker processes (default: CPU cores).")
-    ] = None,
-    chunk_rows: Annotated[int, typer.Option(help="Rows per work chunk.")] = 32,
-) -> None:
-    """Normalise, prune, dedup, validate, filter by correctness and resample trajectories."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    judge = JudgeConfig.from_options(
-        judge_base_url,
-        judge_model,
-        concurrency=judge_concurrency,
-        retries=judge_retries,
-        timeout_s=judge_timeout,
-        cache_path=judge_cache,
-    )
-    opts = CleanOptions(
-        input=input,
-        output_dir=output_dir,
-        file_pattern=file_pattern,
-        system_prompt_mode=system_prompt_mode,
-        current_date=current_date,
-        system_prompt_file=system_prompt_file,
-        allowed_tools=tuple(
-            t.strip() for item in (allowed_tools or ["search,visit"]) for t in item.split(",")
-            if t.strip()
-        ),
-        policy=ResamplePolicy(
-            short_max_turns, medium_max_turns, short_multiplier, medium_multiplier, long_multiplier
-        ),
-        correctness=correctness,
-        f1_threshold=f1_threshold,
-        judge=judge,
-        keep_judge_failures=keep_judge_failures,
-        strict_format=strict_format,
-        shuffle=shuffle,
-        seed=seed,
-        keep_intermediate=keep_intermediate,
-        keep_metadata=keep_metadata,
-        write_jsonl=write_jsonl,
-        workers=workers,
-        chunk_rows=chunk_rows,
-    )
+
+def _fail(exc: BaseException | str) -> typer.Exit:
+    """Bad input: one line on stderr, exit code 2."""
+    text = str(exc) or type(exc).__name__
+    console.print(f"[red]error:[/red] {escape(text.strip().splitlines()[0])}", soft_wrap=True)
+    return typer.Exit(BAD_INPUT)
+
+
+# --------------------------------------------------------------------------- options of clean
+
+
+@dataclass(frozen=True)
+class _Param:
+    """One command-line option, derived from one field of an options class."""
+
+    owner: type  # the options class that declares the field
+    group: str  # "" for CleanOptions' own fields, else the CleanOptions field holding `owner`
+    field: str
+    flags: tuple[str, ...]
+    parameter: inspect.Parameter
+
+
+def _fields(cls: type) -> dict[str, FieldInfo]:
+    """The pydantic fields of a model or pydantic dataclass, in declaration order."""
+    return cls.model_fields if hasattr(cls, "model_fields") else cls.__pydantic_fields__
+
+
+def _cli_type(tp: Any) -> Any:
+    """The typer type of a field type: a Literal becomes its values' type (pydantic checks the
+    value), a variadic tuple a list; unions are mapped member by member."""
+    origin = get_origin(tp)
+    if origin is Literal:
+        return type(get_args(tp)[0])
+    if origin in (Union, types.UnionType):
+        return reduce(operator.or_, [_cli_type(a) for a in get_args(tp)])
+    if origin is tuple:
+        return list[get_args(tp)[0]]
+    return tp
+
+
+def _nested_class(tp: Any) -> type:
+    return next(a for a in (get_args(tp) or (tp,)) if a is not type(None))
+
+
+def _option_params(cls: type, group: str = "", prefix: str = "") -> list[_Param]:
+    """A typer option per field of ``cls`` (nested options objects expanded), in field order."""
+    params: list[_Param] = []
+    for name, info in _fields(cls).items():
+        spec = next((m for m in info.metadata if isinstance(m, Cli)), Cli())
+        if spec.hidden:
+            continue
+        if spec.expand is not None:
+            params += _option_params(_nested_class(info.annotation), name, spec.expand)
+            continue
+        pname = prefix + name
+        flags = spec.flags or ("--" + pname.replace("_", "-"),)
+        tp = _cli_type(info.annotation) if spec.type is KEEP else spec.type
+        if spec.default is not KEEP:
+            default = spec.default
+        else:
+            default = inspect.Parameter.empty if info.is_required() else info.default
+        shown = ",".join(info.default) if isinstance(info.default, tuple) else True
+        # no explicit flags: typer's own name, which gives a bool its --x/--no-x pair
+        option = typer.Option(*spec.flags, help=info.description, show_default=shown)
+        param = inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY,
+                                  annotation=Annotated[tp, option], default=default)
+        params.append(_Param(cls, group, name, flags, param))
+    return params
+
+
+_CLEAN_PARAMS = _option_params(CleanOptions)
+
+
+def _clean_options(values: dict[str, Any]) -> CleanOptions:
+    """The validated options of one ``data clean`` command line (exit 2 when invalid).
+    Unset options (None) take the field defaults; the judge endpoint and model may come from
+    the environment."""
+    groups: dict[str, dict[str, Any]] = {"": {}, "policy": {}, "judge": {}}
+    for p in _CLEAN_PARAMS:
+        value = values[p.parameter.name]
+        if value is not None:
+            groups[p.group][p.field] = value
+    judge = groups["judge"]
     try:
-        with Progress(
-            TextColumn("cleaning"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as bar:
-            task = bar.add_task("clean", total=None)
+        return CleanOptions(
+            **groups[""],
+            policy=ResamplePolicy(**groups["policy"]),
+            judge=JudgeConfig.from_options(judge.pop("base_url", None),
+                                           judge.pop("model", None), **judge),
+        )
+    except ValidationError as exc:
+        flags = {p.field: p.flags[0] for p in _CLEAN_PARAMS if p.owner.__name__ == exc.title}
+        raise _fail(describe_validation_error(exc, flags)) from None
 
-            def progress(done: int, total: int | None) -> None:
-                bar.update(task, completed=done, total=total)
 
-            stats = run_clean(opts, progress)
-    except (NothingReadError, ValueError, OSError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+def _run_with_progress(opts: CleanOptions) -> dict[str, Any]:
+    with Progress(
+        TextColumn("cleaning"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("clean", total=None)
+
+        def progress(done: int, total: int | None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return run_clean(opts, progress)
+
+
+def _print_clean_summary(stats: dict[str, Any]) -> None:
     table = Table(title="drvenus data clean")
     table.add_column("stage")
     table.add_column("rows", justify="right")
@@ -168,10 +163,31 @@ def clean(
     console.print(table)
     if stats["drop_reasons"]:
         console.print("dropped: " + ", ".join(f"{k}={v}" for k, v in stats["drop_reasons"].items()))
+    if stats["unexpected_errors"]:
+        console.print(f"[yellow]unexpected errors[/yellow] (rows dropped by a bug, see the log): "
+                      f"{stats['unexpected_errors']}")
     console.print(f"correctness: {stats['correctness']['mode']}")
     for name, err in stats["file_errors"].items():
-        console.print(f"[yellow]unreadable file[/yellow] {name}: {err}")
+        console.print(f"[yellow]unreadable file[/yellow] {name}: {escape(err)}")
     console.print(f"wrote {stats['artifacts']['final_parquet']}")
+
+
+def clean(**values: Any) -> None:
+    """Normalise, prune, dedup, validate, filter by correctness and resample trajectories."""
+    opts = _clean_options(values)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        stats = _run_with_progress(opts)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/yellow]: no output written")
+        raise typer.Exit(INTERRUPTED) from None
+    except (ValueError, OSError) as exc:
+        raise _fail(exc) from None
+    _print_clean_summary(stats)
+
+
+clean.__signature__ = inspect.Signature([p.parameter for p in _CLEAN_PARAMS])  # type: ignore[attr-defined]
+data_app.command("clean")(clean)
 
 
 @data_app.command()
@@ -187,8 +203,7 @@ def export(
     try:
         n = export_dataset(input, format, output, name=name)
     except (ValueError, OSError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+        raise _fail(exc) from None
     console.print(f"exported {n} rows as {format} to {output}")
 
 
@@ -206,8 +221,7 @@ def stats(
     try:
         st = compute_stats(input, tokenizer)
     except (ValueError, OSError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+        raise _fail(exc) from None
     s = st.summary()
     table = Table(title=f"{input.name}: {s['rows']} rows")
     table.add_column("metric")
@@ -228,5 +242,6 @@ def stats(
         try:
             console.print(f"plot written to {plot_stats(st, plot)}")
         except ImportError:
-            console.print('[red]error:[/] plotting needs matplotlib: pip install "drvenus[plot]"')
-            raise typer.Exit(2) from None
+            raise _fail('plotting needs matplotlib: pip install "drvenus[plot]"') from None
+        except (ValueError, OSError) as exc:
+            raise _fail(exc) from None

@@ -21,12 +21,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from drvenus.data.correctness import ANSWER_SPLIT
+from drvenus.data.reading import open_cleaned_parquet
+
 EXPORT_FORMATS = ("verl", "sharegpt", "swift", "hf")
 _ROLE_TO_SHAREGPT = {"system": "system", "user": "human", "assistant": "gpt", "tool": "observation"}
 
 
 def _batches(path: Path, batch_rows: int = 256) -> Iterator[list[dict[str, Any]]]:
-    pf = pq.ParquetFile(path)
+    pf = open_cleaned_parquet(path)
     cols = [c for c in ("question", "messages", "gt") if c in pf.schema_arrow.names]
     for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):
         yield batch.to_pylist()
@@ -86,10 +89,10 @@ def _write_verl(src: Path, dst: Path, data_source: str) -> int:
 
 
 def _write_hf(src: Path, out_dir: Path, name: str) -> int:
+    pf = open_cleaned_parquet(src)
     data_dir = out_dir / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     target = data_dir / "train-00000-of-00001.parquet"
-    pf = pq.ParquetFile(src)
     cols = [c for c in ("question", "messages", "gt") if c in pf.schema_arrow.names]
     schema = pf.schema_arrow
     schema = pa.schema([schema.field(c) for c in cols])
@@ -120,7 +123,7 @@ def _write_hf(src: Path, out_dir: Path, name: str) -> int:
         "`drvenus data export`: `question`, `messages` (system, user question, then "
         "assistant `<think>`/`<tool_call>` turns and user `<tool_response>` turns, final "
         "`<answer>`), `gt` (ground truth; several accepted answers joined by "
-        "`<|answer_split|>`).\n"
+        f"`{ANSWER_SPLIT}`).\n"
     )
     (out_dir / "README.md").write_text(card, encoding="utf-8")
     return n
@@ -128,10 +131,12 @@ def _write_hf(src: Path, out_dir: Path, name: str) -> int:
 
 def export_dataset(src: Path, fmt: str, output: Path, *, name: str = "drvenus-sft") -> int:
     """Write ``src`` (a cleaned parquet) as ``fmt`` to ``output`` (a file; a folder for
-    ``hf``). Returns the number of rows written."""
+    ``hf``). Returns the number of rows written. Raises ``ValueError`` for an unknown format
+    and :class:`~drvenus.data.reading.DataInputError` for an unusable ``src``."""
     if fmt not in EXPORT_FORMATS:
         choices = ", ".join(EXPORT_FORMATS)
         raise ValueError(f"unknown export format {fmt!r}; choose one of {choices}")
+    open_cleaned_parquet(src)  # bad input fails here, before any output exists
     if fmt == "hf":
         return _write_hf(src, output, name)
     output.parent.mkdir(parents=True, exist_ok=True)

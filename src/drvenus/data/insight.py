@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
+from drvenus.data.reading import DataInputError, open_cleaned_parquet
 from drvenus.protocol.serper import tool_call_objects
 
 log = logging.getLogger(__name__)
@@ -53,15 +52,18 @@ def _token_counter(tokenizer: Path | None):
     except ImportError:
         log.warning("the 'tokenizers' package is not installed; estimating tokens as chars / 4")
         return None, "estimate (chars / 4): install 'tokenizers' for exact counts"
-    tok = Tokenizer.from_file(str(tokenizer))
+    try:
+        tok = Tokenizer.from_file(str(tokenizer))
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises plain Exception
+        raise DataInputError(f"{tokenizer}: cannot load the tokenizer ({exc})") from None
     return (lambda text: len(tok.encode(text).ids)), f"tokenizer {tokenizer.name}"
 
 
 def compute_stats(path: Path, tokenizer: Path | None = None) -> DatasetStats:
     """Stream a cleaned parquet and collect per-row turns, tokens and tool-call counts."""
+    pf = open_cleaned_parquet(path)
     count, method = _token_counter(tokenizer)
     st = DatasetStats(token_method=method)
-    pf = pq.ParquetFile(path)
     for batch in pf.iter_batches(batch_size=256, columns=["messages"]):
         for msgs in batch.column(0).to_pylist():
             msgs = msgs or []

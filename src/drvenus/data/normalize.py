@@ -1,4 +1,5 @@
-"""Stage 1: normalise one input row (raw REDSearcher or already clean) into SFT form.
+"""Stage 2 of ``drvenus data clean``, normalise: one input row (raw REDSearcher or already
+clean) into SFT form.
 
 The rules reproduce DR-Venus's released cleaning script (``SFT/data_clean/
 prepare_trajectories.py``) so that the same rows and messages survive; the system prompt is ours
@@ -18,6 +19,7 @@ from drvenus.protocol import (
     wrap_tool_response,
 )
 from drvenus.protocol._json import loads_json5
+from drvenus.protocol.render import TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
 from drvenus.protocol.serper import (
     ANSWER_RE,
     THINK_RE,
@@ -30,20 +32,16 @@ from drvenus.protocol.serper import (
 _SUMMARY_BLOCK = re.compile(r"<summary>(.*?)</summary>", re.DOTALL | re.IGNORECASE)
 _ANSWER_BLOCK = ANSWER_RE
 
-# Benchmarks switch this off to measure the plain per-string path; results are identical.
-SURROGATE_FAST_PATH = True
-
 
 def fix_surrogates(text: str) -> str:
     """Join UTF-16 surrogate pairs into characters; drop lone surrogates."""
-    if SURROGATE_FAST_PATH:
-        if text.isascii():
-            return text
-        try:
-            text.encode("utf-8")
-            return text  # no surrogates: the round trip below is the identity
-        except UnicodeEncodeError:
-            pass
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text  # no surrogates: the round trip below is the identity
+    except UnicodeEncodeError:
+        pass
     try:
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
     except UnicodeError:
@@ -153,32 +151,39 @@ def clean_answer_turn(text: Any) -> str | None:
 
 def convert_tool_response(content: str) -> str:
     """A raw tool result as a protocol tool response; Serper markdown becomes search JSON."""
-    body = content.replace("<tool_response>", "").replace("</tool_response>", "").strip()
+    body = content.replace(TOOL_RESPONSE_OPEN, "").replace(TOOL_RESPONSE_CLOSE, "").strip()
     if WEB_RESULTS_MARKER in body:
         body = render_search(parse_serper_markdown(body))
     return wrap_tool_response(body)
 
 
+def _is_system(turn: Any) -> bool:
+    return isinstance(turn, dict) and turn.get("role") == "system"
+
+
 def normalize_raw_messages(messages: Any, system_prompt: str) -> list[dict[str, str]] | None:
     """Raw REDSearcher messages in protocol form, or None when the row cannot be used.
 
-    The first message is the question; the last must be a usable answer turn; a middle
-    assistant turn that cannot be cleaned is dropped, and so is a tool result that does not
-    follow a kept assistant turn; any other role fails the row.
+    A leading system message is replaced by ``system_prompt`` (see
+    :func:`choose_system_prompt`); the first message after it is the question; the last must be
+    a usable answer turn; a middle assistant turn that cannot be cleaned is dropped, and so is
+    a tool result that does not follow a kept assistant turn; any other role fails the row.
     """
     raw = _as_list(messages)
     if not isinstance(raw, list) or not raw:
         return None
+    first = 1 if _is_system(raw[0]) else 0
     out: list[dict[str, str]] = [{"role": "system", "content": system_prompt}]
     last = len(raw) - 1
-    for i, turn in enumerate(raw):
+    for i in range(first, len(raw)):
+        turn = raw[i]
         if not isinstance(turn, dict):
             return None
         content = turn.get("content")
         role = turn.get("role")
         if not isinstance(content, str):
             return None
-        if i == 0:
+        if i == first:
             out.append({"role": "user", "content": content})
         elif i == last:
             cleaned = clean_answer_turn(content)

@@ -1,7 +1,8 @@
-"""Stages 2-3 and resampling rules: prune disallowed tools, drop duplicate tool calls, validate
-the conversation structure, count turns. Pure functions over message lists.
+"""Stages 3-5 of ``drvenus data clean``: prune disallowed tools, dedup repeated tool calls,
+validate the conversation structure (and count turns). Pure functions over message lists.
 
-The rules (and drop-reason names) are DR-Venus's released cleaning script's.
+The rules (and drop-reason names) are DR-Venus's released cleaning script's. Pruning and dedup
+read only text content (any other content is left for validation to reject).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from drvenus.protocol.render import TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
 from drvenus.protocol.serper import (
     ANSWER_RE,
     THINK_RE,
@@ -28,7 +30,7 @@ def cached_call_reader() -> CallReader:
 
     def read(content: Any) -> list[dict[str, Any]]:
         if not isinstance(content, str):
-            return tool_call_objects(content or "")
+            return []
         hit = cache.get(content)
         if hit is None:
             hit = cache[content] = tool_call_objects(content)
@@ -37,11 +39,17 @@ def cached_call_reader() -> CallReader:
     return read
 
 
+def _text(m: Message) -> str:
+    """The message's content when it is text, else ''."""
+    content = m.get("content")
+    return content if isinstance(content, str) else ""
+
+
 def _tool_responses_after(messages: list[Message], i: int) -> int:
     """Index after the run of user ``<tool_response>`` messages starting at ``i``."""
     while i < len(messages):
         m = messages[i]
-        if m.get("role") == "user" and "<tool_response>" in (m.get("content", "") or ""):
+        if m.get("role") == "user" and TOOL_RESPONSE_OPEN in _text(m):
             i += 1
         else:
             break
@@ -86,7 +94,7 @@ def prune_disallowed_tools(
 
     def disallowed(m: Message) -> bool:
         names = [
-            n for n in (c.get("name") for c in read_calls(m.get("content", "")))
+            n for n in (c.get("name") for c in read_calls(_text(m)))
             if isinstance(n, str) and n
         ]
         bad = [n for n in names if n.lower() not in allowed]
@@ -109,7 +117,7 @@ def drop_duplicate_tool_calls(
 
     def duplicate(m: Message) -> bool:
         sigs = [
-            s for s in (legacy_signature(c) for c in read_calls(m.get("content", "")))
+            s for s in (legacy_signature(c) for c in read_calls(_text(m)))
             if s is not None
         ]
         if sigs and all(s in seen for s in sigs):
@@ -162,8 +170,8 @@ def validate_messages(messages: Any) -> str | None:
         if not isinstance(content, str):
             return f"non_str_content_at_{idx}"
         if expected == "user":
-            has_open = "<tool_response>" in content
-            has_close = "</tool_response>" in content
+            has_open = TOOL_RESPONSE_OPEN in content
+            has_close = TOOL_RESPONSE_CLOSE in content
             if idx == 1:
                 if has_open or has_close:
                     return "first_user_contains_tool_response"
@@ -186,43 +194,8 @@ def tool_names(messages: list[Message], read_calls: CallReader = tool_call_objec
     names = []
     for m in messages:
         if m.get("role") == "assistant":
-            for c in read_calls(m.get("content", "")):
+            for c in read_calls(_text(m)):
                 name = c.get("name")
                 if isinstance(name, str):
                     names.append(name)
     return names
-
-
-@dataclass(frozen=True)
-class ResamplePolicy:
-    """Turn-aware resampling: ``turns <= short_max`` x short, ``<= medium_max`` x medium, else
-    x long."""
-
-    short_max_turns: int = 50
-    medium_max_turns: int = 100
-    short_multiplier: int = 1
-    medium_multiplier: int = 2
-    long_multiplier: int = 5
-
-    def multiplier(self, turns: int) -> int:
-        if turns <= self.short_max_turns:
-            return self.short_multiplier
-        if turns <= self.medium_max_turns:
-            return self.medium_multiplier
-        return self.long_multiplier
-
-    def bucket(self, turns: int) -> str:
-        if turns <= self.short_max_turns:
-            return f"0-{self.short_max_turns}"
-        if turns <= self.medium_max_turns:
-            return f"{self.short_max_turns + 1}-{self.medium_max_turns}"
-        return f">{self.medium_max_turns}"
-
-    def as_dict(self) -> dict[str, int]:
-        return {
-            "short_max_turns": self.short_max_turns,
-            "medium_max_turns": self.medium_max_turns,
-            "short_multiplier": self.short_multiplier,
-            "medium_multiplier": self.medium_multiplier,
-            "long_multiplier": self.long_multiplier,
-        }

@@ -55,6 +55,22 @@ def usable_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def default_threads(cores: int | None = None, load: float | None = None) -> int:
+    """Threads for llama.cpp: the cores not already busy (1-minute load average), at least 1.
+
+    llama.cpp's threads meet at a barrier after every operation, so one thread that loses its
+    core stalls them all: measured on 2 cores with other work running, 2 threads generated 3
+    tokens/s and 1 thread 27; on idle cores 2 threads are about 40% faster than 1.
+    """
+    cores = cores or usable_cores()
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # Windows: no load average
+            load = 0.0
+    return max(1, min(cores, int(cores - load + 0.5)))
+
+
 def available_memory() -> int | None:
     """Bytes of memory available to new allocations, or None when the OS does not say."""
     try:
@@ -110,7 +126,7 @@ class LocalServer:
         self.path = self.info.path
         self.parallel = max(1, int(parallel))
         self.window = choose_window(self.info, self.parallel, window, available_memory())
-        self.n_threads = n_threads or usable_cores()
+        self.n_threads = n_threads or default_threads()
         params = xlc.CommonParams()
         params.model.path = str(self.path)
         params.n_ctx = self.window * self.parallel
@@ -268,6 +284,7 @@ __all__ = [
     "LocalServer",
     "available_memory",
     "choose_window",
+    "default_threads",
     "local_model",
     "usable_cores",
 ]
