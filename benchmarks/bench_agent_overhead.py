@@ -37,14 +37,24 @@ WORDS = (
 
 
 def load_tokenizer():  # noqa: ANN201
-    from llama_cpp import Llama
+    """SmolLM2's real BPE tokenizer: llama.cpp's own, through the in-process engine's
+    ``/tokenize`` route on its loopback port (a few hundred microseconds of HTTP per call)."""
+    import httpx
 
+    from drvenus.config import load_settings
     from drvenus.llm.embedded import embedded_model_path
+    from drvenus.llm.local import LocalServer
 
-    llm = Llama(model_path=str(embedded_model_path()), vocab_only=True, verbose=False)
+    server = LocalServer(embedded_model_path(load_settings().models_root()), window=512)
+    engine = server._server
+    key = server.api_key
+    client = httpx.Client(
+        base_url=engine.listening_address, headers={"Authorization": f"Bearer {key}"}
+    )
 
     def tokenize(text: str) -> int:
-        return len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+        reply = client.post("/tokenize", json={"content": text, "add_special": False})
+        return len(reply.json()["tokens"])
 
     return tokenize
 
@@ -77,7 +87,7 @@ class InstantModel:
         self.server_seconds += time.perf_counter() - t0
         return total
 
-    async def generate(self, messages, params: SamplingParams, *, constrained=None) -> Generation:  # noqa: ANN001
+    async def generate(self, messages, params: SamplingParams, **kw) -> Generation:  # noqa: ANN001
         if self.mode == "baseline":
             self.tokenize(chatml(messages))  # the harness re-counts the whole history
         self.n += 1
@@ -94,6 +104,9 @@ class InstantModel:
 
     def count_tokens(self, text: str) -> int:
         return self.tokenize(text)
+
+    async def context_window(self) -> int | None:
+        return None
 
     async def aclose(self) -> None:
         return None

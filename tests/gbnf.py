@@ -11,18 +11,18 @@ Supported: rules ``name ::= alternatives`` (one per line; a newline inside paren
 \\UHHHHHHHH``, ``.`` (any character), rule references, parentheses, and the postfix operators
 ``*``, ``+``, ``?``, ``{n}``, ``{m,}``, ``{m,n}``.
 
-Limits: no left recursion (detected and reported, not handled); no token-level constructs
-(``<[...]>`` token references, ``!`` negation); the parser is more lenient than llama.cpp's
-(``\\-`` and ``\\^`` are accepted everywhere, whitespace rules are looser), so whether
-llama.cpp itself parses a grammar is checked separately, with llama.cpp.
+Limits: left recursion is detected (RecursionError), not handled; no token-level constructs
+(``<[...]>``, ``!``); repetition counts are expanded breadth-first, so huge bounds on long
+texts are slow. The parser is more lenient than llama.cpp's: it takes ``\\^`` (which
+llama.cpp rejects as an unknown escape) and looser whitespace, so whether llama.cpp parses a
+grammar is checked with llama.cpp itself.
 """
 
 from __future__ import annotations
 
 import re
 
-_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "[": "[", "]": "]",
-            "-": "-", "^": "^"}
+_ESCAPES = dict(zip("nrt", "\n\r\t", strict=True)) | {c: c for c in '\\"[]-^'}
 _HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from stub_server import Reply, StubServer
-from test_cli import ANSWER, ROOT, corpus, drvenus, search_turn  # noqa: F401 - fixture
 
 from drvenus.agent import read_trace, replay_messages
+from stub_server import Reply, StubServer
+from test_cli import ANSWER, ROOT, corpus, drvenus, search_turn  # noqa: F401 - fixture
 
 
 def _free_port() -> int:

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from functools import lru_cache
+from functools import cache
 
 import pytest
-from gbnf import Grammar
 
 from drvenus.llm import SamplingParams
 from drvenus.llm.embedded import EMBEDDED_GRAMMAR_OPTIONS
 from drvenus.llm.grammar import grammar_for_kind, protocol_grammar
 from drvenus.protocol import build_system_prompt, check_turn_format, initial_messages, parse_turn
+from gbnf import Grammar
 
 SEARCH = (
     "<think>\nI should search.\n</think>\n<tool_call>\n"
@@ -28,7 +28,7 @@ VISIT = (
 ANSWER = "<think>\nDone.\n</think>\n<answer>\nBram Stoker\n</answer>"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compiled(grammar: str) -> Grammar:
     return Grammar(grammar)
 
@@ -336,70 +336,54 @@ def test_llama_cpp_reports_a_broken_grammar(server):
 
 # -- sampling with the real model ------------------------------------------------------------
 
-# Tight bounds keep each sample to a few dozen tokens (the whole section takes seconds).
-BOUNDS = {"max_think_chars": 120, "max_answer_chars": 80, "max_string_chars": 40}
+# The embedded model's own grammar options (plain queries, two list items), with bounds tight
+# enough that a sample is a few dozen tokens.
+SAMPLING_OPTIONS = {
+    **EMBEDDED_GRAMMAR_OPTIONS,
+    "max_think_chars": 120,
+    "max_answer_chars": 80,
+    "max_string_chars": 40,
+}
 QUESTION = initial_messages("Who wrote the novel Dracula?", build_system_prompt("2025-01-01"))
 
 
 @pytest.fixture(scope="module")
-def sampler(embedded_gguf):
-    """``get(options)``: a constrained local model with those grammar options (loaded once)."""
+def model(embedded_gguf):
+    """The embedded model, constrained by default; one slot, so the prompt is evaluated once."""
     from drvenus.llm.local import local_model
 
-    models: dict[tuple, object] = {}
-
-    def get(options: dict):
-        key = tuple(sorted(options.items()))
-        if key not in models:
-            models[key] = local_model(
-                embedded_gguf,
-                window=2048,
-                n_threads=1,
-                constrained_default=True,
-                grammar_options={**BOUNDS, **options},
-            )
-        return models[key]
-
-    yield get
-    for model in models.values():
-        asyncio.run(model.aclose())
+    llm = local_model(
+        embedded_gguf,
+        window=2048,
+        n_threads=1,
+        constrained_default=True,
+        grammar_options=SAMPLING_OPTIONS,
+    )
+    yield llm
+    asyncio.run(llm.aclose())
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("options", "kind", "prefilled", "n"),
-    [
-        ({}, None, False, 1),
-        ({}, "tool_call", False, 1),
-        ({}, "answer", False, 1),
-        ({}, None, True, 1),
-        ({"plain_queries": True, "max_list_items": 2}, "search", False, 1),
-    ],
+    ("kind", "prefilled", "seed"),
+    [(None, False, 0), ("tool_call", False, 1), ("search", False, 2), ("answer", False, 3),
+     (None, True, 4)],
 )
-def test_constrained_samples_are_valid(sampler, options, kind, prefilled, n):
-    model = sampler(options)
+def test_constrained_samples_are_valid(model, kind, prefilled, seed):
     model.prefilled_think = prefilled  # SmolLM2's template does not prefill: pretend it does
-    grammar = grammar_for_kind(kind or "any", prefilled, **BOUNDS, **options)
-
-    async def run() -> list[str]:
-        out = []
-        for seed in range(n):
-            params = SamplingParams(max_tokens=1024, seed=seed, temperature=0.8)
-            gen = await model.generate(QUESTION, params, constrained=kind)
-            assert gen.finish_reason == "stop", gen.text
-            out.append(gen.text)
-        return out
-
+    params = SamplingParams(max_tokens=512, seed=seed, temperature=0.8)
     try:
-        texts = asyncio.run(run())
+        gen = asyncio.run(model.generate(QUESTION, params, constrained=kind))
     finally:
         model.prefilled_think = False
-    for text in texts:
-        turn = parse_turn(text)
-        assert turn.ok, (turn.error, text)
-        assert kind is None or turn.kind == ("tool_call" if kind == "search" else kind)
-        assert check_turn_format(text, turn.kind == "answer"), text
-        if turn.kind == "tool_call":
-            assert turn.tool_call.name in (("search",) if kind == "search" else ("search", "visit"))
-        # what llama.cpp sampled under the grammar, the recognizer accepts
-        assert accepts(grammar, text.removeprefix("<think>\n") if prefilled else text), text
+    text = gen.text
+    assert gen.finish_reason == "stop", text
+    turn = parse_turn(text)
+    assert turn.ok, (turn.error, text)
+    assert kind is None or turn.kind == ("tool_call" if kind == "search" else kind), text
+    assert check_turn_format(text, turn.kind == "answer"), text
+    if turn.kind == "tool_call":
+        assert turn.tool_call.name in (("search",) if kind == "search" else ("search", "visit"))
+    # what llama.cpp sampled under the grammar, the recognizer accepts
+    grammar = grammar_for_kind(kind or "any", prefilled, **SAMPLING_OPTIONS)
+    assert accepts(grammar, text.removeprefix("<think>\n") if prefilled else text), text

@@ -139,7 +139,8 @@ class LocalServer:
         _set(params, "cache_ram_mib", 0)  # no extra host-memory prompt cache
         _set(params, "reasoning_format", xlc.common_reasoning_format.COMMON_REASONING_FORMAT_NONE)
         # The engine also listens on a random loopback port; a random key keeps it closed.
-        _set(params, "api_keys", [secrets.token_urlsafe(24)])
+        self.api_key = secrets.token_urlsafe(24)
+        _set(params, "api_keys", [self.api_key])
         start = time.perf_counter()
         try:
             self._server: Any = xlc.Server(params)
@@ -264,6 +265,7 @@ def local_model(
     constrained_default: bool = False,
     grammar_options: dict[str, Any] | None = None,
     timeout: float = 600.0,
+    extra_body: dict[str, Any] | None = None,
 ) -> OpenAICompatModel:
     """An :class:`OpenAICompatModel` over a GGUF loaded in this process (see module doc)."""
     server = LocalServer(path, window=window, parallel=parallel, n_threads=n_threads)
@@ -276,6 +278,7 @@ def local_model(
         constrained_default=constrained_default,
         prefilled_think=server.info.prefills_think(),
         grammar_options=grammar_options,
+        extra_body=extra_body,
     )
 
 
