@@ -36,7 +36,7 @@ WORDS = (
 ).split()
 
 
-def load_tokenizer():  # noqa: ANN201
+def load_tokenizer():
     """SmolLM2's real BPE tokenizer: llama.cpp's own, through the in-process engine's
     ``/tokenize`` route on its loopback port (a few hundred microseconds of HTTP per call)."""
     import httpx
@@ -70,7 +70,7 @@ class InstantModel:
 
     name = "instant"
 
-    def __init__(self, tokenize, steps: int, mode: str) -> None:  # noqa: ANN001
+    def __init__(self, tokenize, steps: int, mode: str) -> None:
         self.tokenize, self.steps, self.mode = tokenize, steps, mode
         self.n = 0
         self.server_seconds = 0.0
@@ -87,7 +87,7 @@ class InstantModel:
         self.server_seconds += time.perf_counter() - t0
         return total
 
-    async def generate(self, messages, params: SamplingParams, **kw) -> Generation:  # noqa: ANN001
+    async def generate(self, messages, params: SamplingParams, **kw) -> Generation:
         if self.mode == "baseline":
             self.tokenize(chatml(messages))  # the harness re-counts the whole history
         self.n += 1
@@ -126,7 +126,7 @@ class InstantTools:
         return protocol.render_search([(q, hits) for q in tool_call.arguments["query"]])
 
 
-def run_once(tokenize, steps: int, tokens_per_result: int, mode: str):  # noqa: ANN001, ANN201
+def run_once(tokenize, steps: int, tokens_per_result: int, mode: str):
     model = InstantModel(tokenize, steps, mode)
     config = AgentConfig(
         max_steps=steps + 1, max_context_tokens=10**9, backoff_base=0.0, current_date="2026-11-30"
@@ -134,7 +134,7 @@ def run_once(tokenize, steps: int, tokens_per_result: int, mode: str):  # noqa: 
     agent = ResearchAgent(model, InstantTools(tokens_per_result), config)
     marks: list[tuple[float, float]] = []  # (wall time, server time so far) at each step start
 
-    def on_event(event) -> None:  # noqa: ANN001
+    def on_event(event) -> None:
         if event.type == "step_started" and event.step >= 0:
             marks.append((time.perf_counter(), model.server_seconds))
 

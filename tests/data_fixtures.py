@@ -2,12 +2,22 @@
 
 ``raw_row`` turns a cleaned DR-Venus trajectory back into a raw REDSearcher row: search JSON
 rendered as Serper markdown, tool calls in legacy shapes, and optional faults (duplicate calls,
-disallowed tools, malformed turns). Also a tiny OpenAI-compatible judge stub server.
+disallowed tools, malformed turns). Also a tiny OpenAI-compatible judge stub server, and the
+command line that regenerates the golden values of tests/test_data_clean.py (see there):
+
+    python tests/data_fixtures.py build-reference-input DIR
+    python tests/data_fixtures.py reference-values OUT_DIR SHUFFLED_OUT_DIR
+
+The shared data folder is ``conftest.SHARED_DATA`` (one definition); tests that use these
+builders take the ``shared_data`` fixture, which skips them when the folder is absent.
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import json
+import pprint
 import random
 import threading
 from collections.abc import Callable
@@ -18,10 +28,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from conftest import SHARED_DATA  # tests/ is on sys.path: pytest, a script here, the benchmark
 from drvenus.protocol import parse_search_body, unwrap_tool_response
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-TRAJ_DIR = SHARED / "trajectories" / "dr-venus-sft"
+TRAJ_DIR = SHARED_DATA / "trajectories" / "dr-venus-sft"
 
 
 def load_trajectories(directory: Path = TRAJ_DIR) -> list[dict[str, Any]]:
@@ -337,3 +347,60 @@ def build_reference_input(directory: Path) -> Path:
     write_raw_parquet(rows[12:], directory / "train-00001.parquet")
     write_clean_parquet(clean_rows(trajs), directory / "train-00002.parquet")
     return directory
+
+
+# --------------------------------------------------------------------------- golden values
+
+# The stats.json keys of DR-Venus's script that tests/test_data_clean.py pins.
+REFERENCE_STAT_KEYS = (
+    "rows", "pruned_tool_turns_removed", "pruned_tool_response_turns_removed",
+    "pruned_tool_name_counts", "duplicate_tool_turns_removed", "drop_reasons",
+    "tools_after_cleaning", "turn_buckets", "multiplier_distribution",
+)
+
+
+def rows_digest(path: Path) -> str:
+    """sha256 of ``[[question, messages[1:], gt], ...]`` of a cleaned parquet (the system prompt
+    is left out: DR-Venus's is not ours)."""
+    rows = pq.read_table(path).to_pylist()
+    blob = json.dumps([[r["question"], r["messages"][1:], r["gt"]] for r in rows],
+                      ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def shuffled_order(path: Path) -> list[tuple[str, int, int]]:
+    """(file digit, source row, copy) of each row of a ``--keep-metadata`` output."""
+    rows = pq.read_table(path, columns=["_source_file", "_source_row", "_sample_copy"]).to_pylist()
+    return [(r["_source_file"][-9], r["_source_row"], r["_sample_copy"]) for r in rows]
+
+
+def reference_values(out: Path, shuffled: Path) -> dict[str, Any]:
+    """The golden values from two runs of the reference script (plain, and shuffled)."""
+    stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
+    return {
+        "REFERENCE_STATS": {k: stats[k] for k in REFERENCE_STAT_KEYS},
+        "REFERENCE_PER_FILE_DUPLICATES": {
+            name: st["duplicate_tool_turns_removed"] for name, st in stats["per_file"].items()
+        },
+        "REFERENCE_ROWS_SHA256": rows_digest(out / "cleaned_resampled.parquet"),
+        "REFERENCE_SHUFFLED": shuffled_order(shuffled / "cleaned_resampled.parquet"),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Inputs and golden values of the data tests.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("build-reference-input").add_argument("directory", type=Path)
+    ref = sub.add_parser("reference-values")
+    ref.add_argument("out", type=Path)
+    ref.add_argument("shuffled_out", type=Path)
+    args = ap.parse_args(argv)
+    if args.cmd == "build-reference-input":
+        print(build_reference_input(args.directory))
+        return
+    for name, value in reference_values(args.out, args.shuffled_out).items():
+        print(f"{name} = {pprint.pformat(value, width=100, sort_dicts=False)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -201,7 +201,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.stub._record(rec)
         return rec
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+    def do_GET(self) -> None:  # http.server naming
         self._recorded(None)
         if self.path.rstrip("/") == "/v1/models":
             model = {"id": self.stub.model, "object": "model", "owned_by": self.stub.owned_by}
@@ -209,7 +209,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server naming
+    def do_POST(self) -> None:  # http.server naming
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:

@@ -1,8 +1,36 @@
-"""drvenus data clean: stages, drop reasons, resampling, reference equivalence, judge, CLI."""
+r"""drvenus data clean: stages, drop reasons, resampling, reference equivalence, judge, CLI.
+
+Golden values (REFERENCE_*) and how to regenerate them
+======================================================
+
+They are DR-Venus's own output, never this repository's: ``SFT/data_clean/prepare_trajectories.py``
+of https://github.com/inclusionAI/DR-Venus at commit 6dfa2c2
+(6dfa2c24785ff057687b1c3641adba2b2c60bcc6), run unmodified in a scratch virtualenv on the input
+``build_reference_input()`` writes. From the project root, with ../shared/data present and the
+project's dev virtualenv as ``python``::
+
+    python3 -m venv /tmp/drvenus-ref
+    /tmp/drvenus-ref/bin/pip install pandas pyarrow numpy json5
+    git clone https://github.com/inclusionAI/DR-Venus /tmp/DR-Venus
+    git -C /tmp/DR-Venus checkout 6dfa2c2
+    S=/tmp/DR-Venus/SFT/data_clean/prepare_trajectories.py
+    python tests/data_fixtures.py build-reference-input /tmp/ref-in
+    /tmp/drvenus-ref/bin/python $S --input /tmp/ref-in --output-dir /tmp/ref-out \
+        --current-date 2026-03-01
+    /tmp/drvenus-ref/bin/python $S --input /tmp/ref-in --output-dir /tmp/ref-shuffled \
+        --current-date 2026-03-01 --shuffle --seed 42 --keep-metadata
+    python tests/data_fixtures.py reference-values /tmp/ref-out /tmp/ref-shuffled
+
+The last command prints the four REFERENCE_* constants below, ready to paste. (Last checked with
+pandas 3.1.1, numpy 2.4.6, pyarrow 26.0.1.) The script's system prompt is not ours, so the row
+digest leaves out ``messages[0]``; ``--current-date`` changes nothing after it.
+
+Tests that need the shared trajectories take the ``shared_data`` fixture (tests/conftest.py):
+without ../shared/data they are skipped, with the reason shown in pytest's summary.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from pathlib import Path
@@ -16,6 +44,7 @@ from data_fixtures import (
     build_reference_input,
     load_trajectories,
     raw_row,
+    rows_digest,
     serper_markdown,
     write_clean_parquet,
     write_raw_parquet,
@@ -35,8 +64,7 @@ from drvenus.data.stages import (
 from drvenus.protocol import parse_search_body, unwrap_tool_response
 from drvenus.protocol.serper import parse_serper_markdown
 
-# Produced by DR-Venus's SFT/data_clean/prepare_trajectories.py (commit 6dfa2c2) on
-# build_reference_input(); `--current-date` does not change messages after the system prompt.
+# From prepare_trajectories.py on build_reference_input() (see the module docstring).
 REFERENCE_STATS = {
     "rows": {"source": 32, "stage1_normalized": 27, "stage2_valid": 16, "final_resampled": 21},
     "pruned_tool_turns_removed": 5,
@@ -70,13 +98,6 @@ REFERENCE_SHUFFLED = [
 ]
 
 
-def _rows_digest(path: Path) -> str:
-    rows = pq.read_table(path).to_pylist()
-    blob = json.dumps([[r["question"], r["messages"][1:], r["gt"]] for r in rows],
-                      ensure_ascii=False)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
 @pytest.fixture(scope="module")
 def ref_input(tmp_path_factory, shared_data) -> Path:
     return build_reference_input(tmp_path_factory.mktemp("ref_input"))
@@ -94,7 +115,8 @@ def test_matches_reference_script(ref_input, tmp_path, workers):
     for name, dup in REFERENCE_PER_FILE_DUPLICATES.items():
         assert stats["per_file"][name]["duplicate_tool_turns_removed"] == dup
     assert stats["correctness"]["mode"] == "off"
-    assert _rows_digest(tmp_path / "cleaned_resampled.parquet") == REFERENCE_ROWS_SHA256
+    assert stats["unexpected_errors"] == 0
+    assert rows_digest(tmp_path / "cleaned_resampled.parquet") == REFERENCE_ROWS_SHA256
     assert pq.read_schema(tmp_path / "cleaned_resampled.parquet").names == [
         "question", "messages", "gt"]
 
@@ -130,16 +152,22 @@ def test_permutation_is_numpys_legacy_one():
 
 
 def test_serper_markdown_round_trip(shared_data):
-    traj = load_trajectories()[0]
-    for m in traj["messages"]:
-        entries = parse_search_body(unwrap_tool_response(m["content"]) or "")
-        if not entries:
-            continue
-        parsed = parse_serper_markdown(serper_markdown(entries, random.Random(0)))
-        assert [q for q, _ in parsed] == [e["query"] for e in entries]
-        for (_, hits), e in zip(parsed, entries, strict=True):
-            assert [h["url"] for h in hits] == [h["url"] for h in e["web_page_info_list"]]
-        break
+    """Every search response of every shared trajectory survives search JSON -> Serper markdown
+    -> parse_serper_markdown: queries, and each hit's title, url and snippet."""
+    checked = 0
+    for traj in load_trajectories():
+        for m in traj["messages"]:
+            entries = parse_search_body(unwrap_tool_response(m["content"]) or "")
+            if not entries:
+                continue
+            parsed = parse_serper_markdown(serper_markdown(entries, random.Random(checked)))
+            assert [q for q, _ in parsed] == [e["query"] for e in entries]
+            for (_, hits), e in zip(parsed, entries, strict=True):
+                expected = [{k: h[k] for k in ("title", "url", "snippet")}
+                            for h in e["web_page_info_list"]]
+                assert hits == expected
+            checked += 1
+    assert checked > 100  # the shared trajectories hold 234 search responses
 
 
 def test_serper_edge_cases():

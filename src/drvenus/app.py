@@ -103,7 +103,7 @@ def build_model(
     )
 
 
-def build_toolbox(settings: Settings, *, progress: bool = False):  # noqa: ANN201
+def build_toolbox(settings: Settings, *, progress: bool = False):
     """``search`` + ``visit`` over the settings' corpus, with the extractor they configure."""
     from drvenus.tools.toolbox import offline_toolbox
 
@@ -155,5 +155,5 @@ def _close_quietly(tools: Any) -> None:
     if close is not None:
         try:
             asyncio.run(close())
-        except Exception:  # noqa: BLE001 - already failing; closing is best effort
+        except Exception:  # already failing; closing is best effort
             log.debug("closing the toolbox failed", exc_info=True)

@@ -235,7 +235,7 @@ class ResultsFile:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Unbuffered, append mode: each row goes to the file with os-level writes.
-        self._fh: IO[bytes] = open(self.path, "a+b", buffering=0)  # noqa: SIM115 - see close()
+        self._fh: IO[bytes] = open(self.path, "a+b", buffering=0)  # see close()
         try:
             locked = _lock(self._fh)
         except OSError as exc:
@@ -435,19 +435,19 @@ class BatchRun:
     async def _research(self, item: Item) -> ResultRecord:
         try:
             return await self.agent.run(item.question)
-        except Exception as exc:  # noqa: BLE001 - one item's failure is its row, not the batch's
+        except Exception as exc:  # one item's failure is its row, not the batch's
             log.exception("question %s failed", item.id)
             return exception_record(item.question, exc)
 
     def _save(self, item: Item, record: ResultRecord) -> None:
         try:
             self.output.write(_row(item, record))
-        except Exception as exc:  # noqa: BLE001 - e.g. a value JSON cannot encode, a full disk
+        except Exception as exc:  # e.g. a value JSON cannot encode, a full disk
             log.exception("could not save the result of question %s", item.id)
             record = exception_record(item.question, exc, "could not save the result")
             try:
                 self.output.write(_row(item, record))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("could not save question %s at all; a rerun retries it", item.id)
                 self.summary.failed += 1
                 self.summary.terminations["exception"] += 1
@@ -461,7 +461,7 @@ class BatchRun:
         if self.on_done is not None:
             try:
                 self.on_done(item, record)
-            except Exception:  # noqa: BLE001 - a progress display must not end the batch
+            except Exception:  # a progress display must not end the batch
                 log.exception("on_done callback failed for question %s", item.id)
 
 

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import json
 import logging
 import sys
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -16,6 +21,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from drvenus import __version__
+
+if TYPE_CHECKING:
+    from drvenus.config import Settings
 
 app = typer.Typer(
     name="drvenus",
@@ -89,43 +97,104 @@ def _root(
 
 
 # ---------------------------------------------------------------- shared model/tool options
-ModelOpt = Annotated[
-    Path | None, typer.Option("--model", help="A GGUF model file to run in-process (llama.cpp).")
-]
-BaseUrlOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--base-url", help="OpenAI-compatible server (vLLM, SGLang, llama-server, Ollama)."
-    ),
-]
-ModelNameOpt = Annotated[
-    str | None, typer.Option("--model-name", help="Model name served at --base-url.")
-]
-CorpusOpt = Annotated[
-    Path | None,
-    typer.Option("--corpus", help="Corpus JSONL/parquet (id,title,url,text). Default: built-in."),
-]
-StepsOpt = Annotated[int | None, typer.Option("--max-steps", help="Tool-call step limit.")]
-ContextOpt = Annotated[
-    int | None, typer.Option("--max-context", help="Context budget in tokens.")
-]
-TimeOpt = Annotated[
-    float | None, typer.Option("--time-limit", help="Wall-clock limit per question (seconds).")
-]
-PromptOpt = Annotated[
-    Path | None,
-    typer.Option("--system-prompt-file", help="Replace the system prompt with this file's text."),
-]
-ConstrainedOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--constrained/--no-constrained",
-        help="Grammar-constrained decoding (default: on for the embedded model only).",
-    ),
-]
+# Declared once, added to every command that builds an agent (``@agent_options``); the values
+# arrive as one ``agent: AgentOptions``.
+AGENT_OPTIONS: dict[str, Any] = {
+    "model": Annotated[
+        Path | None,
+        typer.Option("--model", help="A GGUF model file to run in process (llama.cpp)."),
+    ],
+    "base_url": Annotated[
+        str | None,
+        typer.Option(
+            "--base-url", help="OpenAI-compatible server (vLLM, SGLang, llama-server, Ollama)."
+        ),
+    ],
+    "model_name": Annotated[
+        str | None, typer.Option("--model-name", help="Model name served at --base-url.")
+    ],
+    "corpus": Annotated[
+        Path | None,
+        typer.Option(
+            "--corpus", help="Corpus JSONL/parquet (id,title,url,text). Default: built-in."
+        ),
+    ],
+    "max_steps": Annotated[int | None, typer.Option("--max-steps", help="Tool-call step limit.")],
+    "max_context": Annotated[
+        int | None, typer.Option("--max-context", help="Context budget in tokens.")
+    ],
+    "time_limit": Annotated[
+        float | None, typer.Option("--time-limit", help="Wall-clock limit per question (seconds).")
+    ],
+    "system_prompt_file": Annotated[
+        Path | None,
+        typer.Option(
+            "--system-prompt-file", help="Replace the system prompt with this file's text."
+        ),
+    ],
+    "constrained": Annotated[
+        bool | None,
+        typer.Option(
+            "--constrained/--no-constrained",
+            help="Grammar-constrained decoding (default: on for the embedded model only).",
+        ),
+    ],
+}
 
 
-def _settings(**flags: object):  # noqa: ANN202
+@dataclass(frozen=True)
+class AgentOptions:
+    """The shared agent options of one command line."""
+
+    model: Path | None = None
+    base_url: str | None = None
+    model_name: str | None = None
+    corpus: Path | None = None
+    max_steps: int | None = None
+    max_context: int | None = None
+    time_limit: float | None = None
+    system_prompt_file: Path | None = None
+    constrained: bool | None = None
+
+    def settings(self) -> Settings:
+        from drvenus.config import load_settings
+
+        return load_settings(
+            model_path=self.model, base_url=self.base_url, model_name=self.model_name,
+            corpus=self.corpus, max_steps=self.max_steps, max_context=self.max_context,
+            time_limit=self.time_limit, constrained=self.constrained,
+        )
+
+    @property
+    def prompt_file(self) -> str | None:
+        return str(self.system_prompt_file) if self.system_prompt_file else None
+
+
+def agent_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give ``command`` (which takes ``agent: AgentOptions``) the shared agent options."""
+    signature = inspect.signature(command)
+    own = [p for name, p in signature.parameters.items() if name != "agent"]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+        for name, kind in AGENT_OPTIONS.items()
+    ]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> Any:
+        options = AgentOptions(**{name: kwargs.pop(name) for name in AGENT_OPTIONS})
+        return command(**kwargs, agent=options)
+
+    hints = typing.get_type_hints(command, include_extras=True)
+    hints.pop("agent", None)
+    wrapper.__annotations__ = {**hints, **AGENT_OPTIONS}
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[p.replace(annotation=hints.get(p.name, p.annotation)) for p in own] + added
+    )
+    del wrapper.__wrapped__  # typer must read the new signature, not the original's
+    return wrapper
+
+
+def _settings(**flags: object) -> Settings:
     from drvenus.config import load_settings
 
     return load_settings(**flags)
@@ -133,17 +202,10 @@ def _settings(**flags: object):  # noqa: ANN202
 
 # ---------------------------------------------------------------- ask
 @app.command()
+@agent_options
 def ask(
     question: Annotated[str, typer.Argument(help="The question to research.")],
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    model_name: ModelNameOpt = None,
-    corpus: CorpusOpt = None,
-    max_steps: StepsOpt = None,
-    max_context: ContextOpt = None,
-    time_limit: TimeOpt = None,
-    system_prompt_file: PromptOpt = None,
-    constrained: ConstrainedOpt = None,
+    agent: AgentOptions,
     trace: Annotated[
         Path | None, typer.Option("--trace", help="Append every trace event to this JSONL file.")
     ] = None,
@@ -160,21 +222,14 @@ def ask(
         _check_question(question)
         from drvenus.app import build_stack
 
-        settings = _settings(
-            model_path=model, base_url=base_url, model_name=model_name, corpus=corpus,
-            max_steps=max_steps, max_context=max_context, time_limit=time_limit,
-            constrained=constrained,
-        )
+        settings = agent.settings()
         live = not as_json and out.is_terminal
         if trace is not None:
             from drvenus.console import TraceWriter
 
             writer = TraceWriter(str(trace))  # an unwritable path fails here, before any work
         stack = build_stack(
-            settings,
-            system_prompt_file=str(system_prompt_file) if system_prompt_file else None,
-            progress=not as_json,
-            notify=_notice,
+            settings, system_prompt_file=agent.prompt_file, progress=not as_json, notify=_notice
         )
     except _known_errors() as exc:
         if writer is not None:
@@ -187,11 +242,11 @@ def ask(
 
         callbacks.append(LiveTrace(out, show_thinking=show_thinking))
 
-    def on_event(event) -> None:  # noqa: ANN001
+    def on_event(event) -> None:
         for cb in callbacks:
             cb(event)
 
-    async def go():  # noqa: ANN202
+    async def go():
         try:
             return await stack.agent.run(question, on_event)
         finally:
@@ -235,23 +290,16 @@ if TYPE_CHECKING:
 
 
 @app.command()
+@agent_options
 def run(
     questions: Annotated[
         Path, typer.Argument(help="JSONL with 'question' (or 'prompt'), optional 'id', 'answer'.")
     ],
     output: Annotated[Path, typer.Option("-o", "--output", help="Results JSONL (appended).")],
+    agent: AgentOptions,
     workers: Annotated[
         int, typer.Option("--workers", "-w", min=1, help="Concurrent questions.")
     ] = 4,
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    model_name: ModelNameOpt = None,
-    corpus: CorpusOpt = None,
-    max_steps: StepsOpt = None,
-    max_context: ContextOpt = None,
-    time_limit: TimeOpt = None,
-    system_prompt_file: PromptOpt = None,
-    constrained: ConstrainedOpt = None,
 ) -> None:
     """Research every question in a file, concurrently; rerun to resume where it stopped.
 
@@ -273,15 +321,7 @@ def run(
     except (OutputLockedError, OSError) as exc:
         raise _fail(exc) from None
     try:
-        code = _run_locked(
-            report.items, results, workers,
-            settings=dict(
-                model_path=model, base_url=base_url, model_name=model_name, corpus=corpus,
-                max_steps=max_steps, max_context=max_context, time_limit=time_limit,
-                constrained=constrained,
-            ),
-            system_prompt_file=system_prompt_file,
-        )
+        code = _run_locked(report.items, results, workers, agent)
     except KeyboardInterrupt:  # outside the batch (e.g. while loading the model)
         err.print("interrupted; rerun the same command to resume")
         code = 130
@@ -308,9 +348,7 @@ def _run_locked(
     items: list[Item],
     results: ResultsFile,
     workers: int,
-    *,
-    settings: dict[str, object],
-    system_prompt_file: Path | None,
+    agent: AgentOptions,
 ) -> int:
     """The batch on an output file this process holds the lock of; returns the exit code."""
     from drvenus.batch import BatchRun, plan
@@ -328,9 +366,7 @@ def _run_locked(
         from drvenus.app import build_stack
 
         stack = build_stack(
-            _settings(**settings),
-            system_prompt_file=str(system_prompt_file) if system_prompt_file else None,
-            progress=True,
+            agent.settings(), system_prompt_file=agent.prompt_file, progress=True,
             parallel=workers,
         )
     except _known_errors() as exc:
@@ -345,12 +381,12 @@ def _run_locked(
     )
     task = progress.add_task("run", total=len(todo.todo), last="")
 
-    def done(item, record) -> None:  # noqa: ANN001
+    def done(item, record) -> None:
         progress.update(task, advance=1, last=f"[dim]{record.termination}[/]")
 
     runner = BatchRun(stack.agent, todo, results, workers=workers, on_done=done)
 
-    async def go():  # noqa: ANN202
+    async def go():
         try:
             with progress:
                 return await runner.run()
@@ -425,11 +461,8 @@ def models_pull(
 
 
 def _mount_data_commands() -> None:
-    try:
-        from drvenus.data.cli import data_app
-    except ImportError as exc:  # pragma: no cover - only when the data extra is broken
-        log.debug("data commands unavailable: %s", exc)
-        return
+    from drvenus.data.cli import data_app
+
     app.add_typer(data_app, name="data")
 
 

@@ -112,7 +112,7 @@ class TraceWriter:
     """Writes every event as one JSON line to a file (``--trace``)."""
 
     def __init__(self, path: str) -> None:
-        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._fh = open(path, "a", encoding="utf-8")  # closed in close()
 
     def __call__(self, event: TraceEvent) -> None:
         self._fh.write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")

@@ -482,7 +482,7 @@ class ResearchAgent:
             state.last_error = "interrupted"
             await _shielded_emit(state, state.record("interrupted"))
             raise
-        except Exception as exc:  # noqa: BLE001 - recorded, never raised to the caller
+        except Exception as exc:  # recorded, never raised to the caller
             log.exception("agent run failed")
             state.last_error = f"{type(exc).__name__}: {exc}"
             record = state.record("exception")
@@ -515,5 +515,5 @@ async def _shielded_emit(state: _Run, record: ResultRecord) -> None:
     """Emit ``finished`` for an interrupted run (the callback may be async)."""
     try:
         await asyncio.shield(state.emit("finished", record=record.to_dict()))
-    except (asyncio.CancelledError, Exception):  # noqa: BLE001 - best effort while cancelled
+    except (asyncio.CancelledError, Exception):  # best effort while cancelled
         log.debug("could not emit the final event of an interrupted run", exc_info=True)

@@ -246,7 +246,7 @@ def _parquet_rows(path: Path, field_map: Mapping[str, str]) -> Iterator[Mapping[
 
     try:
         pfile = pq.ParquetFile(path)
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises several error types
+    except Exception as exc:  # pyarrow raises several error types
         raise CorpusError(f"cannot read parquet corpus {path}: {exc}") from exc
     available = set(pfile.schema_arrow.names)
     wanted = [field_map.get(f, f) for f in FIELDS]

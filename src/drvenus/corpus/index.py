@@ -314,7 +314,7 @@ def _expected_rows(spec: CorpusSpec) -> int | None:
             return BUILTIN_DOC_COUNT
         if spec.format == "jsonl" and not spec.path.name.lower().endswith(".gz"):
             return _file_digest(spec.path)[1] or None
-    except Exception:  # noqa: BLE001 - only cosmetics depend on it
+    except Exception:  # only cosmetics depend on it
         return None
     return None
 

@@ -166,6 +166,8 @@ def protocol_grammar(
     max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
     max_list_items: int = DEFAULT_MAX_LIST_ITEMS,
     plain_queries: bool = False,
+    answer_think_chars: int | None = None,
+    plain_answer: bool = False,
 ) -> str:
     """The GBNF grammar of one well-formed assistant turn.
 
@@ -177,6 +179,10 @@ def protocol_grammar(
     leaves free text unbounded (then ``max_tokens`` is the only limit). ``plain_queries``:
     search queries are words (letters of any script, digits, spaces, light punctuation), never
     identifiers like ``the_book_2026-11-30``: what a tiny model needs to search like a person.
+    ``answer_think_chars``: the think bound of a turn that can only be an answer (a forced final
+    answer) in place of ``max_think_chars``, so that a small model gets to its answer long
+    before its token cap. ``plain_answer``: the answer is one line of plain text (no ``<`` or
+    ``>``, no control characters): never markup, a stray tag or a second paragraph.
     """
     if not (allow_tool_call or allow_answer):
         raise ValueError("the grammar must allow a tool call, an answer, or both")
@@ -197,17 +203,23 @@ def protocol_grammar(
     )
 
     text_item = _tag_free_text(r, "text", excluded="")
-    r.add("think", _repeat(text_item, max_think_chars))
+    think_chars = max_think_chars
+    if not allow_tool_call and answer_think_chars is not None:
+        think_chars = answer_think_chars
+    r.add("think", _repeat(text_item, think_chars))
 
     if allow_answer:
+        answer_item = text_item
+        if plain_answer:
+            answer_item = r.add("answer-item", "[^<>\\x00-\\x1F\\x7F]")
         r.add(
             "answer",
             f"{_literal('<answer>' + chr(10))} answer-first "
-            f"{_repeat(text_item, None if max_answer_chars is None else max_answer_chars - 1)} "
+            f"{_repeat(answer_item, None if max_answer_chars is None else max_answer_chars - 1)} "
             f"{_literal(chr(10) + '</answer>')}",
         )
         # A non-blank first character keeps the answer body non-empty after strip().
-        r.add("answer-first", f"[^<{_BLANKS}]")
+        r.add("answer-first", f"[^<{'>' if plain_answer else ''}{_BLANKS}]")
 
     if allow_tool_call:
         r.add(

@@ -144,7 +144,7 @@ class LocalServer:
         start = time.perf_counter()
         try:
             self._server: Any = xlc.Server(params)
-        except Exception as exc:  # noqa: BLE001 - the binding raises RuntimeError/ValueError
+        except Exception as exc:  # the binding raises RuntimeError/ValueError
             raise LLMError(f"cannot load GGUF model {self.path}: {exc}") from None
         self.load_seconds = time.perf_counter() - start
         self._pool = ThreadPoolExecutor(self.parallel + 1, thread_name_prefix="llama")

@@ -23,6 +23,6 @@ def loads_json5(text: str) -> Any:
     if FAST_PATH:
         try:
             return _fast_loads(text)
-        except Exception:  # noqa: BLE001 - any failure falls back to the JSON5 decoder
+        except Exception:  # any failure falls back to the JSON5 decoder
             pass
     return json5.loads(text)

@@ -56,7 +56,7 @@ def _tool_call_body_ok(body: str) -> bool:
         return True
     try:
         obj = loads_json5(body)
-    except Exception:  # noqa: BLE001 - any decoding failure means malformed
+    except Exception:  # any decoding failure means malformed
         return False
     return isinstance(obj, dict) and "name" in obj and isinstance(obj.get("arguments", None), dict)
 

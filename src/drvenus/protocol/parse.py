@@ -91,7 +91,7 @@ def parse_turn(content: str) -> ParsedTurn:
         raw = call.group(1).strip()
         try:
             obj = loads_json5(raw)
-        except Exception as exc:  # noqa: BLE001 - json5 raises several types
+        except Exception as exc:  # json5 raises several types
             return ParsedTurn(
                 "error", content, thinking, error=f"tool call is not valid JSON: {exc}"
             )

@@ -204,7 +204,7 @@ def tool_call_objects(content: str | None) -> list[dict[str, Any]]:
         raw = m.group(1).strip().split("<code>")[0].strip()
         try:
             obj = loads_json5(raw)
-        except Exception:  # noqa: BLE001 - undecodable calls are skipped
+        except Exception:  # undecodable calls are skipped
             continue
         if isinstance(obj, dict):
             out.append(obj)

@@ -128,7 +128,7 @@ def normalize_arguments(name: str, arguments: Any) -> dict[str, Any]:
     if isinstance(arguments, str):
         try:
             arguments = loads_json5(arguments)
-        except Exception as exc:  # noqa: BLE001 - any decoding failure is a bad call
+        except Exception as exc:  # any decoding failure is a bad call
             raise ToolCallError(f"arguments are not a JSON object: {exc}") from exc
     if not isinstance(arguments, Mapping):
         raise ToolCallError("'arguments' must be a JSON object")

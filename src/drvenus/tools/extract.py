@@ -276,7 +276,7 @@ def _decode_object(text: str) -> dict[str, Any] | None:
     for decode in (json.loads, json5.loads):
         try:
             obj = decode(text)
-        except Exception:  # noqa: BLE001 - json5 raises several types
+        except Exception:  # json5 raises several types
             continue
         if isinstance(obj, dict):
             return obj

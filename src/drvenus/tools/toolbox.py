@@ -50,7 +50,7 @@ class Toolbox:
             return f"ERROR: {tool_call.name} failed: timed out after {self.timeout:g}s"
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the agent gets the error as text
+        except Exception as exc:  # the agent gets the error as text
             log.exception("tool %s failed", tool_call.name)
             reason = str(exc) or type(exc).__name__
             return f"ERROR: {tool_call.name} failed: {reason}"
@@ -62,7 +62,7 @@ class Toolbox:
             if close is not None:
                 try:
                     await close()
-                except Exception:  # noqa: BLE001 - closing is best effort
+                except Exception:  # closing is best effort
                     log.exception("closing tool %s failed", getattr(tool, "name", tool))
 
 

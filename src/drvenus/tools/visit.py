@@ -69,7 +69,7 @@ class LocalVisit:
         text = truncate_page(page_text(doc), self.max_page_tokens, self.chars_per_token)
         try:
             extraction = await self.extractor.extract(text, goal, url)
-        except Exception:  # noqa: BLE001 - one bad page must not fail the whole call
+        except Exception:  # one bad page must not fail the whole call
             log.exception("visit: extractor failed on %s", url)
             extraction = None
         if extraction is None:
