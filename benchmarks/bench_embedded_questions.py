@@ -348,6 +348,7 @@ async def run_variant(
         async with slots:
             record = (await stack.agent.run(q["question"], events.append)).to_dict()
         queries, urls, visited = _search_urls(events)
+        last = next((m for m in reversed(record["messages"]) if m["role"] == "assistant"), None)
         problem = answer_problem(record)
         answered = str(record["termination"]).startswith("answered")
         row = {
@@ -367,6 +368,7 @@ async def run_variant(
             "model_calls": record["usage"].get("calls"),
             "completion_tokens": record["usage"].get("completion_tokens"),
             "elapsed_seconds": record["elapsed_seconds"],
+            "final_turn": last["content"] if last else None,
         }
         done += 1
         mark = "ok " if row["correct"] else ("wf " if row["well_formed"] else "-- ")

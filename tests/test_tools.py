@@ -173,7 +173,7 @@ class RecordingExtractor:
 def test_visit_cuts_page_to_budget_and_handles_extractor_errors(index: CorpusIndex) -> None:
     url = "https://en.wikipedia.org/wiki/Rivermouth"
     recorder = RecordingExtractor(Extraction(evidence=None, summary="short"))
-    tool = LocalVisit(index, recorder, max_page_tokens=20, chars_per_token=4)
+    tool = LocalVisit(index, recorder, max_page_tokens=20)
     frames = parse_visit_body(run(tool({"url": [url], "goal": GOAL})))
     assert frames is not None and frames[0]["evidence"] is None and frames[0]["summary"] == "short"
     assert recorder.pages[0].startswith("Rivermouth is a small") and len(recorder.pages[0]) <= 80
@@ -185,9 +185,11 @@ def test_visit_cuts_page_to_budget_and_handles_extractor_errors(index: CorpusInd
 
 def test_truncate_page() -> None:
     text = "word " * 1000
-    cut = truncate_page(text, max_tokens=100, chars_per_token=4)
+    cut = truncate_page(text, max_tokens=100)
     assert len(cut) <= 400 and not cut.endswith("wor")
     assert truncate_page("short", 100) == "short"
+    cjk = "東京" * 1000  # 3 UTF-8 bytes a character: far fewer characters fit
+    assert len(truncate_page(cjk, max_tokens=100)) == 400 // 3
 
 
 # --- extractors --------------------------------------------------------------------------------

@@ -435,7 +435,7 @@ def index_build(
         info = build_index(corpus, field_map=field_map or None, force=force, progress=True)
     except _known_errors() as exc:
         raise _fail(exc) from None
-    state = "reused cached index" if getattr(info, "cached", False) else "built index"
+    state = "reused cached index" if info.cache_hit else "built index"
     out.print(
         f"[green]{state}[/]: {info.doc_count} documents · {info.path} "
         f"[dim]({info.build_seconds:.1f}s)[/]"

@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,11 +75,6 @@ class IndexInfo:
     rows: int
     malformed: int
     size_bytes: int
-
-    @property
-    def cached(self) -> bool:
-        """Alias of ``cache_hit``."""
-        return self.cache_hit
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,10 +411,6 @@ class CorpusIndex:
         self._index.reload()
         self._schema = self._index.schema
 
-    @classmethod
-    def open(cls, path: str | Path) -> CorpusIndex:
-        return cls(path)
-
     @property
     def doc_count(self) -> int:
         return self._index.searcher().num_docs
@@ -488,9 +479,6 @@ class CorpusIndex:
                 )
         return None
 
-    def info(self) -> IndexInfo:
-        return _info(self.path, self.meta, cache_hit=True)
-
 
 _OPEN: dict[Path, CorpusIndex] = {}
 _OPEN_LOCK = threading.Lock()
@@ -514,10 +502,3 @@ def open_index(
         index = CorpusIndex(info.path)
         _OPEN[info.path] = index
         return index
-
-
-def index_info_dict(info: IndexInfo) -> dict[str, Any]:
-    """``IndexInfo`` as plain JSON-ready data (for ``drvenus corpus info`` style output)."""
-    data = asdict(info)
-    data["path"] = str(info.path)
-    return data

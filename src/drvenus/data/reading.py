@@ -24,8 +24,6 @@ except ImportError:  # pragma: no cover - orjson is a dependency
 
 log = logging.getLogger(__name__)
 
-RAW_COLUMNS = ("meta", "messages")  # plus an optional system_prompt
-CLEAN_COLUMNS = ("question", "messages", "gt")
 INPUT_COLUMNS = ("meta", "messages", "system_prompt", "question", "gt")
 
 
@@ -62,18 +60,20 @@ def input_schema_problem(schema: pa.Schema) -> str | None:
     """Why a ``data clean`` input parquet cannot be used, or None. Raw input needs ``meta``
     (question, answer) and ``messages``; clean input ``question``, ``messages`` and ``gt``."""
     names = set(schema.names)
-    raw_missing = [c for c in RAW_COLUMNS if c not in names]
-    clean_missing = [c for c in CLEAN_COLUMNS if c not in names]
-    if raw_missing and clean_missing:
-        missing = raw_missing if len(raw_missing) < len(clean_missing) else clean_missing
-        return (
-            f"wrong schema: missing column(s) {', '.join(missing)} (raw input needs meta, "
-            f"messages; clean input needs question, messages, gt; found: {_columns(schema)})"
-        )
-    if not _is_list_of_struct(schema.field("messages").type, ("role", "content")):
-        kind = schema.field("messages").type
+    missing = [] if "messages" in names else ["messages"]
+    if "meta" not in names:
+        clean_missing = [c for c in ("question", "gt") if c not in names]
+        if len(clean_missing) == 2:
+            missing.append("meta (raw input) or question, gt (clean input)")
+        else:
+            missing += clean_missing
+    if missing:
+        return (f"wrong schema: missing column(s) {' and '.join(missing)} "
+                f"(found: {_columns(schema)})")
+    kind = schema.field("messages").type
+    if not _is_list_of_struct(kind, ("role", "content")):
         return f"wrong schema: messages is {kind}, not a list of {{role, content}}"
-    if not clean_missing:
+    if "question" in names and "gt" in names:
         return None
     meta = schema.field("meta").type
     if not (pa.types.is_struct(meta) and all(meta.get_field_index(f) >= 0

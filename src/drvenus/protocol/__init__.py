@@ -30,6 +30,7 @@ from drvenus.protocol.render import (
     wrap_tool_response,
 )
 from drvenus.protocol.tools import (
+    MISSING_ARGUMENT,
     SEARCH,
     TOOL_NAMES,
     TOOL_SPECS,
@@ -38,6 +39,7 @@ from drvenus.protocol.tools import (
     ToolCallError,
     normalize_arguments,
     normalize_tool_call,
+    tool_error_message,
     unknown_tool_message,
 )
 
@@ -46,6 +48,7 @@ STOP_STRINGS: tuple[str, ...] = ("<tool_response>", "\n<tool_response>")
 __all__ = [
     "CONTEXT_LIMIT_MESSAGE",
     "FORMAT_ERROR_MESSAGE",
+    "MISSING_ARGUMENT",
     "SEARCH",
     "STEP_LIMIT_MESSAGE",
     "STOP_STRINGS",
@@ -75,6 +78,7 @@ __all__ = [
     "render_visit_failure",
     "repair_turn",
     "search_entry",
+    "tool_error_message",
     "tools_section",
     "unknown_tool_message",
     "unwrap_tool_response",

@@ -108,6 +108,21 @@ def unknown_tool_message(name: object) -> str:
     return f"Unknown tool '{name}'. Available tools: {', '.join(TOOL_NAMES)}"
 
 
+# What each tool needs, said to the model when a call lacks it.
+MISSING_ARGUMENT = {
+    SEARCH: "search needs 'query': a list of search queries",
+    VISIT: "visit needs 'url': a URL or a list of URLs",
+}
+
+
+def tool_error_message(name: str, reason: str) -> str:
+    """The tool response for a call that failed (bad arguments, a crash, a timeout): one line
+    the model can read and react to."""
+    if reason in MISSING_ARGUMENT.values():
+        return f"ERROR: {reason}"
+    return f"ERROR: {name} failed: {reason}"
+
+
 def _as_str_list(value: Any, what: str) -> list[str]:
     if isinstance(value, str):
         items = [value]

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from drvenus.corpus import Hit
-from drvenus.protocol import SEARCH, render_search
+from drvenus.protocol import MISSING_ARGUMENT, SEARCH, render_search, tool_error_message
 
 
 class SearchIndex(Protocol):
@@ -32,6 +32,6 @@ class LocalSearch:
         if isinstance(queries, str):
             queries = [queries]
         if not queries:
-            return "ERROR: search needs 'query': a list of search queries"
+            return tool_error_message(SEARCH, MISSING_ARGUMENT[SEARCH])
         results = await asyncio.gather(*(self.search_one(str(q)) for q in queries))
         return render_search(list(zip(queries, results, strict=True)))

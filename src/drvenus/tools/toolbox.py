@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from drvenus.corpus import CorpusIndex, CorpusSource, open_index
-from drvenus.protocol import ToolCall, unknown_tool_message
+from drvenus.protocol import ToolCall, tool_error_message, unknown_tool_message
 from drvenus.tools.base import Tool
 from drvenus.tools.extract import Extractor
 from drvenus.tools.search import LocalSearch
@@ -47,13 +47,13 @@ class Toolbox:
             return await asyncio.wait_for(tool(tool_call.arguments), timeout=self.timeout)
         except TimeoutError:
             log.warning("tool %s timed out after %.0fs", tool_call.name, self.timeout)
-            return f"ERROR: {tool_call.name} failed: timed out after {self.timeout:g}s"
+            return tool_error_message(tool_call.name, f"timed out after {self.timeout:g}s")
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the agent gets the error as text
             log.exception("tool %s failed", tool_call.name)
             reason = str(exc) or type(exc).__name__
-            return f"ERROR: {tool_call.name} failed: {reason}"
+            return tool_error_message(tool_call.name, reason)
 
     async def aclose(self) -> None:
         """Close tools that hold resources (an ``aclose`` coroutine method)."""

@@ -8,13 +8,20 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from drvenus.corpus import Document, is_web_url
-from drvenus.protocol import VISIT, join_visits, render_visit, render_visit_failure
+from drvenus.protocol import (
+    MISSING_ARGUMENT,
+    VISIT,
+    join_visits,
+    render_visit,
+    render_visit_failure,
+    tool_error_message,
+)
+from drvenus.text import BYTES_PER_TOKEN, estimate_tokens
 from drvenus.tools.extract import ExtractiveExtractor, Extractor
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PAGE_TOKENS = 95_000
-CHARS_PER_TOKEN = 4.0
 
 
 class PageStore(Protocol):
@@ -28,13 +35,14 @@ def page_text(doc: Document) -> str:
     return doc.text
 
 
-def truncate_page(text: str, max_tokens: int, chars_per_token: float = CHARS_PER_TOKEN) -> str:
-    """Cut ``text`` to about ``max_tokens`` tokens (estimated from characters)."""
-    limit = int(max_tokens * chars_per_token)
-    if len(text) <= limit:
+def truncate_page(text: str, max_tokens: int) -> str:
+    """Cut ``text`` to about ``max_tokens`` tokens (the package's estimate: UTF-8 bytes / 4),
+    at a space near the cut when there is one."""
+    if estimate_tokens(text) <= max_tokens:
         return text
-    cut = text[:limit]
-    space = cut.rfind(" ", max(0, limit - 200))
+    limit = int(max_tokens * BYTES_PER_TOKEN)
+    cut = text.encode("utf-8")[:limit].decode("utf-8", errors="ignore")
+    space = cut.rfind(" ", max(0, len(cut) - 200))
     return cut[:space] if space > 0 else cut
 
 
@@ -52,12 +60,10 @@ class LocalVisit:
         extractor: Extractor | None = None,
         *,
         max_page_tokens: int = DEFAULT_PAGE_TOKENS,
-        chars_per_token: float = CHARS_PER_TOKEN,
     ) -> None:
         self.index = index
         self.extractor = extractor if extractor is not None else ExtractiveExtractor()
         self.max_page_tokens = max_page_tokens
-        self.chars_per_token = chars_per_token
 
     async def visit_one(self, url: str, goal: str) -> str:
         if not is_web_url(url):
@@ -66,7 +72,7 @@ class LocalVisit:
         if doc is None:
             log.info("visit: %s is not in the corpus", url)
             return render_visit_failure(url, goal)
-        text = truncate_page(page_text(doc), self.max_page_tokens, self.chars_per_token)
+        text = truncate_page(page_text(doc), self.max_page_tokens)
         try:
             extraction = await self.extractor.extract(text, goal, url)
         except Exception:  # one bad page must not fail the whole call
@@ -82,7 +88,7 @@ class LocalVisit:
             urls = [urls]
         goal = str(arguments.get("goal") or "").strip()
         if not urls:
-            return "ERROR: visit needs 'url': a URL or a list of URLs"
+            return tool_error_message(VISIT, MISSING_ARGUMENT[VISIT])
         frames = await asyncio.gather(*(self.visit_one(str(u).strip(), goal) for u in urls))
         return join_visits(frames)
 

@@ -1,0 +1,180 @@
+"""drvenus data clean|export|stats on bad input: one readable line on stderr, exit code 2, no
+output; the options of ``data clean`` come from one declaration (CleanOptions)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from drvenus.data.cli import data_app
+from drvenus.data.judge import JudgeConfig
+from drvenus.data.options import CleanOptions
+from drvenus.data.resample import ResamplePolicy
+
+runner = CliRunner()
+
+
+def tiny_clean_row(k: int) -> dict:
+    """A valid already-clean row: question, one search call and its response, the answer."""
+    call = ('<think>\nlook it up\n</think>\n<tool_call>\n{"name": "search", "arguments": '
+            f'{{"query": ["q{k}"]}}}}\n</tool_call>')
+    return {"question": f"Q{k}?", "gt": f"A{k}", "messages": [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": f"Q{k}?"},
+        {"role": "assistant", "content": call},
+        {"role": "user", "content": "<tool_response>\n[]\n</tool_response>"},
+        {"role": "assistant", "content": f"<think>\ndone\n</think>\n<answer>\nA{k}\n</answer>"},
+    ]}
+
+
+def write_parquet(rows: list[dict], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+@pytest.fixture
+def good_input(tmp_path) -> Path:
+    return write_parquet([tiny_clean_row(k) for k in range(3)], tmp_path / "in" / "train-0.parquet")
+
+
+@pytest.fixture(autouse=True)
+def _no_judge_env(monkeypatch, tmp_path):
+    for var in ("DRVENUS_JUDGE_BASE_URL", "DRVENUS_JUDGE_MODEL", "DRVENUS_JUDGE_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)  # no stray .env
+
+
+def one_error_line(res) -> str:
+    lines = res.stderr.strip().splitlines()
+    assert res.exit_code == 2, res.output
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert "Traceback" not in res.output
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- one declaration
+
+
+def _option_fields() -> set[str]:
+    fields = {f for f in CleanOptions.model_fields if f not in ("policy", "judge")}
+    fields |= {f.name for f in dataclasses.fields(ResamplePolicy)}
+    fields |= {f"judge_{f.name}" for f in dataclasses.fields(JudgeConfig)
+               if f.name not in ("api_key", "max_tokens")}
+    return fields
+
+
+def test_clean_options_come_from_the_options_classes():
+    params = typer.main.get_command(data_app).commands["clean"].params
+    assert {p.name for p in params} - {"help"} == _option_fields()
+    by_name = {p.name: p for p in params}
+    for name, info in CleanOptions.model_fields.items():
+        if name in by_name and not info.is_required() and not isinstance(info.default, tuple):
+            assert by_name[name].default == info.default, name
+    assert by_name["short_max_turns"].default == ResamplePolicy().short_max_turns
+    assert by_name["judge_timeout_s"].opts == ["--judge-timeout"]
+    assert by_name["shuffle"].secondary_opts == ["--no-shuffle"]
+
+
+def test_clean_runs_with_cli_values(good_input, tmp_path):
+    out = tmp_path / "out"
+    res = runner.invoke(data_app, ["clean", "-i", str(good_input), "-o", str(out), "--correctness",
+                                   "em", "--allowed-tools", "search,visit", "--allowed-tools", "x",
+                                   "--long-multiplier", "3", "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    assert pq.read_metadata(out / "cleaned_resampled.parquet").num_rows == 3
+
+
+def test_options_are_validated_in_the_library_too():
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        CleanOptions(input=Path("x"), output_dir=Path("y"), workers=0)
+    with pytest.raises(ValueError, match="at least short_max_turns"):
+        ResamplePolicy(short_max_turns=10, medium_max_turns=5)
+    assert "secret" not in repr(JudgeConfig("http://j/v1", "m", api_key="secret"))
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (["--workers", "0"], "--workers"),
+    (["--workers", "-3"], "--workers"),
+    (["--chunk-rows", "0"], "--chunk-rows"),
+    (["--f1-threshold", "1.5"], "--f1-threshold"),
+    (["--seed", "-1"], "--seed"),
+    (["--correctness", "maybe"], "--correctness"),
+    (["--system-prompt-mode", "mine"], "--system-prompt-mode"),
+    (["--current-date", "2026-02-30"], "--current-date"),
+    (["--allowed-tools", " , "], "--allowed-tools"),
+    (["--long-multiplier", "-1"], "--long-multiplier"),
+    (["--short-max-turns", "60", "--medium-max-turns", "50"], "short_max_turns"),
+    (["--judge-base-url", "http://j/v1", "--judge-model", "m", "--judge-concurrency", "0"],
+     "--judge-concurrency"),
+    (["--correctness", "judge"], "--judge-base-url"),
+])
+def test_bad_options_exit_2_before_any_output(good_input, tmp_path, args, flag):
+    out = tmp_path / "out"
+    res = runner.invoke(data_app, ["clean", "-i", str(good_input), "-o", str(out), *args])
+    assert flag in one_error_line(res)
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------- wrong columns
+
+
+def test_clean_on_wrong_columns_names_file_and_columns(tmp_path):
+    bad = write_parquet([{"a": 1, "b": "x"}], tmp_path / "in" / "train-0.parquet")
+    out = tmp_path / "out"
+    line = one_error_line(runner.invoke(data_app, ["clean", "-i", str(bad), "-o", str(out)]))
+    assert "train-0.parquet" in line and "wrong schema" in line
+    assert ("missing column(s) messages and meta (raw input) or question, gt (clean input) "
+            "(found: a, b)") in line
+    assert not out.exists()
+    no_gt = write_parquet([{k: v for k, v in tiny_clean_row(0).items() if k != "gt"}],
+                          tmp_path / "in2" / "train-0.parquet")
+    line = one_error_line(runner.invoke(data_app, ["clean", "-i", str(no_gt), "-o", str(out)]))
+    assert "missing column(s) gt" in line
+
+
+def test_clean_skips_a_wrong_file_among_good_ones(good_input, tmp_path):
+    write_parquet([{"a": 1}], good_input.parent / "train-1.parquet")
+    out = tmp_path / "out"
+    res = runner.invoke(data_app, ["clean", "-i", str(good_input.parent), "-o", str(out),
+                                   "--correctness", "off", "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    assert "train-1.parquet" in res.stderr and "wrong schema" in res.stderr
+    assert pq.read_metadata(out / "cleaned_resampled.parquet").num_rows == 3
+
+
+def test_clean_on_missing_input(tmp_path):
+    out = tmp_path / "out"
+    line = one_error_line(runner.invoke(data_app, ["clean", "-i", str(tmp_path / "nope"),
+                                                   "-o", str(out)]))
+    assert "no input files found" in line and not out.exists()
+
+
+@pytest.mark.parametrize("command", ["export", "stats"])
+def test_export_and_stats_on_bad_input(tmp_path, command):
+    extra = ["-f", "verl", "-o", str(tmp_path / "o" / "x.parquet")] if command == "export" else []
+    wrong = write_parquet([{"question": "q", "gt": "a"}], tmp_path / "wrong.parquet")
+    line = one_error_line(runner.invoke(data_app, [command, "-i", str(wrong), *extra]))
+    assert "wrong.parquet" in line and "missing column(s) messages" in line
+    garbage = tmp_path / "garbage.parquet"
+    garbage.write_bytes(b"not parquet")
+    line = one_error_line(runner.invoke(data_app, [command, "-i", str(garbage), *extra]))
+    assert "garbage.parquet" in line and "not a readable parquet file" in line
+    line = one_error_line(runner.invoke(data_app, [command, "-i", str(tmp_path / "none.parquet"),
+                                                   *extra]))
+    assert "none.parquet" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_export_hf_on_wrong_columns_creates_nothing(tmp_path):
+    wrong = write_parquet([{"messages": ["not a message"]}], tmp_path / "wrong.parquet")
+    res = runner.invoke(data_app, ["export", "-i", str(wrong), "-f", "hf", "-o",
+                                   str(tmp_path / "hf")])
+    assert "not a list of {role, content}" in one_error_line(res)
+    assert not (tmp_path / "hf").exists()
