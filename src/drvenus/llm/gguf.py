@@ -2,7 +2,7 @@
 
 The in-process backend needs a few facts before it loads a model: the trained context length
 and the KV-cache size per token (to size the window to the machine's memory), and the chat
-template (to know whether it opens the assistant turn inside ``<think>``). The format is
+template (to know whether it opens the assistant turn inside the think block). The format is
 documented in llama.cpp's ``gguf`` spec: a header, then typed key/value pairs.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from drvenus.llm.base import LLMError
+from drvenus.protocol import template_prefills_think
 
 GGUF_MAGIC = b"GGUF"
 
@@ -74,14 +75,8 @@ class GGUFInfo:
         return int(layers) * int(kv_heads) * (int(key_len) + int(value_len)) * 2
 
     def prefills_think(self) -> bool:
-        """Whether the chat template's generation prompt ends inside an open ``<think>``
-        (Qwen3-Thinking does; the model's turn then starts with the thought itself)."""
-        template = self.chat_template or ""
-        cut = template.rfind("add_generation_prompt")
-        if cut < 0:
-            return False
-        tail = template[cut:]
-        return "<think>" in tail and "</think>" not in tail.split("<think>", 1)[1][:40]
+        """Whether the chat template opens the assistant turn inside the think block."""
+        return template_prefills_think(self.chat_template or "")
 
 
 def _read(fh: BinaryIO, fmt: str) -> Any:

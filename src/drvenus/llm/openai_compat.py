@@ -32,6 +32,7 @@ import httpx
 from drvenus.llm.base import Constraint, Generation, LLMError, SamplingParams, grammar_kind
 from drvenus.llm.grammar import grammar_for_kind
 from drvenus.llm.retry import RetryPolicy, with_retries
+from drvenus.protocol import assistant_text
 from drvenus.text import estimate_tokens, one_line
 
 log = logging.getLogger(__name__)
@@ -238,7 +239,7 @@ class OpenAICompatModel:
         ``api_key``: sent as a bearer token (HTTP); never read from the environment here.
         ``timeout``: seconds for one whole request; ``max_retries``: extra attempts on
         transient failures (0: the caller retries). ``prefilled_think``: the chat template opens
-        the turn with ``<think>\\n`` (Qwen3-Thinking): the grammar variant without it is sent
+        the turn inside the think block (Qwen3-Thinking): the grammar variant without it is sent
         and the tag is restored in the returned text. ``grammar``: a GBNF grammar replacing the
         protocol one; ``grammar_options``: bounds for :func:`~drvenus.llm.grammar.protocol_grammar`.
         ``tokenizer``: exact token counts, else estimated. ``extra_body``: merged into every
@@ -351,10 +352,9 @@ class OpenAICompatModel:
         if not isinstance(text, str):  # content parts (rare): join the text pieces
             text = "".join(p.get("text", "") for p in text if isinstance(p, Mapping))
         reasoning = message.get("reasoning_content") or message.get("reasoning")
-        if isinstance(reasoning, str) and reasoning.strip() and "<think>" not in text:
-            text = f"<think>\n{reasoning.strip()}\n</think>\n{text.lstrip()}"
-        elif self.prefilled_think and text and not text.lstrip().startswith("<think>"):
-            text = "<think>\n" + text  # the chat template put it in the prompt
+        if not isinstance(reasoning, str):
+            reasoning = None
+        text = assistant_text(text, reasoning, prefilled_think=self.prefilled_think)
         usage = data.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
         extra: dict[str, Any] = {"model": data.get("model", self.model)}

@@ -4,11 +4,18 @@ Pure functions and data only (no I/O beyond reading a prompt file the caller nam
 """
 
 from drvenus.protocol.format import check_turn_format
-from drvenus.protocol.parse import ParsedTurn, extract_answer, parse_turn, repair_turn
+from drvenus.protocol.parse import (
+    ParsedTurn,
+    assistant_text,
+    extract_answer,
+    parse_turn,
+    repair_turn,
+)
 from drvenus.protocol.prompt import (
     build_system_prompt,
     initial_messages,
     load_system_prompt,
+    template_prefills_think,
     tools_section,
 )
 from drvenus.protocol.render import (
@@ -59,6 +66,7 @@ __all__ = [
     "ParsedTurn",
     "ToolCall",
     "ToolCallError",
+    "assistant_text",
     "build_system_prompt",
     "check_turn_format",
     "classify_tool_response",
@@ -78,6 +86,7 @@ __all__ = [
     "render_visit_failure",
     "repair_turn",
     "search_entry",
+    "template_prefills_think",
     "tool_error_message",
     "tools_section",
     "unknown_tool_message",

@@ -33,6 +33,19 @@ class ParsedTurn:
         return self.kind != "error"
 
 
+def assistant_text(
+    content: str, reasoning: str | None = None, *, prefilled_think: bool = False
+) -> str:
+    """The assistant turn as the protocol writes it, from what a server returned: reasoning the
+    server split off (``reasoning_content``) goes back inside ``<think>``, and a ``<think>``
+    the chat template wrote into the prompt (``prefilled_think``) is restored."""
+    if reasoning and reasoning.strip() and "<think>" not in content:
+        return f"<think>\n{reasoning.strip()}\n</think>\n{content.lstrip()}"
+    if prefilled_think and content and not content.lstrip().startswith("<think>"):
+        return "<think>\n" + content
+    return content
+
+
 def repair_turn(text: str) -> str:
     """Repair sampled text: cut at ``<tool_response>``, add a missing ``<think>``/``</think>``.
 

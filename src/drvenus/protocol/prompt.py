@@ -64,3 +64,14 @@ def initial_messages(question: str, system_prompt: str) -> list[dict[str, str]]:
         {"role": "system", "content": system_prompt},
         {"role": "user", "content": question},
     ]
+
+
+def template_prefills_think(chat_template: str) -> bool:
+    """Whether a Jinja chat template's generation prompt ends inside an open ``<think>``
+    (Qwen3-Thinking does: the model's turn then starts with the thought itself, and the tag
+    must be restored in the sampled text and left out of a grammar)."""
+    cut = chat_template.rfind("add_generation_prompt")
+    if cut < 0:
+        return False
+    tail = chat_template[cut:]
+    return "<think>" in tail and "</think>" not in tail.split("<think>", 1)[1][:40]
