@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from drvenus.agent import FAILED_TERMINATIONS, ResearchAgent, ResultRecord
+from drvenus.jsonl import parse_line, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def load_questions(path: Path) -> LoadReport:
         raise FileNotFoundError(f"questions file not found: {path}")
     report = LoadReport(items=[])
     first_line: dict[str, int] = {}
-    with path.open(encoding="utf-8") as fh:
+    with path.open("rb") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -91,15 +92,19 @@ def load_questions(path: Path) -> LoadReport:
     return report
 
 
-def _parse_line(line: str, lineno: int, plain: bool, report: LoadReport) -> Item | None:
+def _parse_line(line: bytes, lineno: int, plain: bool, report: LoadReport) -> Item | None:
     if plain:
-        q = line.strip()
+        try:
+            q = line.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            report.malformed += 1
+            report.problems.append(f"line {lineno}: not valid UTF-8")
+            return None
         return Item(_question_id(q), q)
-    try:
-        obj = json.loads(line)
-    except ValueError as exc:
+    obj, error = parse_line(line, objects_only=False)
+    if error is not None:
         report.malformed += 1
-        report.problems.append(f"line {lineno}: not JSON ({exc})")
+        report.problems.append(f"line {lineno}: {error}")
         return None
     if isinstance(obj, str):
         obj = {"question": obj}
@@ -135,18 +140,11 @@ class OutputLockedError(RuntimeError):
         self.path = path
 
 
-def iter_jsonl(fh: IO[bytes]) -> Iterator[dict[str, Any] | None]:
+def iter_jsonl(fh: Iterable[bytes]) -> Iterator[dict[str, Any] | None]:
     """Every non-blank line of a binary JSONL stream: the object, or None for an unreadable line
     (e.g. a torn last line left by a crash)."""
-    for raw in fh:
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw.decode("utf-8"))
-        except ValueError:  # includes UnicodeDecodeError
-            yield None
-            continue
-        yield obj if isinstance(obj, dict) else None
+    for row in read_jsonl(fh):
+        yield row.value if row.ok else None
 
 
 @dataclass

@@ -20,12 +20,13 @@ event belongs to (0 for the first model turn); a forced answer at the step limit
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from drvenus.jsonl import read_jsonl
 
 EventType = Literal[
     "started",
@@ -80,12 +81,10 @@ def read_trace(path: str | Path) -> list[list[dict[str, Any]]]:
     """The runs in a trace file (JSONL of events, as ``drvenus ask --trace`` writes), each a
     list of event dicts from ``started`` to ``finished``."""
     runs: list[list[dict[str, Any]]] = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            event = json.loads(line)
-            if event.get("type") == "started" or not runs:
-                runs.append([])
-            runs[-1].append(event)
+    for row in read_jsonl(path):
+        if not row.ok:
+            raise ValueError(f"{path}, line {row.lineno}: {row.error}")
+        if row.value.get("type") == "started" or not runs:
+            runs.append([])
+        runs[-1].append(row.value)
     return runs

@@ -8,7 +8,6 @@ usable row, raises :class:`CorpusError`.
 
 from __future__ import annotations
 
-import gzip
 import importlib.util
 import json
 import logging
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from drvenus.corpus.urls import pseudo_url, wikipedia_url
+from drvenus.jsonl import read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -228,17 +228,8 @@ class _BadRow:
 
 
 def _jsonl_rows(path: Path) -> Iterator[Mapping[str, Any] | _BadRow]:
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                yield _BadRow("invalid JSON")
-                continue
-            yield row if isinstance(row, dict) else _BadRow("not a JSON object")
+    for row in read_jsonl(path):
+        yield row.value if row.ok else _BadRow(row.error or "unreadable")
 
 
 def _parquet_rows(path: Path, field_map: Mapping[str, str]) -> Iterator[Mapping[str, Any]]:

@@ -224,8 +224,7 @@ def _log_row_stages(t: ChunkStats) -> None:
     log_stage("prune", "%d tool turns and %d tool responses removed",
               t.pruned_tool_turns_removed, t.pruned_tool_response_turns_removed)
     log_stage("dedup", "%d duplicate tool turns removed", t.duplicate_tool_turns_removed)
-    log_stage("validate", "%d valid rows; dropped: %s", t.stage2_rows,
-              ", ".join(f"{k}={v}" for k, v in t.dropped.items()) or "none")
+    log_stage("validate", "%d of %d normalised rows valid", t.stage2_rows, t.stage1_rows)
     if t.unexpected_errors:
         log.warning("%d row(s) failed with an unexpected error (see above)", t.unexpected_errors)
 
