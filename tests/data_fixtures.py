@@ -274,6 +274,27 @@ def long_turns(trajs: list[dict[str, Any]], n_pairs: int, rng: random.Random) ->
     return out
 
 
+def tiny_clean_row(k: int) -> dict[str, Any]:
+    """A small valid already-clean row (question, one search call and its response, the
+    answer ``A{k}``) that needs no shared data."""
+    call = ('<think>\nlook it up\n</think>\n<tool_call>\n{"name": "search", "arguments": '
+            f'{{"query": ["q{k}"]}}}}\n</tool_call>')
+    return {"question": f"Q{k}?", "gt": f"A{k}", "messages": [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": f"Q{k}?"},
+        {"role": "assistant", "content": call},
+        {"role": "user", "content": "<tool_response>\n[]\n</tool_response>"},
+        {"role": "assistant", "content": f"<think>\ndone\n</think>\n<answer>\nA{k}\n</answer>"},
+    ]}
+
+
+def write_parquet(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Rows as a parquet file with the schema Arrow infers (any columns)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
 # --------------------------------------------------------------------------- judge stub
 
 

@@ -6,37 +6,18 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from data_fixtures import tiny_clean_row, write_parquet
 from drvenus.data.cli import data_app
 from drvenus.data.judge import JudgeConfig
 from drvenus.data.options import CleanOptions
 from drvenus.data.resample import ResamplePolicy
 
 runner = CliRunner()
-
-
-def tiny_clean_row(k: int) -> dict:
-    """A valid already-clean row: question, one search call and its response, the answer."""
-    call = ('<think>\nlook it up\n</think>\n<tool_call>\n{"name": "search", "arguments": '
-            f'{{"query": ["q{k}"]}}}}\n</tool_call>')
-    return {"question": f"Q{k}?", "gt": f"A{k}", "messages": [
-        {"role": "system", "content": "S"},
-        {"role": "user", "content": f"Q{k}?"},
-        {"role": "assistant", "content": call},
-        {"role": "user", "content": "<tool_response>\n[]\n</tool_response>"},
-        {"role": "assistant", "content": f"<think>\ndone\n</think>\n<answer>\nA{k}\n</answer>"},
-    ]}
-
-
-def write_parquet(rows: list[dict], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return path
 
 
 @pytest.fixture

@@ -16,11 +16,16 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from data_fixtures import load_trajectories, raw_row, write_raw_parquet
+from data_fixtures import (
+    load_trajectories,
+    raw_row,
+    tiny_clean_row,
+    write_parquet,
+    write_raw_parquet,
+)
 from drvenus.data import pipeline, rows
 from drvenus.data.normalize import normalize_row
 from drvenus.data.pipeline import CleanOptions, run_clean
-from test_data_cli import tiny_clean_row, write_parquet
 
 ANSWER = "<think>\nfound it\n</think>\n<answer>\nParis\n</answer>"
 CALL = ('<think>\nsearch\n</think>\n<tool_call>\n{"name": "search", "arguments": '

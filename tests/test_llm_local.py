@@ -13,7 +13,13 @@ from drvenus.llm import ChatModel, LLMError, SamplingParams
 from drvenus.llm import embedded as emb
 from drvenus.llm.factory import make_model
 from drvenus.llm.gguf import GGUFInfo, read_gguf_info
-from drvenus.llm.local import choose_window, default_threads, local_model
+from drvenus.llm.local import (
+    check_cpu,
+    choose_window,
+    default_threads,
+    local_model,
+    missing_cpu_flags,
+)
 from drvenus.protocol import build_system_prompt, initial_messages, parse_turn
 
 MESSAGES = initial_messages("Who wrote the novel Dracula?", build_system_prompt("2025-01-01"))
@@ -64,6 +70,15 @@ def test_window_is_trained_length_capped_by_memory(embedded_gguf):
     assert choose_window(info, 1, memory=tight) == 4096
     assert choose_window(info, 2, memory=tight) == 2048  # two slots share it
     assert choose_window(info, 1, memory=size) == 2048  # never below the minimum
+    big = GGUFInfo(embedded_gguf, {**info.metadata, "llama.context_length": 262_144})
+    assert choose_window(big, 1, memory=None) == 32_768  # memory unknown (Windows): modest
+
+
+def test_cpu_without_avx2_is_refused_not_crashed():
+    old = "processor : 0\nflags\t\t: fpu sse sse2 ssse3 sse4_1 sse4_2 avx popcnt\n"
+    assert missing_cpu_flags(old) == ["avx2", "fma", "f16c", "bmi2"]
+    assert missing_cpu_flags(old.replace("avx ", "avx avx2 fma f16c bmi2 avx512f ")) == []
+    check_cpu()  # this machine can run the wheel
 
 
 def test_threads_leave_busy_cores_alone():

@@ -41,6 +41,17 @@ _BLANKS = (
     "\\x00-\\x20\\x7F\\x85\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000"
 )
 
+# Letters of any script (all of U+00C0 onwards but the blanks) and digits, as a GBNF class.
+_WORD_FIRST = (
+    "[a-zA-Z0-9\\u00C0-\\u167F\\u1681-\\u1FFF\\u200B-\\u2027"
+    "\\u202A-\\u202E\\u2030-\\u205E\\u2060-\\u2FFF\\u3001-\\uFFFF]"
+)
+# The same with the Latin letters upper case only (scripts without case stay as they are).
+_CAPITAL_FIRST = (
+    "[A-Z0-9\\u00C0-\\u00D6\\u00D8-\\u00DE\\u0100-\\u024F\\u0370-\\u167F\\u1681-\\u1DFF"
+    "\\u200B-\\u2027\\u202A-\\u202E\\u2030-\\u205E\\u2060-\\u2FFF\\u3001-\\uFFFF]"
+)
+
 # Defaults: generous for a real checkpoint; the embedded tiny model passes tighter ones.
 DEFAULT_MAX_THINK_CHARS: int | None = None
 DEFAULT_MAX_ANSWER_CHARS: int | None = None
@@ -168,6 +179,7 @@ def protocol_grammar(
     plain_queries: bool = False,
     answer_think_chars: int | None = None,
     plain_answer: bool = False,
+    capital_queries: bool = False,
 ) -> str:
     """The GBNF grammar of one well-formed assistant turn.
 
@@ -182,7 +194,10 @@ def protocol_grammar(
     ``answer_think_chars``: the think bound of a turn that can only be an answer (a forced final
     answer) in place of ``max_think_chars``, so that a small model gets to its answer long
     before its token cap. ``plain_answer``: the answer is one line of plain text (no ``<`` or
-    ``>``, no control characters): never markup, a stray tag or a second paragraph.
+    ``>``, no control characters) that starts with a letter or a digit: never markup, a stray
+    tag, a quotation or a second paragraph. ``capital_queries`` (with ``plain_queries``): a
+    query starts with a capital letter or a digit, like a title or a question, never with a
+    lower-case fragment such as ``druc``.
     """
     if not (allow_tool_call or allow_answer):
         raise ValueError("the grammar must allow a tool call, an answer, or both")
@@ -219,7 +234,7 @@ def protocol_grammar(
             f"{_literal(chr(10) + '</answer>')}",
         )
         # A non-blank first character keeps the answer body non-empty after strip().
-        r.add("answer-first", f"[^<{'>' if plain_answer else ''}{_BLANKS}]")
+        r.add("answer-first", _WORD_FIRST if plain_answer else f"[^<{_BLANKS}]")
 
     if allow_tool_call:
         r.add(
@@ -248,9 +263,7 @@ def protocol_grammar(
         json_item = _tag_free_text(r, "json", excluded='"\\\\\\x00-\\x1F', extra_items=(escape,))
         r.add("json-first", f'[^<"\\\\{_BLANKS}] | "\\\\\\""')
         if plain_queries:
-            # letters of any script (all of U+00C0 onwards but the blanks), digits
-            r.add("word-first", "[a-zA-Z0-9\\u00C0-\\u167F\\u1681-\\u1FFF\\u200B-\\u2027"
-                  "\\u202A-\\u202E\\u2030-\\u205E\\u2060-\\u2FFF\\u3001-\\uFFFF]")
+            r.add("word-first", _CAPITAL_FIRST if capital_queries else _WORD_FIRST)
             r.add("word-item", "[a-zA-Z0-9 ,.'()\\u00C0-\\uFFFF-]")
             _json_string(r, "query", "word-first", "word-item", max_string_chars)
         else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import platform
 import secrets
 import threading
 import time
@@ -34,7 +35,40 @@ FALLBACK_WINDOW = 32768  # when neither the GGUF nor the machine says more
 KV_MEMORY_SHARE = 0.5  # of the memory left after the weights, at most, for the KV cache
 
 
+# The x86-64 wheels of xllamacpp are built for a fixed baseline (no -march=native, no AVX-512):
+# their code uses AVX2, FMA, F16C and BMI2 instructions unconditionally (checked by
+# disassembling the 2026.10 wheel). A CPU without them would die of SIGILL, so we refuse first.
+X86_REQUIRED_FLAGS = ("avx", "avx2", "fma", "f16c", "bmi2")
+
+
+def missing_cpu_flags(cpuinfo: str) -> list[str]:
+    """The required x86-64 CPU flags absent from a ``/proc/cpuinfo`` text."""
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.partition(":")[2].split())
+            return [f for f in X86_REQUIRED_FLAGS if f not in flags]
+    return []
+
+
+def check_cpu() -> None:
+    """:class:`LLMError` (instead of a crash) on an x86-64 Linux CPU the wheel cannot run on."""
+    if platform.system() != "Linux" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            missing = missing_cpu_flags(fh.read())
+    except OSError:
+        return
+    if missing:
+        raise LLMError(
+            f"this CPU lacks {', '.join(missing)}, which the prebuilt llama.cpp runtime needs: "
+            "point drvenus at a model server (--base-url) or build xllamacpp from source "
+            "(pip install --no-binary xllamacpp xllamacpp)"
+        )
+
+
 def _import_xllamacpp() -> Any:
+    check_cpu()
     try:
         import xllamacpp
     except ImportError as exc:  # pragma: no cover - a default dependency
@@ -99,6 +133,8 @@ def choose_window(
         free = memory - info.path.stat().st_size
         fits = int(free * KV_MEMORY_SHARE) // (per_token * max(1, parallel))
         window = min(window, max(MIN_WINDOW, fits // 256 * 256))
+    elif not memory:  # the OS does not say how much memory there is: stay modest
+        window = min(window, FALLBACK_WINDOW)
     return window
 
 
@@ -283,7 +319,10 @@ def local_model(
 
 
 __all__ = [
+    "X86_REQUIRED_FLAGS",
     "InProcessTransport",
+    "check_cpu",
+    "missing_cpu_flags",
     "LocalServer",
     "available_memory",
     "choose_window",
