@@ -10,12 +10,7 @@ import re
 import string
 from collections import Counter
 
-try:
-    from drvenus.protocol import ANSWER_SPLIT  # type: ignore[attr-defined]
-except ImportError:
-    # TEMPORARY ALIAS: drvenus.protocol has no ANSWER_SPLIT constant yet. Once it does, the
-    # import above takes it and this fallback can go.
-    ANSWER_SPLIT = "<|answer_split|>"
+from drvenus.protocol import ANSWER_SPLIT
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)

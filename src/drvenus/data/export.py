@@ -21,8 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from drvenus.data.correctness import ANSWER_SPLIT
 from drvenus.data.reading import open_cleaned_parquet
+from drvenus.protocol import ANSWER_SPLIT
 
 EXPORT_FORMATS = ("verl", "sharegpt", "swift", "hf")
 _ROLE_TO_SHAREGPT = {"system": "system", "user": "human", "assistant": "gpt", "tool": "observation"}

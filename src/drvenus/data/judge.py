@@ -28,9 +28,9 @@ from pydantic import Field
 from pydantic.dataclasses import dataclass as options_dataclass
 
 from drvenus.data.cli_meta import Cli
-from drvenus.data.correctness import ANSWER_SPLIT
 from drvenus.llm.base import LLMError, SamplingParams
 from drvenus.llm.openai_compat import OpenAICompatModel
+from drvenus.protocol import ANSWER_SPLIT
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,14 @@ import re
 from typing import Any
 
 from drvenus.protocol import (
+    TOOL_RESPONSE_CLOSE,
+    TOOL_RESPONSE_OPEN,
     render_answer_turn,
     render_search,
     render_tool_call_turn,
     wrap_tool_response,
 )
 from drvenus.protocol._json import loads_json5
-from drvenus.protocol.render import TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
 from drvenus.protocol.serper import (
     ANSWER_RE,
     THINK_RE,

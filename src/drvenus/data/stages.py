@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from drvenus.protocol.render import TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
+from drvenus.protocol import TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
 from drvenus.protocol.serper import (
     ANSWER_RE,
     THINK_RE,

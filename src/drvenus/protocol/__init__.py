@@ -19,9 +19,12 @@ from drvenus.protocol.prompt import (
     tools_section,
 )
 from drvenus.protocol.render import (
+    ANSWER_SPLIT,
     CONTEXT_LIMIT_MESSAGE,
     FORMAT_ERROR_MESSAGE,
     STEP_LIMIT_MESSAGE,
+    TOOL_RESPONSE_CLOSE,
+    TOOL_RESPONSE_OPEN,
     VISIT_SEPARATOR,
     classify_tool_response,
     join_visits,
@@ -53,12 +56,15 @@ from drvenus.protocol.tools import (
 STOP_STRINGS: tuple[str, ...] = ("<tool_response>", "\n<tool_response>")
 
 __all__ = [
+    "ANSWER_SPLIT",
     "CONTEXT_LIMIT_MESSAGE",
     "FORMAT_ERROR_MESSAGE",
     "MISSING_ARGUMENT",
     "SEARCH",
     "STEP_LIMIT_MESSAGE",
     "STOP_STRINGS",
+    "TOOL_RESPONSE_CLOSE",
+    "TOOL_RESPONSE_OPEN",
     "TOOL_NAMES",
     "TOOL_SPECS",
     "VISIT",

@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+# Accepted answers in one ground-truth string are joined by this (RL data, benchmarks).
+ANSWER_SPLIT = "<|answer_split|>"
 TOOL_RESPONSE_OPEN = "<tool_response>"
 TOOL_RESPONSE_CLOSE = "</tool_response>"
 VISIT_SEPARATOR = "\n=======\n"
