@@ -56,7 +56,6 @@ async def cached_run(cache: bool, steps: int) -> list[dict[str, float]]:
         path,
         name=embedded.EMBEDDED_NAME,
         window=embedded.EMBEDDED_WINDOW,
-        constrained_default=True,
         grammar_options=dict(embedded.EMBEDDED_GRAMMAR_OPTIONS),
         extra_body=None if cache else {"cache_prompt": False},
     )

@@ -36,12 +36,12 @@ class ScriptedModel:
         self.window: int | None = None
 
     async def generate(
-        self, messages, params: SamplingParams, *, constrained=None, timeout=None
+        self, messages, params: SamplingParams, *, grammar=None, timeout=None
     ) -> Generation:
         self.calls.append(
             {
                 "n_messages": len(messages),
-                "constrained": constrained,
+                "grammar": grammar,
                 "seed": params.seed,
                 "timeout": timeout,
                 "max_tokens": params.max_tokens,
@@ -108,7 +108,7 @@ class PerQuestionModel:
     def question_of(messages: list[dict[str, str]]) -> str:
         return next(m["content"] for m in messages if m["role"] == "user")
 
-    async def generate(self, messages, params: SamplingParams, *, constrained=None, **kwargs):
+    async def generate(self, messages, params: SamplingParams, *, grammar=None, **kwargs):
         question = self.question_of(messages)
         self.calls[question] = self.calls.get(question, 0) + 1
         delay = self.delay(question) if callable(self.delay) else self.delay

@@ -187,10 +187,10 @@ def test_seed_varies_across_retries():
 def test_grammar_kind_requested_per_step():
     model = ScriptedModel([call("search", query=["a"]), call("search", query=["b"]), answer("x")])
     run(model, config=cfg(constrained=True, min_searches=1, max_steps=2))
-    assert [c["constrained"] for c in model.calls] == ["search", True, "answer"]
+    assert [c["grammar"] for c in model.calls] == ["search", "any", "answer"]
     model = ScriptedModel([answer("x")])
     run(model, config=cfg(constrained=False))
-    assert model.calls[0]["constrained"] is False
+    assert model.calls[0]["grammar"] is None
 
 
 def test_repair_applies_to_prefilled_think_output():

@@ -350,14 +350,13 @@ QUESTION = initial_messages("Who wrote the novel Dracula?", build_system_prompt(
 
 @pytest.fixture(scope="module")
 def model(embedded_gguf):
-    """The embedded model, constrained by default; one slot, so the prompt is evaluated once."""
+    """The embedded model; one slot, so the prompt is evaluated once."""
     from drvenus.llm.local import local_model
 
     llm = local_model(
         embedded_gguf,
         window=2048,
         n_threads=1,
-        constrained_default=True,
         grammar_options=SAMPLING_OPTIONS,
     )
     yield llm
@@ -374,7 +373,7 @@ def test_constrained_samples_are_valid(model, kind, prefilled, seed):
     model.prefilled_think = prefilled  # SmolLM2's template does not prefill: pretend it does
     params = SamplingParams(max_tokens=512, seed=seed, temperature=0.8)
     try:
-        gen = asyncio.run(model.generate(QUESTION, params, constrained=kind))
+        gen = asyncio.run(model.generate(QUESTION, params, grammar=kind or "any"))
     finally:
         model.prefilled_think = False
     text = gen.text

@@ -29,8 +29,7 @@ FREE = SamplingParams(max_tokens=8, seed=1, temperature=0.0)
 @pytest.fixture(scope="module")
 def model(embedded_gguf):
     m = local_model(
-        embedded_gguf, window=2048, parallel=2, constrained_default=True,
-        grammar_options=dict(emb.EMBEDDED_GRAMMAR_OPTIONS),
+        embedded_gguf, window=2048, parallel=2, grammar_options=dict(emb.EMBEDDED_GRAMMAR_OPTIONS),
     )
     yield m
     asyncio.run(m.aclose())
@@ -94,21 +93,21 @@ def test_threads_leave_busy_cores_alone():
 def test_embedded_model_is_an_openai_style_backend(model):
     assert isinstance(model, ChatModel) and model.grammar_mode == "gbnf-field"
     assert asyncio.run(model.context_window()) == 2048
-    g = gen(model, params=SamplingParams(max_tokens=200, seed=3, temperature=0.7))
-    assert parse_turn(g.text).ok, g.text  # constrained by default: a well-formed turn
+    g = gen(model, params=SamplingParams(max_tokens=200, seed=3, temperature=0.7), grammar="any")
+    assert parse_turn(g.text).ok, g.text  # under the grammar: a well-formed turn
     assert g.prompt_tokens > 300 and g.completion_tokens > 0 and g.finish_reason == "stop"
-    free = gen(model, constrained=False)
+    free = gen(model)
     assert free.completion_tokens <= 8 and free.finish_reason == "length"
 
 
 def test_each_step_evaluates_only_its_new_tokens(model):
-    first = gen(model, constrained=False)
+    first = gen(model)
     messages = [
         *MESSAGES,
         {"role": "assistant", "content": first.text},
         {"role": "user", "content": "<tool_response>\nBram Stoker wrote it.\n</tool_response>"},
     ]
-    second = gen(model, messages, constrained=False)
+    second = gen(model, messages)
     evaluated = second.prompt_tokens - second.cached_tokens
     assert second.cached_tokens >= first.prompt_tokens - 1  # the history came from the KV cache
     assert 0 < evaluated < 40  # only the appended turn and tool response
@@ -119,7 +118,7 @@ def test_parallel_slots_share_one_model(model):
 
     async def both():
         return await asyncio.gather(
-            *(model.generate(MESSAGES, params, constrained=False) for _ in range(2))
+            *(model.generate(MESSAGES, params) for _ in range(2))
         )
 
     a, b = asyncio.run(both())
@@ -129,7 +128,7 @@ def test_parallel_slots_share_one_model(model):
 def test_prompt_beyond_the_window_is_a_context_overflow(model):
     long = [{"role": "user", "content": "word " * 3000}]
     with pytest.raises(LLMError) as info:
-        gen(model, long, constrained=False)
+        gen(model, long)
     assert info.value.context_overflow and "\n" not in str(info.value)
 
 
@@ -137,17 +136,17 @@ def test_timeout_and_cancellation_stop_the_generation(model):
     long = SamplingParams(max_tokens=1500, temperature=1.0, seed=5)
     start = time.monotonic()
     with pytest.raises(LLMError, match="timed out") as info:
-        gen(model, params=long, constrained=False, timeout=0.5)
+        gen(model, params=long, timeout=0.5)
     assert info.value.retryable and time.monotonic() - start < 3
 
     async def cancel_midway():
-        task = asyncio.create_task(model.generate(MESSAGES, long, constrained=False))
+        task = asyncio.create_task(model.generate(MESSAGES, long))
         await asyncio.sleep(0.5)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         # the slot is free again at once: a short request is not stuck behind the cancelled one
         t0 = time.monotonic()
-        await model.generate(MESSAGES, FREE, constrained=False)
+        await model.generate(MESSAGES, FREE)
         return time.monotonic() - t0
 
     assert asyncio.run(cancel_midway()) < 5
@@ -157,7 +156,7 @@ def test_closed_model_refuses_requests(embedded_gguf):
     m = local_model(embedded_gguf, window=512)
     asyncio.run(m.aclose())
     with pytest.raises(LLMError, match="closed"):
-        gen(m, constrained=False)
+        gen(m)
 
 
 # -- bad files -------------------------------------------------------------------------------
@@ -187,19 +186,16 @@ def test_missing_and_non_model_files_are_llm_errors(tmp_path, embedded_gguf):
 def test_factory_defaults(embedded_gguf, models_dir):
     user = make_model(model_path=embedded_gguf, window=512, model_name="user-gguf")
     try:
-        assert user.constrained_default is False  # a DR-Venus GGUF speaks the protocol itself
-        assert user.name == "user-gguf"
+        assert user.name == "user-gguf" and user.grammar_mode == "gbnf-field"
     finally:
         asyncio.run(user.aclose())
     default = make_model(models_dir=models_dir, window=512)
     try:
-        assert default.constrained_default is True and default.name == emb.EMBEDDED_NAME
+        assert default.name == emb.EMBEDDED_NAME
     finally:
         asyncio.run(default.aclose())
     http = make_model(base_url="http://127.0.0.1:9/v1", model_name="m")
-    assert http.constrained_default is False and http.grammar_mode == "none"
-    http_c = make_model(base_url="http://127.0.0.1:9", model_name="m", constrained=True)
-    assert http_c.constrained_default is True and http_c.grammar_mode == "auto"
+    assert http.grammar_mode == "auto" and http.base_url == "http://127.0.0.1:9/v1"
     with pytest.raises(ValueError, match="not both"):
         make_model(model_path=embedded_gguf, base_url="http://x")
 

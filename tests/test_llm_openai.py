@@ -9,7 +9,7 @@ import time
 import pytest
 
 from drvenus.llm import LLMError, SamplingParams
-from drvenus.llm.grammar import protocol_grammar
+from drvenus.llm.grammar import grammar_for_kind, protocol_grammar
 from drvenus.llm.openai_compat import OpenAICompatModel, estimate_tokens, normalize_base_url
 from drvenus.protocol import STOP_STRINGS, parse_turn
 from stub_server import Reply, StubServer
@@ -109,34 +109,35 @@ def test_reasoning_not_duplicated_when_content_has_think(server):
     [("gbnf-field", "grammar"), ("vllm-legacy", "guided_grammar"), ("sglang", "ebnf")],
 )
 def test_constrained_sends_grammar(server, mode, key):
-    run(_generate(_fast(server.base_url, grammar_mode=mode), constrained=True))
+    run(_generate(_fast(server.base_url, grammar_mode=mode), grammar="any"))
     assert server.chat_requests[0].json[key] == protocol_grammar()
 
 
 def test_constrained_vllm_structured_outputs(server):
     model = _fast(server.base_url, grammar_mode="vllm", prefilled_think=True)
-    run(_generate(model, constrained=True))
+    run(_generate(model, grammar="any"))
     body = server.chat_requests[0].json
     assert body["structured_outputs"] == {"grammar": protocol_grammar(True)}
 
 
-def test_constrained_default_and_override(server):
-    model = _fast(server.base_url, grammar_mode="gbnf-field", constrained_default=True)
+def test_grammar_only_when_asked_for(server):
+    model = _fast(server.base_url, grammar_mode="gbnf-field")
+    run(_generate(model, grammar="answer"))
     run(_generate(model))
-    run(_generate(model, constrained=False))
     first, second = server.chat_requests
-    assert "grammar" in first.json and "grammar" not in second.json
+    assert first.json["grammar"] == grammar_for_kind("answer") and "grammar" not in second.json
+    assert not server.requests[0].path.endswith("/models")  # a set mode needs no probe
 
 
-def test_constrained_without_grammar_mode_is_an_error(server):
+def test_grammar_with_grammar_mode_none_is_an_error(server):
     with pytest.raises(LLMError, match="grammar_mode"):
-        run(_generate(_fast(server.base_url), constrained=True))
+        run(_generate(_fast(server.base_url, grammar_mode="none"), grammar="any"))
 
 
 def test_auto_grammar_mode_and_model_discovery():
     with StubServer(model="served-name", owned_by="vllm") as server:
         model = _fast(server.base_url, model=None, grammar_mode="auto")
-        run(_generate(model, constrained=True))
+        run(_generate(model, grammar="any"))
         assert model.name == "served-name"
         body = server.chat_requests[0].json
         assert body["model"] == "served-name" and "structured_outputs" in body

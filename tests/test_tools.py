@@ -86,8 +86,7 @@ class FakeModel:
         self,
         messages: list[dict[str, str]],
         params: SamplingParams,
-        *,
-        constrained: bool | None = None,
+        **kwargs: object,
     ) -> Generation:
         self.calls.append(messages)
         reply = self.replies.pop(0) if self.replies else "no more replies"

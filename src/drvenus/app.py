@@ -73,7 +73,7 @@ def agent_config(settings: Settings, system_prompt_file: str | None = None) -> A
         changes["max_context_tokens"] = settings.max_context
     if settings.time_limit is not None:
         changes["time_limit"] = settings.time_limit
-    if settings.constrained is not None:
+    if settings.constrained is not None:  # else the preset's: on for the embedded model only
         changes["constrained"] = settings.constrained
     if system_prompt_file:
         changes["system_prompt"] = load_system_prompt(system_prompt_file)
@@ -93,7 +93,6 @@ def build_model(
         base_url=settings.base_url,
         model_name=settings.model_name,
         api_key=settings.api_key_value(),
-        constrained=settings.constrained,
         window=settings.n_ctx,
         parallel=parallel,
         n_threads=settings.n_threads,

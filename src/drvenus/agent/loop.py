@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from drvenus import protocol
 from drvenus.agent.events import EventCallback, TraceEvent
 from drvenus.agent.record import ResultRecord, Termination
-from drvenus.llm.base import ChatModel, Constraint, Generation, LLMError, SamplingParams
+from drvenus.llm.base import ChatModel, Generation, GrammarKind, LLMError, SamplingParams
 from drvenus.llm.retry import RetryPolicy
 from drvenus.protocol import ParsedTurn, ToolCall
 
@@ -60,7 +60,7 @@ class AgentConfig:
     repetition_tail: int = 50
     repetition_threshold: int = 5
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    constrained: bool | None = None
+    constrained: bool = False  # decode under the protocol grammar (the embedded preset's)
     min_searches: int = 0  # with a grammar: the first N tool calls must be searches
     system_prompt: str | None = None
     current_date: str | None = None
@@ -249,16 +249,15 @@ class _Run:
         return "No answer found"
 
     # ---- generation with retries ----
-    def _constraint(self, forced: bool) -> Constraint:
-        """Grammar for this call: the configured switch, narrowed to the turn kind we need."""
-        c = self.cfg.constrained
-        if not c:
-            return c
+    def _grammar(self, forced: bool) -> GrammarKind | None:
+        """The grammar of this call (None: free), narrowed to the turn kind we need."""
+        if not self.cfg.constrained:
+            return None
         if forced:
             return "answer"
         if self.tool_calls < self.cfg.min_searches:
             return "search"
-        return True
+        return "any"
 
     def _params(self) -> SamplingParams:
         p = self.cfg.sampling
@@ -282,7 +281,7 @@ class _Run:
             gen = await self.model.generate(
                 self.messages,
                 self._params(),
-                constrained=self._constraint(forced),
+                grammar=self._grammar(forced),
                 # a little past the run's own limit, so that a slow model ends as "timeout"
                 timeout=self.remaining() + REQUEST_GRACE,
             )

@@ -163,7 +163,7 @@ async def _ask(
     last_error = "no attempt"
     for _ in range(cfg.retries + 1):
         try:
-            reply = (await model.generate(messages, params, constrained=False)).text
+            reply = (await model.generate(messages, params)).text
         except LLMError as exc:
             raise RuntimeError(str(exc)) from None
         verdict = parse_verdict(reply)

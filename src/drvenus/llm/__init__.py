@@ -2,20 +2,16 @@
 
 from drvenus.llm.base import (
     ChatModel,
-    Constraint,
     Generation,
     GrammarKind,
     LLMError,
     SamplingParams,
-    grammar_kind,
 )
 
 __all__ = [
     "ChatModel",
-    "Constraint",
     "Generation",
     "GrammarKind",
     "LLMError",
     "SamplingParams",
-    "grammar_kind",
 ]

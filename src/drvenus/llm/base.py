@@ -7,18 +7,10 @@ from typing import Literal, Protocol, runtime_checkable
 
 from drvenus.protocol import STOP_STRINGS
 
-# Which turns a constrained generation may produce: any well-formed turn, or only one kind
-# (a tool call, a search call, or an answer: the agent forces an answer at its limits).
+# The turns a grammar-constrained generation may produce: any well-formed turn, or only one
+# kind (a tool call, a search call, or an answer: the agent forces an answer at its limits).
+# ``None`` where a grammar is asked for means free generation.
 GrammarKind = Literal["any", "tool_call", "search", "answer"]
-Constraint = bool | GrammarKind | None
-
-
-def grammar_kind(constrained: Constraint, default: bool) -> GrammarKind | None:
-    """The grammar a call asks for: None for unconstrained, else the allowed turn kind."""
-    use = default if constrained is None else constrained
-    if use is False or use is None:
-        return None
-    return "any" if use is True else use
 
 
 class LLMError(RuntimeError):
@@ -80,13 +72,13 @@ class ChatModel(Protocol):
         messages: list[dict[str, str]],
         params: SamplingParams,
         *,
-        constrained: Constraint = None,
+        grammar: GrammarKind | None = None,
         timeout: float | None = None,
     ) -> Generation:
-        """Sample one assistant turn. ``constrained`` overrides the backend's grammar default:
-        True (or "any") admits only well-formed protocol turns, "tool_call" / "search" /
-        "answer" only that kind, False none. ``timeout``: seconds this call may take at most.
-        One attempt: raises :class:`LLMError` (see its ``retryable`` flag)."""
+        """Sample one assistant turn. ``grammar``: None samples freely; "any" admits only
+        well-formed protocol turns, "tool_call" / "search" / "answer" only that kind.
+        ``timeout``: seconds this call may take at most. One attempt: raises
+        :class:`LLMError` (see its ``retryable`` flag)."""
         ...
 
     async def context_window(self) -> int | None:

@@ -5,9 +5,8 @@
 - neither: the embedded SmolLM2 GGUF, in process
 
 All three are :class:`~drvenus.llm.openai_compat.OpenAICompatModel` s; only the transport
-differs. Constrained decoding (the protocol grammar) is on by default only for the embedded
-model: a DR-Venus checkpoint speaks the protocol by itself, so a server or a user's GGUF runs
-unconstrained unless ``constrained=True``.
+differs. Whether to decode under the protocol grammar is the agent's setting
+(``AgentConfig.constrained``, resolved in :mod:`drvenus.app`), asked per call.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ def make_model(
     base_url: str | None = None,
     model_name: str | None = None,
     api_key: str | None = None,
-    constrained: bool | None = None,
     window: int | None = None,
     parallel: int = 1,
     n_threads: int | None = None,
@@ -42,21 +40,19 @@ def make_model(
     ``window``: tokens of context per conversation for a GGUF (None: its trained length, capped
     to memory; the embedded model uses 8192). ``parallel``: conversations a GGUF serves at once
     (one slot each, one copy of the weights). ``grammar_mode`` (HTTP): how the server takes a
-    grammar; with ``constrained`` and no mode, ``"auto"`` asks the server what it is.
+    grammar (default ``"auto"``: ask the server what it is when a grammar is first needed).
     ``model_name``: the served model name (HTTP; None takes the server's first) or a display
     name (GGUF). ``models_dir``: where the embedded model is cached (pulled on first use).
     """
     if model_path is not None and base_url is not None:
         raise ValueError("give either model_path (a GGUF file) or base_url (a server), not both")
     if base_url is not None:
-        use_grammar = bool(constrained)
         return OpenAICompatModel(
             base_url,
             model_name,
             api_key,
             timeout=timeout,
-            grammar_mode=grammar_mode or ("auto" if use_grammar else "none"),
-            constrained_default=use_grammar,
+            grammar_mode=grammar_mode or "auto",
             prefilled_think=bool(prefilled_think),
             extra_body=extra_body,
         )
@@ -71,7 +67,6 @@ def make_model(
             window=window,
             parallel=parallel,
             n_threads=n_threads,
-            constrained_default=bool(constrained),
             timeout=timeout,
         )
     if models_dir is None:
@@ -83,7 +78,6 @@ def make_model(
         window=window or embedded.EMBEDDED_WINDOW,
         parallel=parallel,
         n_threads=n_threads,
-        constrained_default=True if constrained is None else constrained,
         grammar_options=dict(embedded.EMBEDDED_GRAMMAR_OPTIONS),
         timeout=timeout,
     )

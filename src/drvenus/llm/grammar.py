@@ -57,6 +57,7 @@ DEFAULT_MAX_THINK_CHARS: int | None = None
 DEFAULT_MAX_ANSWER_CHARS: int | None = None
 DEFAULT_MAX_STRING_CHARS = 500
 DEFAULT_MAX_LIST_ITEMS = 5
+MAX_WORD_CHARS = 24  # a word of a word-bounded answer (max_answer_words)
 
 _CLASS_ESCAPES = {
     "\\": "\\\\",
@@ -165,6 +166,26 @@ def _json_string(rules: _Rules, name: str, first: str, item: str, max_chars: int
     return rules.add(name, f'"\\"" {first} {_repeat(item, max(max_chars - 1, 0))} "\\""')
 
 
+def _answer_sentence(rules: _Rules, max_words: int) -> str:
+    """An answer of at most ``max_words`` words (``MAX_WORD_CHARS`` non-blank characters each,
+    no ``<`` or ``>``) separated by one space or one line break, that ends with its first
+    sentence: a word ending in ``.``, ``!`` or ``?`` is the last one, unless it is an initial
+    (``J.`` in "J. D. Salinger"). Return the body's expression (the caller adds the tags)."""
+    k = MAX_WORD_CHARS
+    rules.add("answer-char", f"[^<>{_BLANKS}]")
+    rules.add("answer-open", f"[^<>.!?{_BLANKS}]")  # a character that does not end a sentence
+    rules.add("answer-sep", '" " | "\\n"')
+    # a word that leaves the sentence open, and one that may end it
+    rules.add("answer-word", f'answer-char{{0,{k - 1}}} answer-open | [A-Z] "."')
+    rules.add("answer-last", f"answer-char{{1,{k}}}")
+    first_last = f"answer-first answer-char{{0,{k - 1}}}"
+    if max_words == 1:
+        return first_last
+    first_open = f'( answer-first ( answer-char{{0,{k - 2}}} answer-open )? | [A-Z] "." )'
+    middle = _repeat("( answer-sep answer-word )", max_words - 2)
+    return f"( {first_last} | {first_open} {middle} answer-sep answer-last )"
+
+
 @lru_cache(maxsize=64)
 def protocol_grammar(
     prefilled_think: bool = False,
@@ -180,6 +201,8 @@ def protocol_grammar(
     answer_think_chars: int | None = None,
     plain_answer: bool = False,
     capital_queries: bool = False,
+    max_answer_words: int | None = None,
+    plain_think: bool = False,
 ) -> str:
     """The GBNF grammar of one well-formed assistant turn.
 
@@ -197,7 +220,11 @@ def protocol_grammar(
     ``>``, no control characters) that starts with a letter or a digit: never markup, a stray
     tag, a quotation or a second paragraph. ``capital_queries`` (with ``plain_queries``): a
     query starts with a capital letter or a digit, like a title or a question, never with a
-    lower-case fragment such as ``druc``.
+    lower-case fragment such as ``druc``. ``max_answer_words`` (with ``plain_answer``): the
+    answer is one sentence of at most that many words (see :func:`_answer_sentence`): it ends
+    at its first full stop, and is never cut inside a word. ``plain_think``: the think block
+    has no ``<`` at all, so each of its characters is at least one token and its bound is a
+    token bound too (a tag-like ``<...`` run counts as one character otherwise).
     """
     if not (allow_tool_call or allow_answer):
         raise ValueError("the grammar must allow a tool call, an answer, or both")
@@ -205,6 +232,8 @@ def protocol_grammar(
         raise ValueError("tools must be a non-empty subset of ('search', 'visit')")
     if max_list_items < 1 or max_string_chars < 1:
         raise ValueError("max_list_items and max_string_chars must be at least 1")
+    if max_answer_words is not None and (max_answer_words < 1 or not plain_answer):
+        raise ValueError("max_answer_words must be at least 1, and needs plain_answer")
     r = _Rules()
     kinds = []
     if allow_tool_call:
@@ -221,20 +250,24 @@ def protocol_grammar(
     think_chars = max_think_chars
     if not allow_tool_call and answer_think_chars is not None:
         think_chars = answer_think_chars
-    r.add("think", _repeat(text_item, think_chars))
+    think_item = r.add("think-item", "[^<]") if plain_think else text_item
+    r.add("think", _repeat(think_item, think_chars))
 
     if allow_answer:
-        answer_item = text_item
-        if plain_answer:
-            answer_item = r.add("answer-item", "[^<>\\x00-\\x1F\\x7F]")
-        r.add(
-            "answer",
-            f"{_literal('<answer>' + chr(10))} answer-first "
-            f"{_repeat(answer_item, None if max_answer_chars is None else max_answer_chars - 1)} "
-            f"{_literal(chr(10) + '</answer>')}",
-        )
         # A non-blank first character keeps the answer body non-empty after strip().
         r.add("answer-first", _WORD_FIRST if plain_answer else f"[^<{_BLANKS}]")
+        if max_answer_words is not None:
+            body = _answer_sentence(r, max_answer_words)
+        else:
+            answer_item = text_item
+            if plain_answer:
+                answer_item = r.add("answer-item", "[^<>\\x00-\\x1F\\x7F]")
+            more = None if max_answer_chars is None else max_answer_chars - 1
+            body = f"answer-first {_repeat(answer_item, more)}"
+        r.add(
+            "answer",
+            f"{_literal('<answer>' + chr(10))} {body} {_literal(chr(10) + '</answer>')}",
+        )
 
     if allow_tool_call:
         r.add(

@@ -14,8 +14,9 @@ more (``max_retries``, 0 for the agent, whose loop owns the retries).
 - ``"vllm"``: ``{"structured_outputs": {"grammar": GBNF}}`` (vLLM >= 0.10)
 - ``"vllm-legacy"``: ``{"guided_grammar": GBNF}`` (older vLLM)
 - ``"sglang"``: ``{"ebnf": GBNF}``
-- ``"auto"``: asks ``GET /v1/models`` who serves the model (``owned_by``) and picks one above
-- ``"none"``: no grammar (a constrained request then raises :class:`LLMError`)
+- ``"auto"`` (the default): asks ``GET /v1/models`` who serves the model (``owned_by``) and
+  picks one above, the first time a grammar is asked for
+- ``"none"``: the server takes no grammar (a request for one raises :class:`LLMError`)
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from drvenus.llm.base import Constraint, Generation, LLMError, SamplingParams, grammar_kind
+from drvenus.llm.base import Generation, GrammarKind, LLMError, SamplingParams
 from drvenus.llm.grammar import grammar_for_kind
 from drvenus.llm.retry import RetryPolicy, with_retries
 from drvenus.protocol import assistant_text
@@ -226,8 +227,7 @@ class OpenAICompatModel:
         max_retries: int = 0,
         backoff_base: float = 0.5,
         backoff_max: float = 8.0,
-        grammar_mode: str = "none",
-        constrained_default: bool = False,
+        grammar_mode: str = "auto",
         prefilled_think: bool = False,
         grammar: str | None = None,
         grammar_options: Mapping[str, Any] | None = None,
@@ -261,7 +261,6 @@ class OpenAICompatModel:
         self.timeout = timeout
         self.retry = RetryPolicy(max_retries + 1, backoff_base, backoff_max)
         self.grammar_mode = grammar_mode
-        self.constrained_default = constrained_default
         self.prefilled_think = prefilled_think
         self.extra_body = dict(extra_body or {})
         self._grammar = grammar
@@ -291,13 +290,12 @@ class OpenAICompatModel:
         messages: list[dict[str, str]],
         params: SamplingParams,
         *,
-        constrained: Constraint = None,
+        grammar: GrammarKind | None = None,
         timeout: float | None = None,
     ) -> Generation:
-        kind = grammar_kind(constrained, self.constrained_default)
-        if self.model is None or (kind and self.grammar_mode == "auto"):
+        if self.model is None or (grammar and self.grammar_mode == "auto"):
             await self._probe(timeout)
-        body = self.request_body(messages, params, kind)
+        body = self.request_body(messages, params, grammar)
 
         async def attempt(seconds: float | None) -> Any:
             return await self.transport.request("POST", "/chat/completions", body, seconds)
@@ -383,8 +381,8 @@ class OpenAICompatModel:
         mode = self.grammar_mode
         if mode == "none":
             raise LLMError(
-                f"{self.transport.where}: constrained decoding was requested but grammar_mode "
-                "is 'none' (choose gbnf-field, vllm, vllm-legacy, sglang or auto)"
+                f"{self.transport.where}: a grammar was asked for but grammar_mode is 'none' "
+                "(choose gbnf-field, vllm, vllm-legacy, sglang or auto)"
             )
         if mode == "auto":
             owner = (self._owned_by or "").lower()

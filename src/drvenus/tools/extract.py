@@ -339,7 +339,7 @@ class LLMExtractor:
         messages = self.messages(page_text, goal, url)
         for attempt in range(1, self.max_attempts + 1):
             try:
-                generation = await self.model.generate(messages, self.params, constrained=False)
+                generation = await self.model.generate(messages, self.params)
             except LLMError as exc:
                 log.warning("extractor model failed on %s (attempt %d): %s", url, attempt, exc)
                 continue
