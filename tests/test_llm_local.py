@@ -122,7 +122,10 @@ def test_parallel_slots_share_one_model(model):
         )
 
     a, b = asyncio.run(both())
-    assert a.text == b.text and a.completion_tokens == b.completion_tokens == 6
+    # both served at once by one loaded model (batched sampling may differ in the last digits,
+    # so the texts need not be identical)
+    assert a.completion_tokens == b.completion_tokens == 6 and a.text and b.text
+    assert model.transport.server.parallel == 2
 
 
 def test_prompt_beyond_the_window_is_a_context_overflow(model):
