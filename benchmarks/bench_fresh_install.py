@@ -38,10 +38,10 @@ def timed(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
     )
     seconds = time.perf_counter() - start
     tail = [ln for ln in done.stderr.splitlines() if ln.startswith("RC ")][-1].split()
-    if int(tail[1]) != 0:
+    if int(tail[1]) != 0 or not done.stdout.strip():
         sys.stderr.write(done.stderr[-3000:])
     return {"seconds": round(seconds, 1), "rc": int(tail[1]), "peak_mib": int(tail[3]) // 1024,
-            "stdout": done.stdout[-2000:]}
+            "stdout": done.stdout[-20000:]}
 
 
 def main() -> None:
@@ -57,7 +57,7 @@ def main() -> None:
         pip, drvenus = str(venv / "bin" / "pip"), str(venv / "bin" / "drvenus")
         report["install"] = timed([pip, "install", "-q", "-e", str(ROOT)], env)
         report["ask"] = timed([drvenus, "ask", "Who wrote the novel Dracula?", "--json"], env)
-        if report["ask"]["rc"] == 0:
+        if report["ask"]["rc"] == 0 and report["ask"]["stdout"].strip():
             record = json.loads(report["ask"]["stdout"])
             report["ask"]["termination"] = record["termination"]
             report["ask"]["prediction"] = record["prediction"]

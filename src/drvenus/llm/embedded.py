@@ -38,16 +38,22 @@ EMBEDDED_NAME = "SmolLM2-135M-Instruct-Q4_1"
 # SmolLM2 was trained with an 8K context: the whole agent prompt plus a few turns fit.
 EMBEDDED_WINDOW = 8192
 
-# Grammar bounds: a short thought and short strings keep one whole turn (think + call) to about
-# a hundred tokens, a few seconds on two CPU cores, and always inside the embedded preset's
-# max_tokens, so a turn is never cut off before its closing tag.
+# Grammar bounds: a short plain-text thought (no "<", so its bound is a token bound), one plain
+# query that starts like a title, and a forced answer with no thought at all: one sentence of
+# at most ten plain words. A whole turn stays well inside the preset's max_tokens, so it is
+# never cut off before its closing tag.
 EMBEDDED_GRAMMAR_OPTIONS: MappingProxyType[str, Any] = MappingProxyType(
     {
         "max_think_chars": 240,
-        "max_answer_chars": 120,
+        "plain_think": True,
         "max_string_chars": 60,
-        "max_list_items": 2,
+        "max_list_items": 1,
         "plain_queries": True,
+        "capital_queries": True,
+        "answer_think_chars": 0,
+        "plain_answer": True,
+        "max_answer_chars": 60,
+        "max_answer_words": 10,
     }
 )
 
