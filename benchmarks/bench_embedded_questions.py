@@ -64,7 +64,7 @@ from drvenus.agent.events import TraceEvent
 from drvenus.corpus.documents import builtin_corpus_path
 from drvenus.corpus.urls import wikipedia_url
 from drvenus.llm.base import SamplingParams
-from drvenus.llm.grammar import PROTOCOL_TAGS
+from drvenus.protocol.grammar import PROTOCOL_TAGS
 
 OUT_DIR = Path(__file__).resolve().parent / "out"
 QUESTIONS_FILE = OUT_DIR / "embedded_questions.jsonl"

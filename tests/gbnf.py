@@ -1,4 +1,4 @@
-"""A small GBNF recognizer: a test oracle for the grammars of ``drvenus.llm.grammar``.
+"""A small GBNF recognizer: a test oracle for the grammars of ``drvenus.protocol.grammar``.
 
 ``Grammar(text).accepts(s)`` decides whether the whole string ``s`` is in the language of the
 grammar's ``root`` rule, character (code point) by character, as llama.cpp's grammar sampler

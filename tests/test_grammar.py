@@ -12,8 +12,8 @@ import pytest
 
 from drvenus.llm import SamplingParams
 from drvenus.llm.embedded import EMBEDDED_GRAMMAR_OPTIONS
-from drvenus.llm.grammar import grammar_for_kind, protocol_grammar
 from drvenus.protocol import build_system_prompt, check_turn_format, initial_messages, parse_turn
+from drvenus.protocol.grammar import grammar_for_kind, protocol_grammar
 from gbnf import Grammar
 
 SEARCH = (

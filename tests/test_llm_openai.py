@@ -9,9 +9,9 @@ import time
 import pytest
 
 from drvenus.llm import LLMError, SamplingParams
-from drvenus.llm.grammar import grammar_for_kind, protocol_grammar
 from drvenus.llm.openai_compat import OpenAICompatModel, estimate_tokens, normalize_base_url
 from drvenus.protocol import STOP_STRINGS, parse_turn
+from drvenus.protocol.grammar import grammar_for_kind, protocol_grammar
 from stub_server import Reply, StubServer
 
 MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": "What is 6x7?"}]

@@ -31,9 +31,9 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from drvenus.llm.base import Generation, GrammarKind, LLMError, SamplingParams
-from drvenus.llm.grammar import grammar_for_kind
 from drvenus.llm.retry import RetryPolicy, with_retries
 from drvenus.protocol import assistant_text
+from drvenus.protocol.grammar import grammar_for_kind
 from drvenus.text import estimate_tokens, one_line
 
 log = logging.getLogger(__name__)
@@ -241,7 +241,8 @@ class OpenAICompatModel:
         transient failures (0: the caller retries). ``prefilled_think``: the chat template opens
         the turn inside the think block (Qwen3-Thinking): the grammar variant without it is sent
         and the tag is restored in the returned text. ``grammar``: a GBNF grammar replacing the
-        protocol one; ``grammar_options``: bounds for :func:`~drvenus.llm.grammar.protocol_grammar`.
+        protocol one; ``grammar_options``: bounds for
+        :func:`~drvenus.protocol.grammar.protocol_grammar`.
         ``tokenizer``: exact token counts, else estimated. ``extra_body``: merged into every
         request (e.g. ``chat_template_kwargs``).
         """

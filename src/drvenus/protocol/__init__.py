@@ -1,9 +1,16 @@
 """The DR-Venus conversation protocol: the single source of truth for every other module.
 
-Pure functions and data only (no I/O beyond reading a prompt file the caller names).
+Pure functions and data only (no I/O beyond reading a prompt file the caller names). Everything
+that knows what a valid turn looks like lives here: the prompt, the tool specs and call
+normalisation, turn repair and parsing, the RL format check, the result renderers, the GBNF
+grammar of a valid turn (``grammar``), and the rules for reading legacy tool calls in raw
+REDSearcher data (``serper``). Callers: the agent parses turns with ``repair_turn`` +
+``parse_turn``; the data pipeline reads raw rows with ``serper`` and renders with ``render``;
+RL scores format with ``check_turn_format``.
 """
 
 from drvenus.protocol.format import check_turn_format
+from drvenus.protocol.grammar import grammar_for_kind, protocol_grammar
 from drvenus.protocol.parse import (
     ParsedTurn,
     assistant_text,
@@ -77,6 +84,7 @@ __all__ = [
     "check_turn_format",
     "classify_tool_response",
     "extract_answer",
+    "grammar_for_kind",
     "initial_messages",
     "join_visits",
     "load_system_prompt",
@@ -85,6 +93,7 @@ __all__ = [
     "parse_search_body",
     "parse_turn",
     "parse_visit_body",
+    "protocol_grammar",
     "render_answer_turn",
     "render_search",
     "render_tool_call_turn",

@@ -254,57 +254,76 @@ def protocol_grammar(
     r.add("think", _repeat(think_item, think_chars))
 
     if allow_answer:
-        # A non-blank first character keeps the answer body non-empty after strip().
-        r.add("answer-first", _WORD_FIRST if plain_answer else f"[^<{_BLANKS}]")
-        if max_answer_words is not None:
-            body = _answer_sentence(r, max_answer_words)
-        else:
-            answer_item = text_item
-            if plain_answer:
-                answer_item = r.add("answer-item", "[^<>\\x00-\\x1F\\x7F]")
-            more = None if max_answer_chars is None else max_answer_chars - 1
-            body = f"answer-first {_repeat(answer_item, more)}"
-        r.add(
-            "answer",
-            f"{_literal('<answer>' + chr(10))} {body} {_literal(chr(10) + '</answer>')}",
-        )
-
+        _answer_rules(r, text_item, plain_answer, max_answer_chars, max_answer_words)
     if allow_tool_call:
-        r.add(
-            "tool-call",
-            f"{_literal('<tool_call>' + chr(10))} ( "
-            + " | ".join(f"{t}-call" for t in tools)
-            + f" ) {_literal(chr(10) + '</tool_call>')}",
+        _tool_call_rules(
+            r, tools, max_list_items, max_string_chars, plain_queries, capital_queries
         )
-        more_queries = _repeat('( ", " query )', max_list_items - 1)
-        more_urls = _repeat('( ", " url )', max_list_items - 1)
-        r.add(
-            "search-call",
-            _literal('{"name": "search", "arguments": {"query": [')
-            + f" query {more_queries} "
-            + _literal("]}}"),
-        )
-        r.add(
-            "visit-call",
-            _literal('{"name": "visit", "arguments": {"url": [')
-            + f" url {more_urls} "
-            + _literal('], "goal": ')
-            + " goal "
-            + _literal("}}"),
-        )
-        escape = r.add("json-escape", '"\\\\" ( ["\\\\/bfnrt] | "u" [0-9a-fA-F]{4} )')
-        json_item = _tag_free_text(r, "json", excluded='"\\\\\\x00-\\x1F', extra_items=(escape,))
-        r.add("json-first", f'[^<"\\\\{_BLANKS}] | "\\\\\\""')
-        if plain_queries:
-            r.add("word-first", _CAPITAL_FIRST if capital_queries else _WORD_FIRST)
-            r.add("word-item", "[a-zA-Z0-9 ,.'()\\u00C0-\\uFFFF-]")
-            _json_string(r, "query", "word-first", "word-item", max_string_chars)
-        else:
-            _json_string(r, "query", "json-first", json_item, max_string_chars)
-        _json_string(r, "goal", "json-first", json_item, max_string_chars)
-        r.add("url-scheme", '"http" "s"? "://"')
-        r.add("url", f'"\\"" url-scheme {_repeat(json_item, max_string_chars, 1)} "\\""')
     return r.render()
+
+
+def _answer_rules(
+    r: _Rules,
+    text_item: str,
+    plain: bool,
+    max_chars: int | None,
+    max_words: int | None,
+) -> None:
+    """The ``answer`` rule: free text, plain text, or one short plain sentence."""
+    # A non-blank first character keeps the answer body non-empty after strip().
+    r.add("answer-first", _WORD_FIRST if plain else f"[^<{_BLANKS}]")
+    if max_words is not None:
+        body = _answer_sentence(r, max_words)
+    else:
+        item = r.add("answer-item", "[^<>\\x00-\\x1F\\x7F]") if plain else text_item
+        more = None if max_chars is None else max_chars - 1
+        body = f"answer-first {_repeat(item, more)}"
+    r.add("answer", f"{_literal('<answer>' + chr(10))} {body} {_literal(chr(10) + '</answer>')}")
+
+
+def _tool_call_rules(
+    r: _Rules,
+    tools: tuple[str, ...],
+    max_list_items: int,
+    max_string_chars: int,
+    plain_queries: bool,
+    capital_queries: bool,
+) -> None:
+    """The ``tool-call`` rule: the canonical one-line JSON of a search or visit call."""
+    r.add(
+        "tool-call",
+        f"{_literal('<tool_call>' + chr(10))} ( "
+        + " | ".join(f"{t}-call" for t in tools)
+        + f" ) {_literal(chr(10) + '</tool_call>')}",
+    )
+    more_queries = _repeat('( ", " query )', max_list_items - 1)
+    more_urls = _repeat('( ", " url )', max_list_items - 1)
+    r.add(
+        "search-call",
+        _literal('{"name": "search", "arguments": {"query": [')
+        + f" query {more_queries} "
+        + _literal("]}}"),
+    )
+    r.add(
+        "visit-call",
+        _literal('{"name": "visit", "arguments": {"url": [')
+        + f" url {more_urls} "
+        + _literal('], "goal": ')
+        + " goal "
+        + _literal("}}"),
+    )
+    escape = r.add("json-escape", '"\\\\" ( ["\\\\/bfnrt] | "u" [0-9a-fA-F]{4} )')
+    json_item = _tag_free_text(r, "json", excluded='"\\\\\\x00-\\x1F', extra_items=(escape,))
+    r.add("json-first", f'[^<"\\\\{_BLANKS}] | "\\\\\\""')
+    if plain_queries:
+        r.add("word-first", _CAPITAL_FIRST if capital_queries else _WORD_FIRST)
+        r.add("word-item", "[a-zA-Z0-9 ,.'()\\u00C0-\\uFFFF-]")
+        _json_string(r, "query", "word-first", "word-item", max_string_chars)
+    else:
+        _json_string(r, "query", "json-first", json_item, max_string_chars)
+    _json_string(r, "goal", "json-first", json_item, max_string_chars)
+    r.add("url-scheme", '"http" "s"? "://"')
+    r.add("url", f'"\\"" url-scheme {_repeat(json_item, max_string_chars, 1)} "\\""')
 
 
 def grammar_for_kind(kind: str, prefilled_think: bool = False, **options: object) -> str:
