@@ -1,6 +1,6 @@
 """Answer correctness: SQuAD-style exact match and token F1 against one or more accepted answers.
 
-Ground truth may list several accepted answers joined by ``<|answer_split|>``; a prediction is
+Ground truth may list several accepted answers joined by ``protocol.ANSWER_SPLIT``; a prediction is
 scored against each and the best score counts.
 """
 

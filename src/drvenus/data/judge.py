@@ -31,6 +31,7 @@ from drvenus.data.cli_meta import Cli
 from drvenus.llm.base import LLMError, SamplingParams
 from drvenus.llm.openai_compat import OpenAICompatModel
 from drvenus.protocol import ANSWER_SPLIT
+from drvenus.protocol.serper import strip_thinking
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,6 @@ Is the predicted answer equivalent to the ground-truth answer (the same entity, 
 allowing different wording, formatting, or extra correct detail)? Reply with exactly one word: \
 Correct or Incorrect."""
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _VERDICT = re.compile(r"\b(incorrect|correct)\b", re.IGNORECASE)
 
 # On the command line, endpoint and model are optional: they may come from the environment.
@@ -138,7 +138,7 @@ class VerdictCache:
 
 def parse_verdict(reply: str) -> bool | None:
     """True/False from the judge's reply, None when it says neither."""
-    text = _THINK.sub("", reply)
+    text = strip_thinking(reply)
     m = _VERDICT.search(text)
     if m is None:
         return None

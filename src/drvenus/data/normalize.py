@@ -9,7 +9,6 @@ row's own.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from drvenus.protocol import (
@@ -23,14 +22,16 @@ from drvenus.protocol import (
 from drvenus.protocol._json import loads_json5
 from drvenus.protocol.serper import (
     ANSWER_RE,
+    SUMMARY_RE,
     THINK_RE,
     TOOL_CALL_RE,
     WEB_RESULTS_MARKER,
     legacy_tool_call,
     parse_serper_markdown,
+    unwrap_inline_tags,
 )
 
-_SUMMARY_BLOCK = re.compile(r"<summary>(.*?)</summary>", re.DOTALL | re.IGNORECASE)
+_SUMMARY_BLOCK = SUMMARY_RE
 _ANSWER_BLOCK = ANSWER_RE
 
 
@@ -90,7 +91,7 @@ def choose_system_prompt(row: dict[str, Any], mode: str, template: str) -> str:
 
 
 def clean_tool_call_turn(text: Any) -> str | None:
-    """A middle assistant turn rebuilt as ``<think>..</think><tool_call>..</tool_call>``.
+    """A middle assistant turn rebuilt in the protocol's think-then-tool-call form.
 
     Takes the first think block (answer/summary tags removed) and the first tool call,
     normalised (:func:`drvenus.protocol.serper.legacy_tool_call`). None when either is missing,
@@ -102,8 +103,7 @@ def clean_tool_call_turn(text: Any) -> str | None:
     if think is None:
         return None
     thought = think.group(1).strip()
-    for tag in ("<answer>", "</answer>", "<summary>", "</summary>"):
-        thought = thought.replace(tag, "")
+    thought = unwrap_inline_tags(thought)
     if not thought:
         return None
     call = TOOL_CALL_RE.search(text)
@@ -124,7 +124,7 @@ def clean_tool_call_turn(text: Any) -> str | None:
 
 
 def clean_answer_turn(text: Any) -> str | None:
-    """The final assistant turn rebuilt as ``<think>..</think><answer>..</answer>``.
+    """The final assistant turn rebuilt in the protocol's think-then-answer form.
 
     The answer is the last answer block; the thought is the first think block with summary and
     answer tags unwrapped, followed by any ``<summary>`` blocks written after the thinking.
@@ -141,8 +141,7 @@ def clean_answer_turn(text: Any) -> str | None:
     thought = think.group(1).strip()
     thought = _SUMMARY_BLOCK.sub(r"\1", thought)
     thought = _ANSWER_BLOCK.sub(r"\1", thought)
-    for tag in ("<answer>", "</answer>", "<summary>", "</summary>"):
-        thought = thought.replace(tag, "")
+    thought = unwrap_inline_tags(thought)
     tail = text.split("</think>")[-1]
     summaries = [m.group(1).strip() for m in _SUMMARY_BLOCK.finditer(tail)]
     parts = ([thought] if thought else []) + summaries

@@ -46,7 +46,7 @@ def _text(m: Message) -> str:
 
 
 def _tool_responses_after(messages: list[Message], i: int) -> int:
-    """Index after the run of user ``<tool_response>`` messages starting at ``i``."""
+    """Index after the run of user tool-response messages starting at ``i``."""
     while i < len(messages):
         m = messages[i]
         if m.get("role") == "user" and TOOL_RESPONSE_OPEN in _text(m):

@@ -29,6 +29,21 @@ from drvenus.protocol.tools import ToolCall
 # Tag readers of legacy text: case-insensitive, first/last match semantics as documented below.
 THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL | re.IGNORECASE)
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+SUMMARY_RE = re.compile(r"<summary>(.*?)</summary>", re.DOTALL | re.IGNORECASE)
+_INLINE_TAGS = ("<answer>", "</answer>", "<summary>", "</summary>")
+
+
+def unwrap_inline_tags(thought: str) -> str:
+    """A raw thought with the answer and summary tags some trajectories write inside it
+    removed (their text is kept)."""
+    for tag in _INLINE_TAGS:
+        thought = thought.replace(tag, "")
+    return thought
+
+
+def strip_thinking(text: str) -> str:
+    """``text`` without its think blocks (e.g. a judge model's reasoning before its verdict)."""
+    return THINK_RE.sub("", text)
 TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL | re.IGNORECASE)
 
 _SEARCH_HEADER = re.compile(r"^\s*A Google search for (.+?) found \d+ results:\s*$")
