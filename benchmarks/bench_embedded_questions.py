@@ -32,6 +32,8 @@ Metrics per variant:
   ("Bram Stoker wrote it" for "Bram Stoker"), or the gold contains the answer as a word
   sequence ("Mozart" for "Wolfgang Amadeus Mozart"), or their token F1 is at least 0.5
 - gold in results: the gold page's URL was among the results of some search call of the run
+- plain queries: every query of the run is words as a person types them, not an identifier or
+  a slug (no ``_``, ``/`` or ``\\``, no run of four or more parts joined by ``-`` or ``.``)
 - s/question: mean of the records' ``elapsed_seconds``; total: wall time of the variant
 
 Usage: python benchmarks/bench_embedded_questions.py [--limit N] [--variants baseline,ours]
@@ -274,6 +276,15 @@ def _shingles(text: str, n: int = 4) -> set[tuple[str, ...]]:
 _NOTICE_SHINGLES = set().union(*(_shingles(m) for m in _NOTICES))
 
 
+_SLUG = re.compile(r"[_/\\]|[^\W_]+(?:[-.][^\W_]+){3,}")  # a_b, a/b, four-or-more-parts
+
+
+def is_plain_query(query: str) -> bool:
+    """Words as a person types them: not an identifier or a slug (``the_book_2026-11-30``,
+    ``J.B.S.A.S.S``, ``1.1.1.1``)."""
+    return bool(query.strip()) and not _SLUG.search(query)
+
+
 def answer_problem(record: Mapping[str, Any]) -> str | None:
     """Why the run's final answer is not a well-formed short answer (None when it is)."""
     if not str(record["termination"]).startswith("answered"):
@@ -362,6 +373,7 @@ async def run_variant(
             "gold_in_results": q["gold_url"] in urls,
             "gold_visited": q["gold_url"] in visited,
             "queries": queries,
+            "plain_queries": bool(queries) and all(is_plain_query(x) for x in queries),
             "visited": visited,
             "tool_calls": record["tool_call_count"],
             "parse_errors": record["parse_error_count"],
@@ -400,6 +412,7 @@ def summarize(rows: list[dict[str, Any]], total: float) -> dict[str, Any]:
         "correct_pct": pct("correct"),
         "gold_in_results_pct": pct("gold_in_results"),
         "gold_visited_pct": pct("gold_visited"),
+        "plain_queries_pct": pct("plain_queries"),
         "mean_seconds": round(sum(times) / n, 2),
         "max_seconds": round(max(times, default=0.0), 2),
         "total_seconds": round(total, 1),
@@ -411,23 +424,30 @@ def summarize(rows: list[dict[str, Any]], total: float) -> dict[str, Any]:
             p: sum(r["problem"] == p for r in rows)
             for p in sorted({r["problem"] for r in rows if r["problem"]})
         },
+        "correct_by_kind": {
+            k: f"{sum(r['correct'] for r in rows if r['kind'] == k)}/"
+            f"{sum(r['kind'] == k for r in rows)}"
+            for k in dict.fromkeys(r["kind"] for r in rows)
+        },
     }
 
 
 def print_table(summaries: dict[str, dict[str, Any]]) -> None:
     head = (f"{'variant':<10} {'n':>3} {'well-formed':>12} {'correct':>8} {'gold in res':>12} "
-            f"{'visited':>8} {'s/question':>11} {'max s':>6} {'total s':>8}")
+            f"{'visited':>8} {'plain q':>8} {'s/question':>11} {'max s':>6} {'total s':>8}")
     print(head)
     print("-" * len(head))
     for name, s in summaries.items():
         print(
             f"{name:<10} {s['questions']:>3} {s['well_formed_pct']:>11.1f}% "
             f"{s['correct_pct']:>7.1f}% {s['gold_in_results_pct']:>11.1f}% "
-            f"{s['gold_visited_pct']:>7.1f}% {s['mean_seconds']:>11.1f} "
+            f"{s['gold_visited_pct']:>7.1f}% {s['plain_queries_pct']:>7.1f}% "
+            f"{s['mean_seconds']:>11.1f} "
             f"{s['max_seconds']:>6.1f} {s['total_seconds']:>8.1f}"
         )
     for name, s in summaries.items():
-        print(f"{name}: terminations {s['terminations']}; problems {s['problems']}")
+        print(f"{name}: terminations {s['terminations']}; problems {s['problems']}; "
+              f"correct by kind {s['correct_by_kind']}")
 
 
 def main() -> None:
