@@ -93,8 +93,10 @@ def test_failing_model_ends_as_llm_error_whatever_the_time_limit():
 
 def test_one_retry_policy_bounds_the_requests():
     model = ScriptedModel([llm_down()])
-    rec = run(model, replace(FAST, max_attempts=3))
+    events = []
+    rec = run(model, replace(FAST, max_attempts=3), events=events)
     assert rec.termination == "llm_error" and len(model.calls) == 3
+    assert [e.data["last"] for e in events if e.type == "error"] == [False, False, True]
     denied = ScriptedModel([LLMError("HTTP 401: bad key")])  # not transient: no retry at all
     rec = run(denied, FAST)
     assert rec.termination == "llm_error" and len(denied.calls) == 1 and "401" in rec.error

@@ -55,7 +55,8 @@ class LiveTrace:
     def _on_error(self, e: TraceEvent) -> None:
         kind = e.data.get("kind", "error")
         detail = e.data.get("message") or ""
-        self.console.print(f"  [yellow]↻ retry ({kind})[/] [dim]{escape(_short(detail, 120))}[/]")
+        label = f"{kind}, no more attempts" if e.data.get("last") else f"retry ({kind})"
+        self.console.print(f"  [yellow]↻ {label}[/] [dim]{escape(_short(detail, 120))}[/]")
 
     def _on_tool_call(self, e: TraceEvent) -> None:
         args: dict[str, Any] = e.data["arguments"]

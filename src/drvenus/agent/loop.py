@@ -302,7 +302,10 @@ class _Run:
             try:
                 gen = await self._call_model(forced)
             except LLMError as exc:
-                await self.emit("error", kind="llm_error", attempt=attempt, message=str(exc))
+                await self.emit(
+                    "error", kind="llm_error", attempt=attempt, message=str(exc),
+                    last=final_try or not exc.retryable or exc.context_overflow,
+                )
                 if exc.context_overflow:
                     return _Attempt(None, overflow=True)
                 if final_try or not exc.retryable or not await self._backoff(
@@ -313,7 +316,7 @@ class _Run:
             text = gen.text or ""
             if not text.strip():
                 self.last_error = "the model returned empty output"
-                await self.emit("error", kind="empty_output", attempt=attempt)
+                await self.emit("error", kind="empty_output", attempt=attempt, last=final_try)
                 if final_try or not await self._backoff(attempt + 1):
                     return _Attempt(last)
                 continue
@@ -336,7 +339,7 @@ class _Run:
                 self.last_error = None  # recovered: an earlier failure no longer applies
                 return _Attempt(parsed, gen.completion_tokens)
             kind, message = problem
-            await self.emit("error", kind=kind, attempt=attempt, message=message)
+            await self.emit("error", kind=kind, attempt=attempt, message=message, last=final_try)
             if final_try or not await self._backoff(attempt + 1):
                 # A repetitive or duplicate turn is used anyway on the last try, as DR-Venus does.
                 return _Attempt(parsed, gen.completion_tokens)
