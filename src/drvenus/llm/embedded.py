@@ -40,7 +40,8 @@ EMBEDDED_WINDOW = 8192
 
 # Grammar bounds: a short plain-text thought (no "<", so its bound is a token bound), one plain
 # query that starts like a title, and a forced answer with no thought at all: one sentence of
-# at most ten plain words. A whole turn stays well inside the preset's max_tokens, so it is
+# at most ten plain words. A whole turn stays inside the preset's max_tokens (384) even at its
+# worst (every character a token: think 240 + query 60 + the fixed JSON and tags), so it is
 # never cut off before its closing tag.
 EMBEDDED_GRAMMAR_OPTIONS: MappingProxyType[str, Any] = MappingProxyType(
     {
@@ -52,8 +53,7 @@ EMBEDDED_GRAMMAR_OPTIONS: MappingProxyType[str, Any] = MappingProxyType(
         "capital_queries": True,
         "answer_think_chars": 0,
         "plain_answer": True,
-        "max_answer_chars": 60,
-        "max_answer_words": 10,
+        "max_answer_words": 10,  # (max_answer_chars does not apply to a word-bounded answer)
     }
 )
 
