@@ -76,7 +76,7 @@ def use_slow_paths() -> None:
     import json5
 
     from drvenus.data import normalize, rows
-    from drvenus.protocol import serper
+    from drvenus.protocol import legacy
 
     def slow_fix_surrogates(text: str) -> str:  # the round trip on every string
         try:
@@ -86,9 +86,9 @@ def use_slow_paths() -> None:
 
     for module, name, value in [
         (normalize, "loads_json5", json5.loads),  # no C JSON decoder first
-        (serper, "loads_json5", json5.loads),
+        (legacy, "loads_json5", json5.loads),
         (normalize, "fix_surrogates", slow_fix_surrogates),
-        (rows, "cached_call_reader", lambda: serper.tool_call_objects),  # parse per use
+        (rows, "cached_call_reader", lambda: legacy.tool_call_objects),  # parse per use
     ]:
         if not hasattr(module, name):
             raise SystemExit(f"benchmark out of date: {module.__name__}.{name} is gone")

@@ -87,9 +87,40 @@ def test_gguf_that_is_not_a_model(tmp_path, corpus):
     assert len(r.stderr.strip().splitlines()) == 1 and "model.gguf" in r.stderr
 
 
-def test_base_url_without_model_name(corpus):
-    r = drvenus("ask", "Who?", "--base-url", "http://127.0.0.1:9/v1", "--corpus", str(corpus))
-    assert r.returncode == 2 and "--model-name" in r.stderr
+def test_base_url_without_model_name_uses_the_served_model(corpus):
+    with StubServer([ANSWER], model="served-one") as server:
+        r = drvenus("ask", "Who?", "--base-url", server.base_url, "--corpus", str(corpus), "--json")
+        requests = server.chat_requests
+    assert r.returncode == 0, r.stderr
+    assert [req.json["model"] for req in requests] == ["served-one"]
+    assert json.loads(r.stdout)["prediction"] == "Bram Stoker"
+
+
+def test_version_prints_and_exits_0():
+    r = drvenus("--version")
+    assert r.returncode == 0 and r.stdout.startswith("drvenus ")
+
+
+@pytest.mark.parametrize(
+    ("args", "where", "message"),
+    [
+        (["run", "--workers", "abc", "q.jsonl"], "drvenus run:", "--workers"),
+        (["run"], "drvenus run:", "Missing argument"),
+        (["nosuchcommand"], "drvenus:", "nosuchcommand"),
+        (["data", "clean"], "drvenus data clean:", "--input"),
+        (["ask", "q?", "--base-url", "ftp://host/v1"], "error:", "http://"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(args, where, message):
+    r = drvenus(*args)
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(where) and message in lines[0], r.stderr
+
+
+def test_bare_group_shows_its_help():
+    r = drvenus("index")
+    assert r.returncode == 0 and "build" in r.stdout and not r.stderr.strip()
 
 
 def test_server_down_is_a_recorded_llm_error(corpus):

@@ -62,7 +62,7 @@ from drvenus.data.stages import (
     validate_messages,
 )
 from drvenus.protocol import parse_search_body, unwrap_tool_response
-from drvenus.protocol.serper import parse_serper_markdown
+from drvenus.protocol.legacy import parse_serper_markdown
 
 # From prepare_trajectories.py on build_reference_input() (see the module docstring).
 REFERENCE_STATS = {

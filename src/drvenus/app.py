@@ -89,8 +89,6 @@ def build_model(
     """The chat model the settings name (a server, a GGUF, or the embedded default)."""
     from drvenus.llm.factory import make_model
 
-    if settings.base_url is not None and not settings.model_name:
-        raise ValueError("--base-url needs --model-name (the model name the server serves)")
     return make_model(
         model_path=settings.model_path,
         base_url=settings.base_url,

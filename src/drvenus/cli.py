@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from drvenus import __version__
+from drvenus.text import one_line
 
 if TYPE_CHECKING:
     from drvenus.config import Settings
@@ -85,15 +86,23 @@ def _setup_logging(verbose: int) -> None:
     )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        out.print(f"drvenus {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="More logs.")] = 0,
-    version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
 ) -> None:
     _setup_logging(verbose)
-    if version:
-        out.print(f"drvenus {__version__}")
-        raise typer.Exit()
 
 
 # ---------------------------------------------------------------- shared model/tool options
@@ -111,7 +120,8 @@ AGENT_OPTIONS: dict[str, Any] = {
         ),
     ],
     "model_name": Annotated[
-        str | None, typer.Option("--model-name", help="Model name served at --base-url.")
+        str | None,
+        typer.Option("--model-name", help="Model served at --base-url (default: its first)."),
     ],
     "corpus": Annotated[
         Path | None,
@@ -469,8 +479,34 @@ def _mount_data_commands() -> None:
 _mount_data_commands()
 
 
+def _is_click_error(exc: BaseException, name: str) -> bool:
+    """Whether ``exc`` is click's ``name`` exception (typer ships click itself or vendors a copy,
+    depending on its version, so the class is matched by name)."""
+    return any(cls.__name__ == name for cls in type(exc).__mro__)
+
+
 def main() -> None:
-    app()
+    """The console script: usage errors (a bad option value, a missing argument) print one
+    line and exit 2, instead of click's multi-line box."""
+    try:
+        code = app(prog_name="drvenus", standalone_mode=False)
+    except typer.Abort:
+        typer.echo("drvenus: aborted", err=True)
+        raise SystemExit(1) from None
+    except Exception as exc:
+        if _is_click_error(exc, "NoArgsIsHelpError"):  # a group called bare: its help
+            text = exc.format_message()  # type: ignore[attr-defined]
+            if text.strip():  # some click versions leave the printing to the caller
+                typer.echo(text)
+            raise SystemExit(0) from None
+        if not _is_click_error(exc, "ClickException"):
+            raise
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "drvenus"
+        hint = " (see --help)" if _is_click_error(exc, "UsageError") else ""
+        typer.echo(f"{where}: {one_line(exc.format_message(), 400)}{hint}", err=True)  # type: ignore[attr-defined]
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from drvenus.data.reading import open_cleaned_parquet
-from drvenus.protocol import ANSWER_SPLIT
+from drvenus.protocol import ANSWER_SPLIT, TRAJECTORY_LAYOUT
 
 EXPORT_FORMATS = ("verl", "sharegpt", "swift", "hf")
 _ROLE_TO_SHAREGPT = {"system": "system", "user": "human", "assistant": "gpt", "tool": "observation"}
@@ -120,9 +120,8 @@ def _write_hf(src: Path, out_dir: Path, name: str) -> int:
         f"  splits:\n  - name: train\n    num_examples: {n}\n"
         "---\n\n"
         f"# {name}\n\nDR-Venus-format deep-research SFT trajectories exported by "
-        "`drvenus data export`: `question`, `messages` (system, user question, then "
-        "assistant `<think>`/`<tool_call>` turns and user `<tool_response>` turns, final "
-        "`<answer>`), `gt` (ground truth; several accepted answers joined by "
+        f"`drvenus data export`: `question`, `messages` ({TRAJECTORY_LAYOUT}), "
+        "`gt` (ground truth; several accepted answers joined by "
         f"`{ANSWER_SPLIT}`).\n"
     )
     (out_dir / "README.md").write_text(card, encoding="utf-8")

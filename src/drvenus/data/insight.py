@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from drvenus.data.reading import DataInputError, open_cleaned_parquet
-from drvenus.protocol.serper import tool_call_objects
+from drvenus.protocol.legacy import tool_call_objects
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def _token_counter(tokenizer: Path | None):
         return None, "estimate (chars / 4): install 'tokenizers' for exact counts"
     try:
         tok = Tokenizer.from_file(str(tokenizer))
-    except Exception as exc:  # noqa: BLE001 - tokenizers raises plain Exception
+    except Exception as exc:  # tokenizers raises plain Exception
         raise DataInputError(f"{tokenizer}: cannot load the tokenizer ({exc})") from None
     return (lambda text: len(tok.encode(text).ids)), f"tokenizer {tokenizer.name}"
 

@@ -31,7 +31,7 @@ from drvenus.data.cli_meta import Cli
 from drvenus.llm.base import LLMError, SamplingParams
 from drvenus.llm.openai_compat import OpenAICompatModel
 from drvenus.protocol import ANSWER_SPLIT
-from drvenus.protocol.serper import strip_thinking
+from drvenus.protocol.legacy import strip_thinking
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from drvenus.protocol import (
     wrap_tool_response,
 )
 from drvenus.protocol._json import loads_json5
-from drvenus.protocol.serper import (
+from drvenus.protocol.legacy import (
     ANSWER_RE,
     SUMMARY_RE,
     THINK_RE,
@@ -94,7 +94,7 @@ def clean_tool_call_turn(text: Any) -> str | None:
     """A middle assistant turn rebuilt in the protocol's think-then-tool-call form.
 
     Takes the first think block (answer/summary tags removed) and the first tool call,
-    normalised (:func:`drvenus.protocol.serper.legacy_tool_call`). None when either is missing,
+    normalised (:func:`drvenus.protocol.legacy.legacy_tool_call`). None when either is missing,
     the think text is empty, or the call is unusable.
     """
     if not isinstance(text, str):
@@ -112,7 +112,7 @@ def clean_tool_call_turn(text: Any) -> str | None:
     raw = call.group(1).strip()
     try:
         obj = loads_json5(raw.split("<code>")[0].strip())
-    except Exception:  # noqa: BLE001 - an undecodable call drops the turn
+    except Exception:  # an undecodable call drops the turn
         return None
     if not isinstance(obj, dict):
         return None

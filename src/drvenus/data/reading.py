@@ -125,7 +125,7 @@ def check_inputs(files: list[Path]) -> InputCheck:
         try:
             meta = pq.read_metadata(path)
             schema = meta.schema.to_arrow_schema()
-        except Exception as exc:  # noqa: BLE001 - any unreadable file is reported, not fatal
+        except Exception as exc:  # any unreadable file is reported, not fatal
             check.errors[path.name] = f"{type(exc).__name__}: {exc}"
             continue
         problem = input_schema_problem(schema)
@@ -207,7 +207,7 @@ class Chunk:
         for line in self.payload:
             try:
                 rows.append(_loads(line))
-            except Exception as exc:  # noqa: BLE001 - counted as an unreadable row
+            except Exception as exc:  # counted as an unreadable row
                 rows.append(ValueError(str(exc)))
         return rows
 
@@ -219,7 +219,7 @@ def read_chunks(path: Path, chunk_rows: int, on_error: Callable[[str], None]) ->
             yield from _parquet_chunks(path, chunk_rows)
         else:
             yield from _json_chunks(path, chunk_rows)
-    except Exception as exc:  # noqa: BLE001 - a broken file never stops the run
+    except Exception as exc:  # a broken file never stops the run
         on_error(f"{type(exc).__name__}: {exc}")
 
 

@@ -191,7 +191,7 @@ def process_rows(rows: list[Any], opts: RowOptions) -> ProcessedRows:
             continue
         try:
             s1, s2 = process_row(row, opts, out.stats)
-        except Exception as exc:  # noqa: BLE001 - a bug must not stop the run; it is reported
+        except Exception as exc:  # a bug must not stop the run; it is reported
             out.stats.unexpected_errors += 1
             out.errors.append(RowError(i, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
             continue

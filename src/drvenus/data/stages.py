@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drvenus.protocol import TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
-from drvenus.protocol.serper import (
+from drvenus.protocol.legacy import (
     ANSWER_RE,
     THINK_RE,
     TOOL_CALL_RE,

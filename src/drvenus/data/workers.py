@@ -120,7 +120,7 @@ class WorkerPool:
             for chunk in chunks:
                 try:
                     result = task(chunk)
-                except Exception as exc:  # noqa: BLE001 - reported as a failed chunk
+                except Exception as exc:  # reported as a failed chunk
                     result = ChunkResult.failed(chunk, exc)
                 yield chunk, result
             return
@@ -137,5 +137,5 @@ class WorkerPool:
 def _settled(chunk: Chunk, fut: Future) -> tuple[Chunk, ChunkResult]:
     try:
         return chunk, fut.result()
-    except Exception as exc:  # noqa: BLE001 - e.g. a worker process died
+    except Exception as exc:  # e.g. a worker process died
         return chunk, ChunkResult.failed(chunk, exc)

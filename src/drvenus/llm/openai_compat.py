@@ -50,20 +50,24 @@ _OVERFLOW = re.compile(
 
 
 def normalize_base_url(base_url: str) -> str:
-    """``http://host:port``, ``.../v1`` or ``.../v1/`` -> ``http://host:port/v1``."""
-    url = base_url.strip().rstrip("/")
+    """``http://host:port``, ``host:port``, ``.../v1`` or ``.../v1/`` -> ``http://host:port/v1``.
+    Raises ``ValueError`` with a readable message for anything that is not an HTTP(S) server."""
+    url = base_url.strip()
     if not url:
         raise ValueError("base_url is empty")
-    if not url.startswith(("http://", "https://")):
+    scheme, sep, _ = url.partition("://")
+    if not sep:
         url = "http://" + url
+    elif scheme.lower() not in ("http", "https"):
+        raise ValueError(f"server URL must be http:// or https://: {redact_url(base_url)!r}")
+    url = url.rstrip("/")
     for suffix in ("/chat/completions", "/completions"):
-        if url.endswith(suffix):
-            url = url[: -len(suffix)]
+        url = url.removesuffix(suffix)
     parts = urlsplit(url)
     if not parts.hostname:
         raise ValueError(f"not a server URL: {redact_url(base_url)!r}")
     try:
-        parts.port  # noqa: B018 - raises ValueError for a malformed port
+        _ = parts.port  # raises ValueError for a malformed port
     except ValueError:
         raise ValueError(f"bad port in server URL: {redact_url(base_url)!r}") from None
     return url if url.endswith("/v1") else url + "/v1"

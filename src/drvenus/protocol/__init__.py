@@ -4,8 +4,8 @@ Pure functions and data only (no I/O beyond reading a prompt file the caller nam
 that knows what a valid turn looks like lives here: the prompt, the tool specs and call
 normalisation, turn repair and parsing, the RL format check, the result renderers, the GBNF
 grammar of a valid turn (``grammar``), and the rules for reading legacy tool calls in raw
-REDSearcher data (``serper``). Callers: the agent parses turns with ``repair_turn`` +
-``parse_turn``; the data pipeline reads raw rows with ``serper`` and renders with ``render``;
+REDSearcher data (``legacy``). Callers: the agent parses turns with ``repair_turn`` +
+``parse_turn``; the data pipeline reads raw rows with ``legacy`` and renders with ``render``;
 RL scores format with ``check_turn_format``.
 """
 
@@ -32,6 +32,7 @@ from drvenus.protocol.render import (
     STEP_LIMIT_MESSAGE,
     TOOL_RESPONSE_CLOSE,
     TOOL_RESPONSE_OPEN,
+    TRAJECTORY_LAYOUT,
     VISIT_SEPARATOR,
     classify_tool_response,
     join_visits,
@@ -72,6 +73,7 @@ __all__ = [
     "STOP_STRINGS",
     "TOOL_RESPONSE_CLOSE",
     "TOOL_RESPONSE_OPEN",
+    "TRAJECTORY_LAYOUT",
     "TOOL_NAMES",
     "TOOL_SPECS",
     "VISIT",

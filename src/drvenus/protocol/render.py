@@ -21,6 +21,12 @@ TOOL_RESPONSE_OPEN = "<tool_response>"
 TOOL_RESPONSE_CLOSE = "</tool_response>"
 VISIT_SEPARATOR = "\n=======\n"
 
+# One sentence describing a trajectory's message layout, for dataset cards and docs.
+TRAJECTORY_LAYOUT = (
+    "system prompt, user question, then assistant `<think>`/`<tool_call>` turns and user "
+    "`<tool_response>` turns, and a final assistant `<think>`/`<answer>` turn"
+)
+
 VISIT_FAILED_EVIDENCE = "The page could not be accessed: check the URL, or try another source."
 VISIT_FAILED_SUMMARY = "The page could not be processed, so it gives no information for the goal."
 
