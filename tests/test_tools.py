@@ -14,6 +14,7 @@ from drvenus.corpus import CorpusIndex, build_index
 from drvenus.llm.base import Generation, LLMError, SamplingParams
 from drvenus.protocol import (
     ToolCall,
+    join_visits,
     parse_search_body,
     parse_visit_body,
     render_visit_failure,
@@ -179,7 +180,7 @@ def test_visit_cuts_page_to_budget_and_handles_extractor_errors(index: CorpusInd
 
     for extractor in (RecordingExtractor(None), RecordingExtractor(error=RuntimeError("x"))):
         body = run(LocalVisit(index, extractor)({"url": [url], "goal": GOAL}))
-        assert body == render_visit_failure(url, GOAL)
+        assert body == join_visits([render_visit_failure(url, GOAL)])
 
 
 def test_truncate_page() -> None:
@@ -272,7 +273,7 @@ def test_llm_extractor_fallback_and_visit_failure(index: CorpusIndex) -> None:
 
     url = "https://en.wikipedia.org/wiki/Rivermouth"
     visit = LocalVisit(index, LLMExtractor(FakeModel(["garbage"] * 3)))
-    assert run(visit({"url": [url], "goal": GOAL})) == render_visit_failure(url, GOAL)
+    assert run(visit({"url": [url], "goal": GOAL})) == join_visits([render_visit_failure(url, GOAL)])
 
 
 def test_parse_extraction_rejects_empty() -> None:

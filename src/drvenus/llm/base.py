@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from drvenus.protocol import STOP_STRINGS
+from drvenus.retry import TransientError
 
 # The turns a grammar-constrained generation may produce: any well-formed turn, or only one
 # kind (a tool call, a search call, or an answer: the agent forces an answer at its limits).
@@ -13,11 +14,11 @@ from drvenus.protocol import STOP_STRINGS
 GrammarKind = Literal["any", "tool_call", "search", "answer"]
 
 
-class LLMError(RuntimeError):
+class LLMError(TransientError):
     """A model call failed (server down, timeout, bad response, unloadable model file).
 
     ``retryable``: a transient failure (connection, timeout, HTTP 429/5xx) worth another try
-    under :mod:`drvenus.llm.retry`. ``retry_after``: the server's requested wait, in seconds.
+    under :mod:`drvenus.retry`. ``retry_after``: the server's requested wait, in seconds.
     ``context_overflow``: the prompt no longer fits the model's window; the agent then ends the
     run with a forced answer instead of failing.
     """
@@ -30,9 +31,7 @@ class LLMError(RuntimeError):
         retry_after: float | None = None,
         context_overflow: bool = False,
     ) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.retry_after = retry_after
+        super().__init__(message, retryable=retryable, retry_after=retry_after)
         self.context_overflow = context_overflow
 
 

@@ -31,9 +31,9 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from drvenus.llm.base import Generation, GrammarKind, LLMError, SamplingParams
-from drvenus.llm.retry import RetryPolicy, with_retries
 from drvenus.protocol import assistant_text
 from drvenus.protocol.grammar import grammar_for_kind
+from drvenus.retry import RetryPolicy, with_retries
 from drvenus.text import estimate_tokens, one_line
 
 log = logging.getLogger(__name__)

@@ -100,7 +100,9 @@ def render_visit_failure(url: str, goal: str) -> str:
 
 
 def join_visits(frames: Sequence[str]) -> str:
-    return VISIT_SEPARATOR.join(frames)
+    """The visit response body: the frames joined by the separator, the whole stripped (so the
+    last frame has no trailing blank line, as in the training data; inner frames keep theirs)."""
+    return VISIT_SEPARATOR.join(frames).strip()
 
 
 _VISIT_FRAME = re.compile(

@@ -1,9 +1,11 @@
-"""The tool interface the agent loop calls."""
+"""The tool interface the agent loop calls, and the error online providers raise."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
+
+from drvenus.retry import TransientError
 
 
 @runtime_checkable
@@ -18,3 +20,21 @@ class Tool(Protocol):
     name: str
 
     async def __call__(self, arguments: Mapping[str, Any]) -> str: ...
+
+
+class ProviderError(TransientError):
+    """A search or page provider failed for one query or URL. ``retryable`` (connection
+    error, timeout, HTTP 429/5xx) is retried under :mod:`drvenus.retry`; the tool then falls
+    back to the next provider or answers with a readable note. ``refused``: the URL was blocked
+    by the security policy (never retried, never sent anywhere)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        refused: bool = False,
+    ) -> None:
+        super().__init__(message, retryable=retryable, retry_after=retry_after)
+        self.refused = refused

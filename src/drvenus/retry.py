@@ -1,25 +1,43 @@
 """The one retry policy: bounded attempts, exponential backoff with jitter, and a deadline.
 
-Model clients make one attempt per call and raise :class:`~drvenus.llm.base.LLMError`; whoever
-owns the call decides how often to try again, with this policy: the agent loop for its steps,
-the judge and the page extractor for theirs. Nothing retries underneath anything else, so a dead
-server costs ``attempts`` requests, not attempts squared.
+Clients (model servers, search and page providers) make one attempt per call and raise a
+:class:`TransientError` (:class:`~drvenus.llm.base.LLMError` for models); whoever owns the call
+decides how often to try again, with this policy: the agent loop for its steps, the judge and
+the page extractor for theirs, each web provider for its requests. Nothing retries underneath
+anything else, so a dead server costs ``attempts`` requests, not attempts squared.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
-
-from drvenus.llm.base import LLMError
+from typing import Self, TypeVar
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class TransientError(RuntimeError):
+    """A call to an outside service failed. ``retryable``: transient (connection, timeout,
+    HTTP 429/5xx), worth another try; ``retry_after``: the server's requested wait, seconds."""
+
+    def __init__(
+        self, message: str, *, retryable: bool = False, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+    def after_attempts(self, attempts: int) -> Self:
+        """The same error, its message saying how many attempts were made."""
+        again = copy.copy(self)
+        again.args = (f"{self} (after {attempts} attempts)", *self.args[1:])
+        return again
 
 
 @dataclass(frozen=True)
@@ -77,7 +95,7 @@ async def with_retries(
 ) -> T:
     """Run ``call(timeout)`` until it succeeds, up to ``policy.attempts`` times.
 
-    Only transient :class:`LLMError` s (``retryable``) are retried; the last error is raised.
+    Only transient errors (``retryable``) are retried; the last error is raised.
     Each attempt gets ``timeout`` seconds, cut to what the ``deadline`` leaves, and no attempt
     starts once the deadline has passed.
     """
@@ -85,19 +103,14 @@ async def with_retries(
     for attempt in range(1, policy.attempts + 1):
         try:
             return await call(deadline.clamp(timeout))
-        except LLMError as exc:
+        except TransientError as exc:
             last = attempt == policy.attempts or not exc.retryable
             wait = 0.0 if last else policy.delay(attempt, exc.retry_after)
             left = deadline.remaining()
             if last or (left is not None and left <= wait):
                 if attempt == 1:
                     raise
-                raise LLMError(
-                    f"{exc} (after {attempt} attempts)",
-                    retryable=exc.retryable,
-                    retry_after=exc.retry_after,
-                    context_overflow=exc.context_overflow,
-                ) from None
+                raise exc.after_attempts(attempt) from None
             log.log(
                 logging.WARNING if attempt == 1 else logging.DEBUG,
                 "%s failed (%s); retry %d/%d in %.1fs",
@@ -107,4 +120,4 @@ async def with_retries(
     raise AssertionError("unreachable")
 
 
-__all__ = ["Deadline", "RetryPolicy", "with_retries"]
+__all__ = ["Deadline", "RetryPolicy", "TransientError", "with_retries"]
