@@ -254,3 +254,90 @@ def test_turn_renderers_produce_well_formed_turns():
     assert P.check_turn_format(turn, False) and P.parse_turn(turn).tool_call.arguments == {"query": ["a"]}
     final = P.render_answer_turn("done", "Paris")
     assert P.check_turn_format(final, True) and P.parse_turn(final).answer == "Paris"
+
+
+# --- byte-exact tool responses against the released training data ------------------------------
+
+
+def _tool_responses(shared) -> list[str]:
+    folder = shared / "trajectories" / "dr-venus-sft"
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        for message in json.loads(path.read_text(encoding="utf-8"))["messages"]:
+            if message["role"] == "user" and message["content"].startswith(P.TOOL_RESPONSE_OPEN):
+                found.append(message["content"])
+    return found
+
+
+def test_search_and_visit_responses_are_byte_identical_to_the_training_data(shared_data):
+    kinds: dict[str, int] = {"search": 0, "visit": 0}
+    for content in _tool_responses(shared_data):
+        body = P.unwrap_tool_response(content)
+        assert body is not None
+        searched = P.parse_search_body(body)
+        if searched is not None:
+            pairs = [(e["query"], e["web_page_info_list"]) for e in searched]
+            rendered = P.render_search(pairs)
+            kinds["search"] += 1
+        else:
+            frames = P.parse_visit_body(body)
+            assert frames is not None, body[:200]
+            rendered = P.join_visits(
+                [P.render_visit(f["url"], f["goal"], f["summary"], f["evidence"]) for f in frames]
+            )
+            kinds["visit"] += 1
+        assert P.wrap_tool_response(rendered) == content
+    assert kinds["search"] > 100 and kinds["visit"] > 50, kinds
+
+
+def test_visit_failure_keeps_the_frame_structure():
+    body = P.join_visits([P.render_visit_failure("https://a.example/x", "g")])
+    frames = P.parse_visit_body(body)
+    assert frames is not None and frames[0]["url"] == "https://a.example/x"
+    assert not body.endswith("\n")
+    first = P.render_visit("https://a.example/1", "g", "s1")
+    two = P.join_visits([first, P.render_visit_failure("u", "g")])
+    assert "s1\n\n" + P.VISIT_SEPARATOR in two  # inner frames keep their blank line, as DR-Venus's
+
+
+# --- the system prompt from a trajectory file --------------------------------------------------
+
+
+def test_system_prompt_from_trajectory_files(tmp_path, shared_data):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = shared_data / "trajectories" / "dr-venus-sft" / "0000.json"
+    row = json.loads(source.read_text(encoding="utf-8"))
+    expected = row["messages"][0]["content"]
+    assert P.load_system_prompt(source) == expected
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text("\n" + json.dumps(row) + "\n" + json.dumps({"messages": []}) + "\n")
+    assert P.load_system_prompt(jsonl) == expected
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(row["messages"]))
+    assert P.load_system_prompt(bare) == expected
+    parquet = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist([{"question": "q", "messages": row["messages"]}]), parquet)
+    assert P.load_system_prompt(parquet) == expected
+    text = tmp_path / "prompt.txt"
+    text.write_text("You are a careful researcher.")
+    assert P.load_system_prompt(text) == "You are a careful researcher."
+
+
+def test_system_prompt_file_errors_are_readable(tmp_path):
+    no_system = tmp_path / "rows.jsonl"
+    no_system.write_text(json.dumps({"messages": [{"role": "user", "content": "q"}]}) + "\n")
+    with pytest.raises(ValueError, match="no system message"):
+        P.load_system_prompt(no_system)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        P.load_system_prompt(broken)
+    wrong = tmp_path / "wrong.parquet"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": [1]}), wrong)
+    with pytest.raises(ValueError, match="messages"):
+        P.load_system_prompt(wrong)

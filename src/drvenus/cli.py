@@ -139,7 +139,9 @@ AGENT_OPTIONS: dict[str, Any] = {
     "system_prompt_file": Annotated[
         Path | None,
         typer.Option(
-            "--system-prompt-file", help="Replace the system prompt with this file's text."
+            "--system-prompt-file",
+            help="Replace the system prompt with this file's text, or with the system message "
+            "of the first trajectory in a .json / .jsonl / .parquet file.",
         ),
     ],
     "constrained": Annotated[
