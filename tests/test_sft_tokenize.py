@@ -1,0 +1,152 @@
+"""SFT tokenisation: masks on exactly the assistant tokens, with the embedded model's tokenizer.
+
+Two templates: the embedded SmolLM2's ChatML one (as shipped in its GGUF), and a Qwen3-style
+thinking template written here (reasoning split at ``</think>``, kept only after the last real
+user query, ``<think>\\n`` prefilled by the generation prompt), on the same vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+transformers = pytest.importorskip("transformers", reason="needs the train extra")
+
+from drvenus.train.sft import MaskError, TokenizeStats, tokenize_conversation, tokenize_rows  # noqa: E402
+
+QWEN3_STYLE_TEMPLATE = (
+    "{%- set ns = namespace(last_query=-1) -%}"
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'user' and not (m.content.startswith('<tool_response>') "
+    "and m.content.endswith('</tool_response>')) -%}{%- set ns.last_query = loop.index0 -%}"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'assistant' -%}"
+    "{%- set content = m.content -%}{%- set reasoning = '' -%}"
+    "{%- if '</think>' in content -%}"
+    "{%- set reasoning = content.split('</think>')[0].split('<think>')[-1].strip('\\n') -%}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') -%}"
+    "{%- endif -%}"
+    "{%- if loop.index0 > ns.last_query and (loop.last or reasoning) -%}"
+    "{{ '<|im_start|>assistant\\n<think>\\n' + reasoning + '\\n</think>\\n\\n' + content "
+    "+ '<|im_end|>\\n' }}"
+    "{%- else -%}{{ '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}{%- endif -%}"
+    "{%- else -%}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n<think>\\n' }}{%- endif -%}"
+)
+
+
+@pytest.fixture(scope="session")
+def chatml_tokenizer(tmp_path_factory, embedded_gguf):
+    """The embedded model's own tokenizer and chat template, read from its GGUF (saved once)."""
+    folder = tmp_path_factory.mktemp("smollm2-tokenizer")
+    tok = transformers.AutoTokenizer.from_pretrained(
+        str(embedded_gguf.parent), gguf_file=embedded_gguf.name
+    )
+    tok.save_pretrained(folder)
+    return transformers.AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.fixture(scope="session")
+def qwen3_style_tokenizer(chatml_tokenizer, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("qwen3-style-tokenizer")
+    chatml_tokenizer.save_pretrained(folder)
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    tok.chat_template = QWEN3_STYLE_TEMPLATE
+    return tok
+
+
+@pytest.fixture(scope="session")
+def trajectories(shared_data) -> list[list[dict]]:
+    folder = shared_data / "trajectories" / "dr-venus-sft"
+    return [json.loads(p.read_text(encoding="utf-8"))["messages"] for p in sorted(folder.glob("*.json"))]
+
+
+def _trained_segments(row, tok) -> list[str]:
+    segments, current = [], []
+    for token, trained in zip(row.input_ids, row.loss_mask, strict=True):
+        if trained:
+            current.append(token)
+        elif current:
+            segments.append(current)
+            current = []
+    if current:
+        segments.append(current)
+    return [tok.decode(s) for s in segments]
+
+
+def _full_ids(messages, tok) -> list[int]:
+    text = tok.apply_chat_template(messages, tokenize=False)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def test_chatml_masks_exactly_each_assistant_message_and_its_end_token(trajectories, chatml_tokenizer):
+    tok = chatml_tokenizer
+    for messages in trajectories:
+        row = tokenize_conversation(messages, tok)
+        assert row.input_ids == _full_ids(messages, tok)
+        assert len(row.loss_mask) == len(row.input_ids)
+        expected = [m["content"] + "<|im_end|>" for m in messages if m["role"] == "assistant"]
+        assert _trained_segments(row, tok) == expected
+        labels = row.labels
+        assert all((lab == -100) == (not m) for lab, m in zip(labels, row.loss_mask, strict=True))
+
+
+def test_qwen3_style_template_trains_reasoning_and_answer_not_the_prefilled_opener(
+    trajectories, qwen3_style_tokenizer
+):
+    tok = qwen3_style_tokenizer
+    messages = trajectories[0]
+    row = tokenize_conversation(messages, tok)
+    assert row.input_ids == _full_ids(messages, tok)
+    expected = []
+    for m in messages:
+        if m["role"] != "assistant":
+            continue
+        reasoning, content = m["content"].split("</think>", 1)
+        reasoning = reasoning.split("<think>")[-1].strip("\n")
+        expected.append(f"{reasoning}\n</think>\n\n{content.lstrip(chr(10))}<|im_end|>")
+    assert _trained_segments(row, tok) == expected
+
+
+def test_rows_a_template_cannot_mask_are_skipped_and_counted(qwen3_style_tokenizer):
+    tok = qwen3_style_tokenizer
+    # A middle assistant turn without reasoning renders differently in history (no think block)
+    # than as the last message (an empty one): no honest mask exists.
+    no_reasoning = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "calling a tool"},
+        {"role": "user", "content": "<tool_response>\nr\n</tool_response>"},
+        {"role": "assistant", "content": "<think>\nok\n</think>\n<answer>\na\n</answer>"},
+    ]
+    with pytest.raises(MaskError) as info:
+        tokenize_conversation(no_reasoning, tok)
+    assert info.value.reason == "template_not_prefix"
+    no_assistant = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    good = no_reasoning[:2] + [no_reasoning[4]]
+    stats = TokenizeStats()
+    rows = list(tokenize_rows([no_reasoning, no_assistant, good], tok, stats=stats))
+    assert len(rows) == 1 and stats.rows == 3 and stats.kept == 1
+    assert stats.skipped == {"template_not_prefix": 1, "no_assistant_turn": 1}
+
+
+def test_over_length_rows_are_truncated_or_dropped_and_counted(trajectories, chatml_tokenizer):
+    messages = trajectories[1]
+    full = tokenize_conversation(messages, chatml_tokenizer)
+    stats = TokenizeStats()
+    cut = tokenize_conversation(messages, chatml_tokenizer, max_length=4000, stats=stats)
+    assert cut.truncated and len(cut) == 4000 and stats.truncated == 1
+    assert cut.input_ids == full.input_ids[:4000] and cut.loss_mask == full.loss_mask[:4000]
+    stats = TokenizeStats()
+    list(tokenize_rows([messages], chatml_tokenizer, 4000, over_length="drop", stats=stats))
+    assert stats.kept == 0 and stats.skipped == {"too_long": 1}
+    with pytest.raises(MaskError):  # nothing of an assistant turn fits in 10 tokens
+        tokenize_conversation(messages, chatml_tokenizer, max_length=10)
+
+
+def test_embedded_gguf_path_fixture_exists(embedded_gguf: Path):
+    assert embedded_gguf.suffix == ".gguf"
