@@ -3,7 +3,8 @@ common approach of re-tokenising every prefix (tokenise ``messages[:i]`` with th
 prompt and ``messages[:i+1]`` for every assistant turn, as many SFT scripts derive masks).
 
 Both use the embedded SmolLM2 tokenizer (from its GGUF) at full length; both must produce the
-same masks. Usage: ``python benchmarks/bench_sft_tokenize.py [--repeat 3]``.
+same masks. Then the share of real (non-padding) tokens at a few max lengths, one row per
+sequence versus packed. Usage: ``python benchmarks/bench_sft_tokenize.py [--repeat 3]``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from transformers import AutoTokenizer
 
 from drvenus.llm.embedded import embedded_model_path
 from drvenus.train.sft import tokenize_conversation
+from drvenus.train.sft.pack import pack_rows, padding_efficiency
 from drvenus.train.sft.tokenize import end_of_turn_ids
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "trajectories" / "dr-venus-sft"
@@ -46,6 +48,7 @@ def naive_mask(messages: list[dict], tok) -> tuple[list[int], list[int]]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--pack-lengths", type=int, nargs="*", default=[32768, 65536, 131072])
     args = parser.parse_args()
     gguf = embedded_model_path(Path(tempfile.gettempdir()) / "drvenus-test-models")
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -76,6 +79,18 @@ def main() -> None:
     print("|---|---|---|---|")
     for name, t in times.items():
         print(f"| {name} | {t:.3f} | {tokens / t:,.0f} | {base / t:.1f}x |")
+    print()
+    print("| max length | rows (truncated) | sequences one row each / packed | real tokens: "
+          "one row each / packed |")
+    print("|---|---|---|---|")
+    for limit in args.pack_lengths:
+        cut = [tokenize_conversation(m, tok, limit) for m in rows]
+        packed = list(pack_rows(cut, limit))
+        single = padding_efficiency([len(r) for r in cut], limit)
+        dense = padding_efficiency([len(p) for p in packed], limit)
+        truncated = sum(r.truncated for r in cut)
+        print(f"| {limit:,} | {len(cut)} ({truncated}) | {len(cut)} / {len(packed)} | "
+              f"{single:.1%} / {dense:.1%} |")
 
 
 if __name__ == "__main__":

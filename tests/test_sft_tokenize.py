@@ -14,7 +14,14 @@ import pytest
 
 transformers = pytest.importorskip("transformers", reason="needs the train extra")
 
-from drvenus.train.sft import MaskError, TokenizeStats, tokenize_conversation, tokenize_rows  # noqa: E402
+from drvenus.train.sft import (  # noqa: E402
+    MaskError,
+    TokenizedRow,
+    TokenizeStats,
+    tokenize_conversation,
+    tokenize_rows,
+)
+from drvenus.train.sft.pack import block_causal_mask, pack_rows, padding_efficiency  # noqa: E402
 
 QWEN3_STYLE_TEMPLATE = (
     "{%- set ns = namespace(last_query=-1) -%}"
@@ -150,3 +157,36 @@ def test_over_length_rows_are_truncated_or_dropped_and_counted(trajectories, cha
 
 def test_embedded_gguf_path_fixture_exists(embedded_gguf: Path):
     assert embedded_gguf.suffix == ".gguf"
+
+
+# --- packing ------------------------------------------------------------------------------------
+
+
+def _row(n: int, start: int = 0) -> TokenizedRow:
+    return TokenizedRow(list(range(start, start + n)), [i % 2 for i in range(n)])
+
+
+def test_packing_keeps_every_row_whole_with_restarting_positions():
+    rows = [_row(n, 100 * i) for i, n in enumerate([5, 9, 3, 7, 2, 10, 1])]
+    packed = list(pack_rows(rows, max_length=10))
+    assert all(len(p) <= 10 for p in packed)
+    assert sorted(n for p in packed for n in p.seq_lens) == sorted(len(r) for r in rows)
+    seen = []
+    for p in packed:
+        start = 0
+        for n in p.seq_lens:
+            assert p.position_ids[start : start + n] == list(range(n))
+            seen.append((tuple(p.input_ids[start : start + n]), tuple(p.loss_mask[start : start + n])))
+            start += n
+    assert sorted(seen) == sorted((tuple(r.input_ids), tuple(r.loss_mask)) for r in rows)
+    assert padding_efficiency([len(p) for p in packed], 10) > padding_efficiency([len(r) for r in rows], 10)
+    with pytest.raises(ValueError, match="does not fit"):
+        list(pack_rows([_row(11)], max_length=10))
+
+
+def test_block_causal_mask_forbids_attention_across_rows():
+    mask = block_causal_mask([2, 3], total=6)[0, 0]
+    assert mask.shape == (6, 6)
+    assert mask[1, 0] and not mask[0, 1]  # causal inside row 1
+    assert not mask[2, 1] and mask[4, 2]  # row 2 never sees row 1
+    assert not mask[5].any()  # padding attends to nothing

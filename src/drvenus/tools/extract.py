@@ -22,9 +22,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-import json5
-
 from drvenus.llm.base import ChatModel, LLMError, SamplingParams
+from drvenus.protocol._json import loads_json5
 
 log = logging.getLogger(__name__)
 
@@ -253,9 +252,21 @@ page does not contain what the goal asks for, say so and note anything close to 
 Reply with a single JSON object and nothing else:
 {{"rational": "...", "evidence": "...", "summary": "..."}}"""
 
+# DR-Venus's summariser: temperature 0.7 and no cap on the reply, so the JSON is never cut off
+# (``max_tokens`` None: the server's own limit applies).
 DEFAULT_EXTRACTION_PARAMS = SamplingParams(
-    temperature=0.7, top_p=0.95, top_k=20, presence_penalty=0.0, max_tokens=4096, stop=()
+    temperature=0.7,
+    top_p=0.95,
+    top_k=20,
+    presence_penalty=0.0,
+    max_tokens=None,  # type: ignore[arg-type]  # sent as null: "no limit" to OpenAI servers
+    stop=(),
 )
+MIN_REPLY_CHARS = 10  # DR-Venus: a shorter reply means the page was too much for the model
+SHORTEN_RATIO = 0.7
+SHORTEN_RETRIES = 3
+LAST_RESORT_CHARS = 25_000
+JSON_RETRIES = 3
 
 _FENCE = re.compile(r"```(?:json5?|JSON5?)?\s*\n?(.*?)```", re.DOTALL)
 
@@ -272,46 +283,63 @@ def _as_text(value: Any) -> str:
     return str(value).strip()
 
 
-def _decode_object(text: str) -> dict[str, Any] | None:
-    for decode in (json.loads, json5.loads):
-        try:
-            obj = decode(text)
-        except Exception:  # json5 raises several types
-            continue
-        if isinstance(obj, dict):
-            return obj
-    return None
+def _reply_body(text: str) -> str:
+    """The reply without a think block."""
+    return text.rsplit("</think>", 1)[1] if "</think>" in text else text
 
 
-def parse_extraction(text: str) -> Extraction | None:
-    """The extraction in a model reply: JSON, possibly fenced, after a think block, or JSON5.
-    None unless it is an object with a non-empty ``evidence`` or ``summary``."""
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
+def _candidates(text: str) -> list[str]:
+    """Where the JSON object may be in a reply: fenced blocks, the outermost braces, all."""
+    text = _reply_body(text)
     candidates = [m.group(1) for m in _FENCE.finditer(text)]
     start, end = text.find("{"), text.rfind("}")
     if start != -1 and end > start:
         candidates.append(text[start : end + 1])
     candidates.append(text)
-    for candidate in candidates:
-        obj = _decode_object(candidate.strip())
-        if obj is None:
+    return [c.strip() for c in candidates]
+
+
+def _as_extraction(obj: Any) -> Extraction | None:
+    if not isinstance(obj, dict):
+        return None
+    lowered = {str(k).lower(): v for k, v in obj.items()}
+    evidence = _as_text(lowered.get("evidence"))
+    summary = _as_text(lowered.get("summary"))
+    rational = _as_text(lowered.get("rational", lowered.get("rationale"))) or None
+    if not evidence and not summary:
+        return None
+    return Extraction(evidence=evidence or None, summary=summary or evidence, rational=rational)
+
+
+def parse_extraction(text: str, *, lenient: bool = True) -> Extraction | None:
+    """The extraction in a model reply: a JSON object, possibly fenced or after a think block.
+    ``lenient``: also JSON5 (single quotes, trailing commas, comments), the repair step; else
+    strict JSON, as DR-Venus's tool reads it. None unless the object has a non-empty
+    ``evidence`` or ``summary``."""
+    for candidate in _candidates(text):
+        try:
+            obj = loads_json5(candidate) if lenient else json.loads(candidate)
+        except Exception:  # json5 raises several types
             continue
-        lowered = {str(k).lower(): v for k, v in obj.items()}
-        evidence = _as_text(lowered.get("evidence"))
-        summary = _as_text(lowered.get("summary"))
-        rational = _as_text(lowered.get("rational", lowered.get("rationale"))) or None
-        if not evidence and not summary:
-            continue
-        return Extraction(evidence=evidence or None, summary=summary or evidence, rational=rational)
+        extraction = _as_extraction(obj)
+        if extraction is not None:
+            return extraction
     return None
 
 
 class LLMExtractor:
-    """Evidence extraction by a chat model (DR-Venus's visit summariser).
+    """Evidence extraction by a chat model, as DR-Venus's visit summariser does it.
 
-    Retries up to ``max_attempts`` times on a model error or an unparseable reply, then returns
-    ``fallback``'s extraction when one is given, else None (the visit tool's failure frame).
+    1. Ask for the ``{"rational", "evidence", "summary"}`` JSON. A reply shorter than
+       ``min_reply_chars`` (or a failed model call) means the page was too much: ask again with
+       the page cut to ``shorten_ratio`` of its length, up to ``shorten_retries`` times, then
+       once with its first ``last_resort_chars`` characters.
+    2. A reply that is not a usable JSON object: ask again, up to ``json_retries`` times.
+    3. Then repair: the replies read leniently (JSON5, the outermost braces), newest first.
+
+    ``max_attempts`` caps the model calls per page (default: all the steps above). When every
+    step fails, ``fallback``'s extraction (e.g. the offline :class:`ExtractiveExtractor`) or
+    None (the visit tool's failure frame).
     """
 
     def __init__(
@@ -319,39 +347,78 @@ class LLMExtractor:
         model: ChatModel,
         *,
         params: SamplingParams = DEFAULT_EXTRACTION_PARAMS,
-        max_attempts: int = 3,
+        max_attempts: int | None = None,
         fallback: Extractor | None = None,
         prompt: str = EXTRACTION_PROMPT,
+        min_reply_chars: int = MIN_REPLY_CHARS,
+        shorten_ratio: float = SHORTEN_RATIO,
+        shorten_retries: int = SHORTEN_RETRIES,
+        last_resort_chars: int = LAST_RESORT_CHARS,
+        json_retries: int = JSON_RETRIES,
     ) -> None:
-        if max_attempts < 1:
+        if max_attempts is not None and max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
+        if not 0 < shorten_ratio < 1:
+            raise ValueError("shorten_ratio must be between 0 and 1")
         self.model = model
         self.params = params
-        self.max_attempts = max_attempts
+        self.max_attempts = max_attempts or 2 + shorten_retries + json_retries
         self.fallback = fallback
         self.prompt = prompt
+        self.min_reply_chars = min_reply_chars
+        self.shorten_ratio = shorten_ratio
+        self.shorten_retries = shorten_retries
+        self.last_resort_chars = last_resort_chars
+        self.json_retries = json_retries
+
+    def __repr__(self) -> str:
+        return f"LLMExtractor({self.model!r})"
 
     def messages(self, page_text: str, goal: str, url: str) -> list[dict[str, str]]:
         content = self.prompt.format(url=url, page=page_text, goal=goal)
         return [{"role": "user", "content": content}]
 
+    async def _ask(self, page: str, goal: str, url: str, calls: list[int]) -> str:
+        """One model call; its reply text ("" when the call failed)."""
+        calls[0] += 1
+        try:
+            generation = await self.model.generate(self.messages(page, goal, url), self.params)
+        except LLMError as exc:
+            log.warning("extractor model failed on %s (call %d): %s", url, calls[0], exc)
+            return ""
+        return _reply_body(generation.text or "").strip()
+
+    def _shorter(self, page: str, step: int) -> str:
+        if step < self.shorten_retries:
+            return page[: int(self.shorten_ratio * len(page))]
+        return page[: self.last_resort_chars]
+
     async def extract(self, page_text: str, goal: str, url: str) -> Extraction | None:
-        messages = self.messages(page_text, goal, url)
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                generation = await self.model.generate(messages, self.params)
-            except LLMError as exc:
-                log.warning("extractor model failed on %s (attempt %d): %s", url, attempt, exc)
-                continue
-            extraction = parse_extraction(generation.text or "")
+        calls = [0]
+        page = page_text
+        reply = await self._ask(page, goal, url, calls)
+        step = 0
+        while len(reply) < self.min_reply_chars and step <= self.shorten_retries:
+            if calls[0] >= self.max_attempts:
+                break
+            page = self._shorter(page, step)
+            log.info("extractor reply for %s too short: retrying on %d chars", url, len(page))
+            reply = await self._ask(page, goal, url, calls)
+            step += 1
+        replies = [reply]
+        for retry in range(self.json_retries + 1):
+            extraction = parse_extraction(reply, lenient=False)
             if extraction is not None:
                 return extraction
-            log.warning(
-                "extractor reply for %s is not usable JSON (attempt %d): %.120r",
-                url,
-                attempt,
-                generation.text,
-            )
+            if retry == self.json_retries or calls[0] >= self.max_attempts:
+                break
+            log.warning("extractor reply for %s is not usable JSON: %.120r", url, reply)
+            reply = await self._ask(page, goal, url, calls)
+            replies.append(reply)
+        for earlier in reversed(replies):  # the repair step: lenient parsing
+            extraction = parse_extraction(earlier)
+            if extraction is not None:
+                return extraction
         if self.fallback is not None:
             log.info("falling back to %s for %s", type(self.fallback).__name__, url)
             return await self.fallback.extract(page_text, goal, url)

@@ -1,13 +1,22 @@
-"""The ``visit`` tool over a local corpus: page store lookup, then evidence extraction."""
+"""The ``visit`` tool: read each page (local corpus, Jina Reader or the page itself), cut it to
+the page budget, pull out the evidence for the goal.
+
+One frame per URL, joined as the protocol says. The URLs of one call are read concurrently
+within ``overall_timeout`` seconds; a URL not done by then, unknown, refused by the address
+policy or unreadable by every reader, or one the extractor gives up on, gets the protocol's
+failure frame (the model sees exactly what DR-Venus's tool writes then).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import Mapping
-from typing import Any, Protocol
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from drvenus.corpus import Document, is_web_url
+from drvenus.corpus import is_web_url
 from drvenus.protocol import (
     MISSING_ARGUMENT,
     VISIT,
@@ -16,63 +25,131 @@ from drvenus.protocol import (
     render_visit_failure,
     tool_error_message,
 )
-from drvenus.text import BYTES_PER_TOKEN, estimate_tokens
+from drvenus.tools.base import ProviderError
+from drvenus.tools.cache import ToolCache, normalize_url
 from drvenus.tools.extract import ExtractiveExtractor, Extractor
+from drvenus.tools.metrics import Metrics
+from drvenus.tools.pages import CorpusReader, Page, PageReader, PageStore, page_text
+from drvenus.tools.tokens import ByteEstimate, TokenCounter, default_counter
+from drvenus.tools.web import FetchTimeout
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PAGE_TOKENS = 95_000
+DEFAULT_VISIT_TIMEOUT = 240.0
 
 
-class PageStore(Protocol):
-    def get_document(self, url: str) -> Document | None: ...
+def truncate_page(text: str, max_tokens: int, counter: TokenCounter | None = None) -> str:
+    """Cut ``text`` to about ``max_tokens`` tokens of ``counter`` (None: the package estimate,
+    UTF-8 bytes / 4), at a space near the cut when counted by estimate."""
+    return (counter or ByteEstimate()).truncate(text, max_tokens)
 
 
-def page_text(doc: Document) -> str:
-    """The text the extractor reads: the title as a heading, then the page body."""
-    if doc.title and not doc.text.startswith(doc.title):
-        return f"{doc.title}\n\n{doc.text}"
-    return doc.text
+def _outcome(exc: BaseException) -> str:
+    if isinstance(exc, FetchTimeout | TimeoutError | asyncio.CancelledError):
+        return "timeout"
+    if isinstance(exc, ProviderError) and exc.refused:
+        return "refused"
+    return "error"
 
 
-def truncate_page(text: str, max_tokens: int) -> str:
-    """Cut ``text`` to about ``max_tokens`` tokens (the package's estimate: UTF-8 bytes / 4),
-    at a space near the cut when there is one."""
-    if estimate_tokens(text) <= max_tokens:
-        return text
-    limit = int(max_tokens * BYTES_PER_TOKEN)
-    cut = text.encode("utf-8")[:limit].decode("utf-8", errors="ignore")
-    space = cut.rfind(" ", max(0, len(cut) - 200))
-    return cut[:space] if space > 0 else cut
+class Visit:
+    """``visit(url=[...], goal=...)`` over page readers tried in order.
 
-
-class LocalVisit:
-    """``visit(url=[...], goal=...)``: one frame per URL, joined as the protocol says.
-
-    An unknown URL, a non-web scheme, an extractor failure or error: the failure frame.
+    ``readers``: e.g. ``[JinaReader(keys), FetchReader()]``; a refused URL is not offered to
+    the next reader. ``extractor``: the evidence extractor (offline BM25 when None).
+    ``max_page_tokens``: the page budget (DR-Venus: 95K ``cl100k_base`` tokens) counted with
+    ``counter`` (:func:`~drvenus.tools.tokens.default_counter` when None). ``cache``: stores
+    read page text under ``page:{reader}``; ``cache_ttl``: its age limit (the cache's default
+    when None). ``metrics``: one observation per reader attempt, one per cache lookup.
+    ``overall_timeout``: seconds for all URLs of one call (None: no limit).
     """
 
     name = VISIT
 
     def __init__(
         self,
-        index: PageStore,
+        readers: Sequence[PageReader],
         extractor: Extractor | None = None,
         *,
         max_page_tokens: int = DEFAULT_PAGE_TOKENS,
+        counter: TokenCounter | None = None,
+        cache: ToolCache | None = None,
+        cache_ttl: float | None = None,
+        metrics: Metrics | None = None,
+        overall_timeout: float | None = DEFAULT_VISIT_TIMEOUT,
     ) -> None:
-        self.index = index
+        if not readers:
+            raise ValueError("visit needs at least one page reader")
+        self.readers = list(readers)
         self.extractor = extractor if extractor is not None else ExtractiveExtractor()
         self.max_page_tokens = max_page_tokens
+        self.counter = counter
+        self.cache = cache
+        self.cache_ttl = cache_ttl
+        self.metrics = metrics
+        self.overall_timeout = overall_timeout
+
+    # -- reading pages -----------------------------------------------------------------------
+
+    def _cached(self, reader: PageReader, url: str) -> Page | None:
+        if self.cache is None or not reader.cacheable:
+            return None
+        raw = self.cache.get(f"page:{reader.name}", normalize_url(url), self.cache_ttl)
+        if self.metrics is not None:
+            self.metrics.cache(VISIT, raw is not None)
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+            return Page(url=url, title=str(data["title"]), text=str(data["text"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def _store(self, reader: PageReader, url: str, page: Page) -> None:
+        if self.cache is not None and reader.cacheable:
+            value = json.dumps({"title": page.title, "text": page.text}, ensure_ascii=False)
+            self.cache.put(f"page:{reader.name}", normalize_url(url), value)
+
+    async def _read_with(self, reader: PageReader, url: str) -> Page:
+        cached = await asyncio.to_thread(self._cached, reader, url)
+        if cached is not None:
+            return cached
+        start = time.monotonic()
+        try:
+            page = await reader.read(url)
+        except BaseException as exc:
+            if self.metrics is not None:
+                self.metrics.observe(VISIT, reader.name, _outcome(exc), time.monotonic() - start)
+            raise
+        if self.metrics is not None:
+            self.metrics.observe(VISIT, reader.name, "ok", time.monotonic() - start)
+        await asyncio.to_thread(self._store, reader, url, page)
+        return page
+
+    async def read_page(self, url: str) -> Page | None:
+        """The page from the first reader that can read it; None when none can."""
+        for reader in self.readers:
+            try:
+                return await self._read_with(reader, url)
+            except ProviderError as exc:
+                log.info("visit: %s could not read %s: %s", reader.name, url, exc)
+                if exc.refused:
+                    return None
+            except Exception:  # a reader bug must not fail the whole call
+                log.exception("visit: %s failed on %s", reader.name, url)
+        return None
+
+    # -- the tool ----------------------------------------------------------------------------
 
     async def visit_one(self, url: str, goal: str) -> str:
         if not is_web_url(url):
             return render_visit_failure(url, goal)
-        doc = await asyncio.to_thread(self.index.get_document, url)
-        if doc is None:
-            log.info("visit: %s is not in the corpus", url)
+        page = await self.read_page(url)
+        if page is None or not page.text.strip():
             return render_visit_failure(url, goal)
-        text = truncate_page(page_text(doc), self.max_page_tokens)
+        counter = self.counter or default_counter()
+        text = await asyncio.to_thread(counter.truncate, page.text, self.max_page_tokens)
         try:
             extraction = await self.extractor.extract(text, goal, url)
         except Exception:  # one bad page must not fail the whole call
@@ -89,11 +166,59 @@ class LocalVisit:
         goal = str(arguments.get("goal") or "").strip()
         if not urls:
             return tool_error_message(VISIT, MISSING_ARGUMENT[VISIT])
-        frames = await asyncio.gather(*(self.visit_one(str(u).strip(), goal) for u in urls))
+        urls = [str(u).strip() for u in urls]
+        tasks = [asyncio.create_task(self.visit_one(u, goal)) for u in urls]
+        try:
+            done, pending = await asyncio.wait(tasks, timeout=self.overall_timeout)
+        finally:  # on time out, and when this call itself is cancelled
+            for task in tasks:
+                task.cancel()
+        if pending:
+            log.warning(
+                "visit: %d of %d URLs not done in %gs", len(pending), len(urls),
+                self.overall_timeout,
+            )
+            await asyncio.gather(*pending, return_exceptions=True)
+        frames = [
+            t.result() if t in done and t.exception() is None else render_visit_failure(u, goal)
+            for t, u in zip(tasks, urls, strict=True)
+        ]
         return join_visits(frames)
 
     async def aclose(self) -> None:
-        """Close the extractor's model client, if it has one."""
-        close = getattr(self.extractor, "aclose", None)
-        if close is not None:
-            await close()
+        """Close the readers and the extractor's model client."""
+        for closable in (*self.readers, self.extractor):
+            close = getattr(closable, "aclose", None)
+            if close is None:
+                continue
+            try:
+                await close()
+            except Exception:  # closing is best effort
+                log.exception("visit: closing %r failed", closable)
+
+
+class LocalVisit(Visit):
+    """``visit`` over a local corpus index (its documents are the pages)."""
+
+    def __init__(
+        self,
+        index: PageStore,
+        extractor: Extractor | None = None,
+        *,
+        max_page_tokens: int = DEFAULT_PAGE_TOKENS,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        super().__init__(
+            [CorpusReader(index)], extractor, max_page_tokens=max_page_tokens, counter=counter
+        )
+        self.index = index
+
+
+__all__ = [
+    "DEFAULT_PAGE_TOKENS",
+    "LocalVisit",
+    "PageStore",
+    "Visit",
+    "page_text",
+    "truncate_page",
+]
