@@ -75,7 +75,9 @@ def fit_to_window(config: AgentConfig, window: int | None) -> AgentConfig:
     most a quarter of the window, the context budget at most the window minus that cap."""
     if not window or window <= 0:
         return config
-    max_tokens = min(config.sampling.max_tokens, max(64, window // 4))
+    quarter = max(64, window // 4)
+    requested = config.sampling.max_tokens
+    max_tokens = quarter if requested is None else min(requested, quarter)
     budget = min(config.max_context_tokens, window - max_tokens)
     if max_tokens == config.sampling.max_tokens and budget == config.max_context_tokens:
         return config

@@ -43,7 +43,7 @@ class SamplingParams:
     top_p: float = 0.95
     top_k: int = 20
     presence_penalty: float = 1.1
-    max_tokens: int = 15000
+    max_tokens: int | None = 15000  # None: no cap (the server's own limit)
     stop: tuple[str, ...] = STOP_STRINGS
     seed: int | None = None
 

@@ -332,10 +332,11 @@ class OpenAICompatModel:
             "top_p": params.top_p,
             "top_k": params.top_k,
             "presence_penalty": params.presence_penalty,
-            "max_tokens": params.max_tokens,
             "stop": list(params.stop),
             "stream": False,
         }
+        if params.max_tokens is not None:  # None: the server's own limit
+            body["max_tokens"] = params.max_tokens
         if params.seed is not None:
             body["seed"] = params.seed
         body.update(self.extra_body)

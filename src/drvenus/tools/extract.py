@@ -259,7 +259,7 @@ DEFAULT_EXTRACTION_PARAMS = SamplingParams(
     top_p=0.95,
     top_k=20,
     presence_penalty=0.0,
-    max_tokens=None,  # type: ignore[arg-type]  # sent as null: "no limit" to OpenAI servers
+    max_tokens=None,  # not sent: the server's own limit
     stop=(),
 )
 MIN_REPLY_CHARS = 10  # DR-Venus: a shorter reply means the page was too much for the model
