@@ -103,28 +103,87 @@ def build_model(
     )
 
 
-def build_toolbox(settings: Settings, *, progress: bool = False):
-    """``search`` + ``visit`` over the settings' corpus, with the extractor they configure."""
-    from drvenus.tools.toolbox import offline_toolbox
+def build_extractor(settings: Settings):
+    """The page extractor: the configured LLM (falling back to the offline extractive method
+    when it fails), else the offline method alone."""
+    from drvenus.tools.extract import ExtractiveExtractor, LLMExtractor
 
-    extractor = None
-    if settings.extractor_base_url and settings.extractor_model:
-        from drvenus.llm.openai_compat import OpenAICompatModel
-        from drvenus.tools.extract import LLMExtractor
+    if not (settings.extractor_base_url and settings.extractor_model):
+        return ExtractiveExtractor()
+    from drvenus.llm.openai_compat import OpenAICompatModel
 
-        extractor = LLMExtractor(
-            OpenAICompatModel(
-                settings.extractor_base_url,
-                settings.extractor_model,
-                settings.extractor_api_key_value(),  # its own key, never the agent model's
-                timeout=settings.request_timeout,
-            )  # one attempt per call: LLMExtractor owns the retries
-        )
-    top_k = settings.search_top_k or (EMBEDDED_SEARCH_TOP_K if is_embedded(settings) else 10)
-    return offline_toolbox(
-        settings.corpus, top_k=top_k, extractor=extractor, cache_dir=settings.cache_root(),
-        progress=progress,
+    model = OpenAICompatModel(
+        settings.extractor_base_url,
+        settings.extractor_model,
+        settings.extractor_api_key_value(),  # its own key, never the agent model's
+        timeout=settings.request_timeout,
+    )  # one attempt per call: LLMExtractor owns the retries
+    return LLMExtractor(model, fallback=ExtractiveExtractor())
+
+
+def build_toolbox(settings: Settings, *, progress: bool = False, metrics: Any = None) -> Any:
+    """``search`` + ``visit`` as the settings say: a tool server (``tools_url``), or providers
+    in process (local index, Serper, SearXNG; local pages, direct fetch, Jina Reader) with the
+    shared cache, the extractor and the URL policy. ``metrics``: a
+    :class:`~drvenus.tools.metrics.Metrics` to report to (the tool server's)."""
+    if settings.tools_url:
+        from drvenus.tools.remote import RemoteToolbox
+
+        return RemoteToolbox(settings.tools_url, settings.tools_token_value())
+    from drvenus.corpus import open_index
+    from drvenus.tools.cache import ToolCache
+    from drvenus.tools.search import Search
+    from drvenus.tools.toolbox import Toolbox
+    from drvenus.tools.visit import Visit
+    from drvenus.tools.web_search import DEFAULT_SERPER_URL, make_search_providers
+
+    search_names, visit_names = settings.search_providers(), settings.visit_readers()
+    index = None
+    if "local" in search_names or "local" in visit_names:
+        index = open_index(settings.corpus, cache_dir=settings.cache_root(), progress=progress)
+    online = [n for n in (*search_names, *visit_names) if n != "local"]
+    cache = None
+    if online and settings.tool_cache:
+        path = settings.cache_root() / "tools.sqlite"
+        cache = ToolCache(path, default_ttl=settings.tool_cache_ttl)
+    providers = make_search_providers(
+        search_names,
+        serper_api_key=settings.serper_api_key_value(),
+        serper_url=settings.serper_url or DEFAULT_SERPER_URL,
+        searxng_url=settings.searxng_url,
+        index=index,
     )
+    top_k = settings.search_top_k or (EMBEDDED_SEARCH_TOP_K if is_embedded(settings) else 10)
+    visit = Visit(
+        _page_readers(settings, visit_names, index),
+        build_extractor(settings),
+        max_page_tokens=settings.max_page_tokens,
+        cache=cache,
+        metrics=metrics,
+    )
+    search = Search(providers, top_k, cache=cache, metrics=metrics)
+    return Toolbox([search, visit])
+
+
+def _page_readers(settings: Settings, names: list[str], index: Any) -> list[Any]:
+    from drvenus.tools.pages import CorpusReader, FetchReader, JinaReader
+
+    readers: list[Any] = []
+    for name in names:
+        if name == "local":
+            readers.append(CorpusReader(index))
+        elif name == "fetch":
+            readers.append(FetchReader(allow_private=settings.allow_private_urls))
+        else:
+            kwargs = {"base_url": settings.jina_url} if settings.jina_url else {}
+            readers.append(
+                JinaReader(
+                    settings.jina_api_keys() or None,
+                    allow_private=settings.allow_private_urls,
+                    **kwargs,
+                )
+            )
+    return readers
 
 
 def build_stack(

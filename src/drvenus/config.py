@@ -9,9 +9,13 @@ environment or ``.env`` only, and never logged. No other module reads the enviro
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+SEARCH_PROVIDERS = ("serper", "searxng", "local")
+VISIT_READERS = ("jina", "fetch", "local")
 
 
 def _secret(value: SecretStr | None) -> str | None:
@@ -45,9 +49,34 @@ class Settings(BaseSettings):
     cache_dir: Path | None = None
     models_dir: Path | None = None
 
-    # tools
+    # tools: providers in fallback order, comma-separated ("serper,searxng,local");
+    # visit None: the local corpus when search is local only, else fetching pages directly
     corpus: Path | None = None
     search_top_k: int | None = Field(default=None, ge=1)
+    search: str = "local"
+    visit: str | None = None
+    serper_api_key: SecretStr | None = Field(
+        default=None,
+        repr=False,
+        validation_alias=AliasChoices("serper_api_key", "DRVENUS_SERPER_API_KEY", "SERPER_KEY_ID"),
+    )
+    serper_url: str | None = None
+    searxng_url: str | None = None
+    # Jina Reader keys: several, comma-separated, are used in turn (DR-Venus's JINA_API_KEYS)
+    jina_api_key: SecretStr | None = Field(
+        default=None,
+        repr=False,
+        validation_alias=AliasChoices("jina_api_key", "DRVENUS_JINA_API_KEY", "JINA_API_KEYS"),
+    )
+    jina_url: str | None = None
+    allow_private_urls: bool = False  # let visit read loopback / private / link-local hosts
+    max_page_tokens: int = Field(default=95_000, ge=256)
+    tool_cache: bool = True  # cache online search results and pages in <cache>/tools.sqlite
+    tool_cache_ttl: float = Field(default=7 * 24 * 3600.0, gt=0)
+    # a shared tool server (``drvenus tools serve``) to use instead of in-process tools, and
+    # the bearer token it wants (the server reads its own token from here too)
+    tools_url: str | None = None
+    tools_token: SecretStr | None = Field(default=None, repr=False)
 
     # extractor model for visit (optional, OpenAI-compatible)
     extractor_base_url: str | None = None
@@ -65,7 +94,22 @@ class Settings(BaseSettings):
     time_limit: float | None = Field(default=None, gt=0)
     max_attempts: int | None = Field(default=None, ge=1)
 
-    @field_validator("base_url", "extractor_base_url", "judge_base_url")
+    @field_validator("search", "visit")
+    @classmethod
+    def _provider_names(cls, value: str | None, info: Any) -> str | None:
+        if value is None:
+            return None
+        known = SEARCH_PROVIDERS if info.field_name == "search" else VISIT_READERS
+        names = [n.strip().lower() for n in value.split(",") if n.strip()]
+        unknown = [n for n in names if n not in known]
+        if not names or unknown:
+            choices = ", ".join(known)
+            bad = ", ".join(unknown) or repr(value)
+            raise ValueError(f"unknown provider {bad}; choose from {choices}")
+        return value
+
+    @field_validator("base_url", "extractor_base_url", "judge_base_url", "serper_url",
+                     "searxng_url", "jina_url", "tools_url")
     @classmethod
     def _server_url(cls, value: str | None) -> str | None:
         if value is None:
@@ -83,6 +127,23 @@ class Settings(BaseSettings):
 
     def judge_api_key_value(self) -> str | None:
         return _secret(self.judge_api_key)
+
+    def tools_token_value(self) -> str | None:
+        return _secret(self.tools_token)
+
+    def serper_api_key_value(self) -> str | None:
+        return _secret(self.serper_api_key)
+
+    def jina_api_keys(self) -> list[str]:
+        return [k.strip() for k in (_secret(self.jina_api_key) or "").split(",") if k.strip()]
+
+    def search_providers(self) -> list[str]:
+        return [name.strip().lower() for name in self.search.split(",") if name.strip()]
+
+    def visit_readers(self) -> list[str]:
+        if self.visit is not None:
+            return [name.strip().lower() for name in self.visit.split(",") if name.strip()]
+        return ["local"] if self.search_providers() == ["local"] else ["fetch"]
 
     def cache_root(self) -> Path:
         """``cache_dir``, else the user cache folder of drvenus."""
