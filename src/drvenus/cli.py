@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from drvenus import __version__
 from drvenus.text import one_line
+from drvenus.tools.cli import tools_app
 
 if TYPE_CHECKING:
     from drvenus.config import Settings
@@ -43,6 +44,7 @@ index_app = typer.Typer(help="Build and inspect local search indexes.", no_args_
 app.add_typer(index_app, name="index")
 models_app = typer.Typer(help="The embedded model: fetch it ahead of time.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
+app.add_typer(tools_app, name="tools")
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)

@@ -1,0 +1,182 @@
+"""A toolbox that forwards tool calls to a tool server (``drvenus tools serve``).
+
+:class:`RemoteToolbox` has the interface the agent loop uses of
+:class:`~drvenus.tools.toolbox.Toolbox` (``names``, ``in``, ``call``, ``aclose``) and returns the
+same text for the same call. It never raises for a failed call: an unreachable server, a timeout
+or an HTTP error comes back as the protocol's tool error text. Transient failures (connection
+refused, connect timeout, HTTP 429/502/503/504) are retried under :mod:`drvenus.retry`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from drvenus.protocol import TOOL_NAMES, ToolCall, tool_error_message, unknown_tool_message
+from drvenus.retry import RetryPolicy, with_retries
+from drvenus.tools.base import ProviderError
+from drvenus.tools.server import is_loopback
+
+if TYPE_CHECKING:
+    from drvenus.config import Settings
+
+log = logging.getLogger(__name__)
+
+# The server's own tool timeout (Toolbox's 300 s) plus room for the queue and the network.
+DEFAULT_REMOTE_TIMEOUT = 330.0
+RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return float(response.headers["retry-after"])
+    except (KeyError, ValueError):
+        return None
+
+
+class RemoteToolbox:
+    """Runs protocol tool calls on the tool server at ``base_url``; ``call`` never raises.
+
+    ``names`` are the protocol's tools (the server answers unknown ones as a local toolbox
+    would). ``timeout``: seconds per attempt. ``transport``: an httpx transport (tests).
+    One connection pool per event loop: a toolbox used from a new loop opens a new pool.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float = DEFAULT_REMOTE_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        max_connections: int = 64,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"tool server URL must be http(s)://host:port, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._has_token = bool(token)
+        self._limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if token and parts.scheme == "http" and not is_loopback(parts.hostname or ""):
+            log.warning("the tool server token is sent unencrypted to %s (use https)", parts.netloc)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **kwargs: Any) -> RemoteToolbox:
+        """The server of ``settings.tools_url`` with ``settings.tools_token``."""
+        if not settings.tools_url:
+            raise ValueError("no tool server URL: set DRVENUS_TOOLS_URL or pass --tools-url")
+        return cls(settings.tools_url, settings.tools_token_value(), **kwargs)
+
+    def __repr__(self) -> str:
+        return f"RemoteToolbox({self.base_url!r})"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return TOOL_NAMES
+
+    def __contains__(self, name: object) -> bool:
+        return name in TOOL_NAMES
+
+    def _http(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            self._client = httpx.AsyncClient(
+                headers=self._headers, limits=self._limits, transport=self._transport,
+            )
+            self._loop = loop
+        return self._client
+
+    async def call(self, tool_call: ToolCall) -> str:
+        name = tool_call.name
+        if name not in TOOL_NAMES:
+            return unknown_tool_message(name)
+
+        async def attempt(timeout: float | None) -> str:
+            return await self._post(name, tool_call.arguments, timeout)
+
+        try:
+            return await with_retries(
+                attempt, self.retry, timeout=self.timeout, what=f"tool server {name}"
+            )
+        except ProviderError as exc:
+            log.warning("%s via %s failed: %s", name, self.base_url, exc)
+            return tool_error_message(name, str(exc))
+        except Exception as exc:  # never raise into the agent loop
+            log.exception("%s via %s failed", name, self.base_url)
+            return tool_error_message(name, str(exc) or type(exc).__name__)
+
+    async def _post(self, name: str, arguments: dict[str, Any], timeout: float | None) -> str:
+        url = f"{self.base_url}/{name}"
+        try:
+            response = await self._http().post(url, json=arguments, timeout=timeout)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise ProviderError(
+                f"tool server {self.base_url} unreachable: {exc or type(exc).__name__}",
+                retryable=True,
+            ) from None
+        except httpx.TimeoutException:
+            raise ProviderError(
+                f"tool server {self.base_url} gave no answer within {timeout or 0:g}s"
+            ) from None
+        except httpx.TransportError as exc:  # the connection broke mid-request
+            raise ProviderError(
+                f"tool server {self.base_url}: {exc or type(exc).__name__}", retryable=True
+            ) from None
+        return self._content(response)
+
+    def _content(self, response: httpx.Response) -> str:
+        """The tool response body from the server's answer; ProviderError for HTTP errors."""
+        status = response.status_code
+        body: Any = None
+        try:
+            body = response.json()
+        except ValueError:
+            pass
+        content = body.get("content") if isinstance(body, dict) else None
+        if isinstance(content, str) and status in (200, 422):
+            return content  # 422: bad arguments, answered with the protocol's error text
+        if status == 401:
+            why = "wrong token" if self._has_token else "no token given"
+            raise ProviderError(
+                f"tool server {self.base_url} refused the request (401, {why}): "
+                "set DRVENUS_TOOLS_TOKEN to the server's token"
+            )
+        if status == 413:
+            raise ProviderError(f"tool server {self.base_url}: request too large (413)")
+        detail = body.get("error") if isinstance(body, dict) else None
+        detail = detail or response.text[:200] or response.reason_phrase
+        raise ProviderError(
+            f"tool server {self.base_url} answered HTTP {status}: {detail}",
+            retryable=status in RETRYABLE_STATUS,
+            retry_after=_retry_after(response),
+        )
+
+    async def health(self) -> dict[str, Any]:
+        """The server's ``/health`` answer; raises ProviderError when it is not up."""
+        try:
+            response = await self._http().get(f"{self.base_url}/health", timeout=10.0)
+            response.raise_for_status()
+            return response.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise ProviderError(f"tool server {self.base_url} is not up: {exc}") from None
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and self._loop is asyncio.get_running_loop():
+            await client.aclose()
+
+
+__all__ = ["DEFAULT_REMOTE_TIMEOUT", "RemoteToolbox"]

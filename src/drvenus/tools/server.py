@@ -1,0 +1,586 @@
+"""The tool server: one toolbox shared over HTTP by agents, batch runs, evaluation and RL rollouts.
+
+Routes (all JSON in and out unless said otherwise):
+
+- ``POST /search`` ``{"query": [...]}`` and ``POST /visit`` ``{"url": [...], "goal": "..."}``
+  answer ``{"content": "..."}``: exactly the text :meth:`Toolbox.call` returns, i.e. the body the
+  agent puts inside ``<tool_response>``. Arguments are normalised as the agent loop does
+  (:func:`drvenus.protocol.normalize_tool_call`); unusable ones answer 422 with the protocol's
+  error text in ``content`` and the reason in ``error``. A tool that fails answers 200 with the
+  protocol's error text, as in process: tool errors are never HTTP errors.
+- ``GET /metrics``: Prometheus text (the toolbox's :class:`Metrics` plus per-route counters and
+  latency histograms).
+- ``GET /health``: ``{"status": "ok", "tools": [...]}``. It is the only route that needs no
+  token, so that load balancers and supervisors can probe liveness; it tells nothing else.
+
+Security: the server binds 127.0.0.1 by default and refuses any other address without a token.
+With a token every route but ``/health`` needs ``Authorization: Bearer <token>`` (compared in
+constant time) and answers 401 without it. Bodies are bounded (413), running tool calls are
+bounded by a semaphore with a bounded queue behind it (503 with ``Retry-After`` when full).
+Identical calls are answered from a small in-memory cache (and concurrent ones share one call).
+
+fastapi and uvicorn are optional: ``pip install 'drvenus[serve]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import logging
+import os
+import socket
+import threading
+import time
+from collections import OrderedDict, defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Protocol, Self
+
+import orjson
+
+from drvenus.protocol import TOOL_NAMES, ToolCall, ToolCallError, normalize_tool_call
+from drvenus.protocol import tool_error_message as _tool_error
+from drvenus.protocol.render import VISIT_FAILED_SUMMARY
+from drvenus.tools.metrics import BUCKETS, Metrics
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+MAX_BODY_BYTES = 1 << 20
+DEFAULT_MAX_CONCURRENCY = 32
+DEFAULT_MAX_QUEUE = 1024
+DEFAULT_CACHE_SIZE = 4096
+DEFAULT_CACHE_TTL = 600.0
+OPEN_ROUTES = frozenset({"/health"})
+ROUTES = ("/search", "/visit", "/health", "/metrics")
+SERVE_EXTRA_HINT = "the tool server needs fastapi and uvicorn: pip install 'drvenus[serve]'"
+
+
+class ToolRunner(Protocol):
+    """What the server needs from a toolbox (a :class:`~drvenus.tools.toolbox.Toolbox`)."""
+
+    @property
+    def names(self) -> tuple[str, ...]: ...
+
+    async def call(self, tool_call: ToolCall) -> str: ...
+
+
+def require_serve_extra() -> None:
+    """Raise ImportError with the install hint when fastapi or uvicorn is missing."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(SERVE_EXTRA_HINT) from exc
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) only accepts connections from this host."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Raise ValueError when serving on ``host`` would expose the tools without a token."""
+    if not token and not is_loopback(host):
+        raise ValueError(
+            f"refusing to serve tools on {host or 'all interfaces'} without a token: "
+            "set DRVENUS_TOOLS_TOKEN (or pass --token), or bind 127.0.0.1"
+        )
+
+
+# ------------------------------------------------------------------------ pieces of the app
+
+
+class RouteMetrics:
+    """HTTP requests by route and status, latency by route, calls in flight (Prometheus text)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: dict[tuple[str, int], int] = defaultdict(int)
+        self._hist: dict[str, list[int]] = {}
+        self._sum: dict[str, float] = defaultdict(float)
+        self.in_flight = 0
+
+    def observe(self, route: str, status: int, seconds: float) -> None:
+        with self._lock:
+            self.requests[(route, status)] += 1
+            counts = self._hist.setdefault(route, [0] * (len(BUCKETS) + 1))
+            for i, bound in enumerate(BUCKETS):
+                if seconds <= bound:
+                    counts[i] += 1
+            counts[-1] += 1
+            self._sum[route] += seconds
+
+    def render(self) -> str:
+        name = "drvenus_tool_server_request_seconds"
+        lines = [
+            "# HELP drvenus_tool_server_requests_total Tool server HTTP requests by route, status.",
+            "# TYPE drvenus_tool_server_requests_total counter",
+        ]
+        with self._lock:
+            for (route, status), n in sorted(self.requests.items()):
+                lines.append(
+                    f'drvenus_tool_server_requests_total{{route="{route}",status="{status}"}} {n}'
+                )
+            lines += [
+                f"# HELP {name} Tool server HTTP request latency by route.",
+                f"# TYPE {name} histogram",
+            ]
+            for route, counts in sorted(self._hist.items()):
+                for bound, n in zip((*map(str, BUCKETS), "+Inf"), counts, strict=True):
+                    lines.append(f'{name}_bucket{{route="{route}",le="{bound}"}} {n}')
+                lines.append(f'{name}_sum{{route="{route}"}} {self._sum[route]:.6f}')
+                lines.append(f'{name}_count{{route="{route}"}} {counts[-1]}')
+            lines += [
+                "# HELP drvenus_tool_server_calls_in_flight Tool calls running or queued.",
+                "# TYPE drvenus_tool_server_calls_in_flight gauge",
+                f"drvenus_tool_server_calls_in_flight {self.in_flight}",
+            ]
+        return "\n".join(lines) + "\n"
+
+
+class Busy(Exception):
+    """Every slot is taken and the queue is full."""
+
+
+class Slots:
+    """At most ``running`` tool calls at once and ``queued`` more waiting; beyond that, Busy."""
+
+    def __init__(self, running: int, queued: int) -> None:
+        if running < 1 or queued < 0:
+            raise ValueError("max_concurrency must be >= 1 and max_queue >= 0")
+        self._sem = asyncio.Semaphore(running)
+        self.queued = queued
+        self.waiting = 0
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        if self._sem.locked() and self.waiting >= self.queued:
+            raise Busy
+        self.waiting += 1
+        try:
+            await self._sem.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            yield
+        finally:
+            self._sem.release()
+
+
+def cacheable(content: str) -> bool:
+    """Only complete answers are kept: no error text, no page that failed to load."""
+    return not content.startswith("ERROR:") and VISIT_FAILED_SUMMARY not in content
+
+
+class ResponseCache:
+    """LRU of tool responses by call key, each kept ``ttl`` seconds; concurrent identical calls
+    share one computation. ``size`` 0 turns caching off (calls are still shared)."""
+
+    def __init__(self, size: int = DEFAULT_CACHE_SIZE, ttl: float = DEFAULT_CACHE_TTL) -> None:
+        self.size, self.ttl = size, ttl
+        self._items: OrderedDict[str, tuple[float, str]] = OrderedDict()
+        self._pending: dict[str, asyncio.Future[str]] = {}
+
+    def get(self, key: str) -> str | None:
+        item = self._items.get(key)
+        if item is None:
+            return None
+        if item[0] < time.monotonic():
+            del self._items[key]
+            return None
+        self._items.move_to_end(key)
+        return item[1]
+
+    def put(self, key: str, content: str) -> None:
+        if self.size <= 0 or not cacheable(content):
+            return
+        self._items[key] = (time.monotonic() + self.ttl, content)
+        self._items.move_to_end(key)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+    async def get_or_call(
+        self, key: str, compute: Callable[[], Awaitable[str]]
+    ) -> tuple[str, bool]:
+        """(content, whether it came without a call of our own)."""
+        hit = self.get(key)
+        if hit is not None:
+            return hit, True
+        pending = self._pending.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending), True
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._pending[key] = future
+        try:
+            content = await compute()
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                future.cancel()
+            else:
+                future.set_exception(exc)
+                future.exception()  # mark retrieved: nobody else may be waiting
+            raise
+        finally:
+            del self._pending[key]
+        future.set_result(content)
+        self.put(key, content)
+        return content, False
+
+
+class Guard:
+    """ASGI middleware: the bearer token on every route but ``/health``, and route metrics."""
+
+    def __init__(self, app: Any, token: str | None, routes: RouteMetrics) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode() if token else None
+        self.routes = routes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        route = path if path in ROUTES else "other"
+        start = time.perf_counter()
+        status = 500
+
+        async def send_status(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            if self.expected is not None and path not in OPEN_ROUTES and not self._authorized(
+                scope
+            ):
+                await _send_json(send_status, 401, {"error": "missing or wrong bearer token"},
+                                 ((b"www-authenticate", b"Bearer"),))
+            else:
+                await self.app(scope, receive, send_status)
+        finally:
+            self.routes.observe(route, status, time.perf_counter() - start)
+
+    def _authorized(self, scope: dict[str, Any]) -> bool:
+        given = b""
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                given = value
+                break
+        assert self.expected is not None
+        return hmac.compare_digest(given, self.expected)
+
+
+async def _send_json(
+    send: Any, status: int, body: dict[str, Any], headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    data = _dumps(body)
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(data)).encode()),
+            *headers,
+        ],
+    })
+    await send({"type": "http.response.body", "body": data})
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # a lone surrogate in the text: plain json escapes it
+        import json
+
+        return json.dumps(body).encode()
+
+
+class Reject(Exception):
+    """A request answered with an HTTP error (status, JSON body)."""
+
+    def __init__(self, status: int, body: dict[str, Any], retry_after: int | None = None) -> None:
+        super().__init__(body.get("error", ""))
+        self.status, self.body, self.retry_after = status, body, retry_after
+
+
+async def read_json_body(request: Any, limit: int) -> dict[str, Any]:
+    """The request's JSON object; Reject 413 past ``limit`` bytes, 400 when not an object."""
+    length = request.headers.get("content-length")
+    if length is not None:
+        if not length.isdigit():
+            raise Reject(400, {"error": "bad Content-Length"})
+        if int(length) > limit:
+            raise Reject(413, {"error": f"request body over {limit} bytes"})
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > limit:
+            raise Reject(413, {"error": f"request body over {limit} bytes"})
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise Reject(400, {"error": f"the body is not JSON: {exc}"}) from None
+    if not isinstance(body, dict):
+        raise Reject(400, {"error": "the body must be a JSON object of the tool's arguments"})
+    return body
+
+
+# ------------------------------------------------------------------------------- the app
+
+
+class ToolService:
+    """The request handling behind the routes, without the web framework."""
+
+    def __init__(
+        self, toolbox: ToolRunner, metrics: Metrics, slots: Slots, cache: ResponseCache,
+        routes: RouteMetrics, max_body_bytes: int,
+    ) -> None:
+        self.toolbox, self.metrics, self.slots, self.cache = toolbox, metrics, slots, cache
+        self.routes, self.max_body_bytes = routes, max_body_bytes
+
+    async def handle(self, name: str, request: Any) -> tuple[int, dict[str, Any]]:
+        """(status, JSON body) for one tool request; raises Reject for HTTP errors."""
+        arguments = await read_json_body(request, self.max_body_bytes)
+        try:
+            call = normalize_tool_call({"name": name, "arguments": arguments})
+        except ToolCallError as exc:
+            return 422, {"error": str(exc), "content": _tool_error(name, str(exc))}
+        try:
+            content, shared = await self.cache.get_or_call(call.key(), lambda: self._run(call))
+        except Busy:
+            raise Reject(503, {"error": "the tool server is busy"}, retry_after=1) from None
+        self.metrics.cache(name, shared)
+        return 200, {"content": content}
+
+    async def _run(self, call: ToolCall) -> str:
+        self.routes.in_flight += 1
+        try:
+            async with self.slots.slot():
+                return await self.toolbox.call(call)
+        except Busy:
+            raise
+        except Exception as exc:  # Toolbox.call does not raise; another runner might
+            log.exception("tool %s raised", call.name)
+            return _tool_error(call.name, str(exc) or type(exc).__name__)
+        finally:
+            self.routes.in_flight -= 1
+
+
+def create_app(
+    toolbox: ToolRunner,
+    *,
+    token: str | None = None,
+    metrics: Metrics | None = None,
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    max_queue: int = DEFAULT_MAX_QUEUE,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    cache_size: int = DEFAULT_CACHE_SIZE,
+    cache_ttl: float = DEFAULT_CACHE_TTL,
+) -> FastAPI:
+    """The FastAPI app serving ``toolbox`` (see the module doc). ``metrics``: the toolbox's
+    (its ``metrics`` attribute when it has one), else a new one."""
+    require_serve_extra()
+    from fastapi import FastAPI, Request
+    from fastapi.responses import Response
+
+    metrics = metrics or getattr(toolbox, "metrics", None) or Metrics()
+    routes = RouteMetrics()
+    service = ToolService(
+        toolbox, metrics, Slots(max_concurrency, max_queue), ResponseCache(cache_size, cache_ttl),
+        routes, max_body_bytes,
+    )
+    app = FastAPI(
+        title="drvenus tool server", docs_url=None, redoc_url=None, openapi_url=None,
+    )
+
+    def json_response(
+        status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> Response:
+        return Response(_dumps(body), status, headers, media_type="application/json")
+
+    async def tool_route(name: str, request: Request) -> Response:
+        try:
+            status, body = await service.handle(name, request)
+        except Reject as exc:
+            headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+            return json_response(exc.status, exc.body, headers)
+        return json_response(status, body)
+
+    async def search(request: Request) -> Response:
+        return await tool_route("search", request)
+
+    async def visit(request: Request) -> Response:
+        return await tool_route("visit", request)
+
+    async def health(request: Request) -> Response:
+        names = [n for n in getattr(toolbox, "names", TOOL_NAMES) if n in TOOL_NAMES]
+        return json_response(200, {"status": "ok", "tools": names})
+
+    async def prometheus(request: Request) -> Response:
+        text = metrics.render() + routes.render()
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    # plain (Starlette) routes: the handlers read the body themselves, with a size bound
+    app.add_route("/search", search, methods=["POST"])
+    app.add_route("/visit", visit, methods=["POST"])
+    app.add_route("/health", health, methods=["GET"])
+    app.add_route("/metrics", prometheus, methods=["GET"])
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.error("tool server error on %s", request.url.path, exc_info=exc)
+        return json_response(500, {"error": "internal error in the tool server"})
+
+    app.state.metrics, app.state.routes, app.state.service = metrics, routes, service
+    app.add_middleware(Guard, token=token, routes=routes)
+    return app
+
+
+# ----------------------------------------------------------------------------- running it
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (port 0: a free one); OSError when taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto must say TCP: asyncio only turns Nagle off (TCP_NODELAY) on connections accepted
+    # from such a socket, and with Nagle on every response waits ~40 ms for a delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        if os.name == "posix":
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _uvicorn_server(app: Any, sock: socket.socket) -> Any:
+    import uvicorn
+
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(
+        app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
+        timeout_keep_alive=30,
+    )
+    return uvicorn.Server(config)
+
+
+def serve(
+    toolbox: ToolRunner,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    token: str | None = None,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+    **options: Any,
+) -> None:
+    """Serve ``toolbox`` until interrupted, then close it. Raises ValueError for a public
+    ``host`` without a token, ImportError without the ``serve`` extra, OSError when the port
+    is taken. ``on_ready(url)`` is called once the socket listens; ``options`` go to
+    :func:`create_app`."""
+    try:
+        check_bind(host, token)
+        app = create_app(toolbox, token=token, **options)
+        sock = bind_socket(host, port)
+    except BaseException:
+        _close(toolbox)
+        raise
+    server = _uvicorn_server(app, sock)
+    if on_ready is not None:
+        on_ready(_url(sock))
+    log.info("tool server listening on %s", _url(sock))
+
+    async def run() -> None:
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            close = getattr(toolbox, "aclose", None)
+            if close is not None:
+                await close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        sock.close()
+
+
+def _close(toolbox: Any) -> None:
+    close = getattr(toolbox, "aclose", None)
+    if close is not None:
+        try:
+            asyncio.run(close())
+        except Exception:  # already failing; closing is best effort
+            log.debug("closing the toolbox failed", exc_info=True)
+
+
+class ServerThread:
+    """An app served by uvicorn in a daemon thread, on a socket bound before it starts (port 0:
+    a free port). For tests and benchmarks: ``with ServerThread(app) as server: server.url``."""
+
+    def __init__(self, app: Any, host: str = DEFAULT_HOST, port: int = 0) -> None:
+        self.app, self.host, self.port = app, host, port
+        self.url = ""
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, timeout: float = 30.0) -> Self:
+        sock = bind_socket(self.host, self.port)
+        self.url = _url(sock)
+        self._server = _uvicorn_server(self.app, sock)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True,
+            name="drvenus-tool-server",
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the tool server at {self.url} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "MAX_BODY_BYTES",
+    "ResponseCache",
+    "RouteMetrics",
+    "ServerThread",
+    "bind_socket",
+    "check_bind",
+    "create_app",
+    "is_loopback",
+    "require_serve_extra",
+    "serve",
+]
