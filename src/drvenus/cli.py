@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from drvenus import __version__
 from drvenus.text import one_line
-from drvenus.tools.cli import tools_app
+from drvenus.tools.cli import TOOL_OPTIONS, tools_app
 
 if TYPE_CHECKING:
     from drvenus.config import Settings
@@ -125,10 +125,13 @@ AGENT_OPTIONS: dict[str, Any] = {
         str | None,
         typer.Option("--model-name", help="Model served at --base-url (default: its first)."),
     ],
-    "corpus": Annotated[
-        Path | None,
+    **TOOL_OPTIONS,
+    "tools_url": Annotated[
+        str | None,
         typer.Option(
-            "--corpus", help="Corpus JSONL/parquet (id,title,url,text). Default: built-in."
+            "--tools-url",
+            help="Use the tools of a tool server (drvenus tools serve) instead of in-process "
+            "ones; its token from DRVENUS_TOOLS_TOKEN.",
         ),
     ],
     "max_steps": Annotated[int | None, typer.Option("--max-steps", help="Tool-call step limit.")],
@@ -164,6 +167,10 @@ class AgentOptions:
     base_url: str | None = None
     model_name: str | None = None
     corpus: Path | None = None
+    search: str | None = None
+    visit: str | None = None
+    allow_private_urls: bool | None = None
+    tools_url: str | None = None
     max_steps: int | None = None
     max_context: int | None = None
     time_limit: float | None = None
@@ -175,7 +182,9 @@ class AgentOptions:
 
         return load_settings(
             model_path=self.model, base_url=self.base_url, model_name=self.model_name,
-            corpus=self.corpus, max_steps=self.max_steps, max_context=self.max_context,
+            corpus=self.corpus, search=self.search, visit=self.visit,
+            allow_private_urls=self.allow_private_urls, tools_url=self.tools_url,
+            max_steps=self.max_steps, max_context=self.max_context,
             time_limit=self.time_limit, constrained=self.constrained,
         )
 
@@ -476,8 +485,10 @@ def models_pull(
 
 def _mount_data_commands() -> None:
     from drvenus.data.cli import data_app
+    from drvenus.train.sft.cli import sft
 
     app.add_typer(data_app, name="data")
+    app.command("sft")(sft)
 
 
 _mount_data_commands()

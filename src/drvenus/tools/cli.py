@@ -7,7 +7,7 @@ missing) is one line on stderr and exit code 2.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -30,6 +30,41 @@ err = Console(stderr=True, soft_wrap=True)
 
 BAD_INPUT = 2
 SHORT_TOKEN = 16
+
+# The tool options of every command that runs tools (``ask``, ``run``, ``tools serve``), declared
+# once; each maps to the Settings field of the same name.
+CorpusOption = Annotated[
+    Path | None,
+    typer.Option("--corpus", help="Corpus JSONL/parquet (id,title,url,text). Default: built-in."),
+]
+SearchOption = Annotated[
+    str | None,
+    typer.Option(
+        "--search",
+        help="Search providers in fallback order: serper, searxng, local (default: local).",
+    ),
+]
+VisitOption = Annotated[
+    str | None,
+    typer.Option(
+        "--visit",
+        help="Page readers in fallback order: jina, fetch, local (default: local with local "
+        "search, else fetch).",
+    ),
+]
+PrivateUrlsOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--allow-private-urls/--no-allow-private-urls",
+        help="Let visit read loopback, private and link-local addresses (default: refused).",
+    ),
+]
+TOOL_OPTIONS: dict[str, Any] = {
+    "corpus": CorpusOption,
+    "search": SearchOption,
+    "visit": VisitOption,
+    "allow_private_urls": PrivateUrlsOption,
+}
 
 
 def _fail(exc: BaseException | str) -> typer.Exit:
@@ -61,12 +96,10 @@ def serve(
             show_default=False,
         ),
     ] = None,
-    corpus: Annotated[
-        Path | None,
-        typer.Option(
-            "--corpus", help="Corpus JSONL/parquet (id,title,url,text). Default: built-in."
-        ),
-    ] = None,
+    corpus: CorpusOption = None,
+    search: SearchOption = None,
+    visit: VisitOption = None,
+    allow_private_urls: PrivateUrlsOption = None,
     max_concurrency: Annotated[
         int, typer.Option("--max-concurrency", min=1, help="Tool calls running at once.")
     ] = DEFAULT_MAX_CONCURRENCY,
@@ -83,7 +116,10 @@ def serve(
         from drvenus.app import build_toolbox
         from drvenus.config import load_settings
 
-        settings = load_settings(corpus=corpus, tools_token=token)
+        settings = load_settings(
+            corpus=corpus, search=search, visit=visit, allow_private_urls=allow_private_urls,
+            tools_token=token,
+        )
         secret = settings.tools_token_value()
         check_bind(host, secret)  # before the index is opened: fail fast
         require_serve_extra()
