@@ -1,0 +1,127 @@
+"""``drvenus sft``: fine-tune a model on agent trajectories (mounted by drvenus.cli).
+
+One option per :class:`~drvenus.train.sft.config.SFTConfig` field (``--config file.yaml`` gives
+them as a file; flags override it). Bad input (a missing file, no messages column, an invalid
+value) is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from drvenus.train.sft.config import SFTConfig, field_help, flag, load_config
+
+console = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True)
+BAD_INPUT = 2
+
+
+def _fail(exc: BaseException | str) -> typer.Exit:
+    text = str(exc) or type(exc).__name__
+    console.print(f"[red]error:[/red] {escape(text.strip().splitlines()[0])}")
+    return typer.Exit(BAD_INPUT)
+
+
+def _cli_type(tp: Any) -> Any:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) is Literal:
+        return str
+    return args[0] if args else tp
+
+
+def _params() -> list[inspect.Parameter]:
+    """A typer option per config field; every default is None (= not given on the line)."""
+    hints = typing.get_type_hints(SFTConfig)
+    helps = field_help()
+    params = [inspect.Parameter(
+        "config", inspect.Parameter.KEYWORD_ONLY, default=None,
+        annotation=Annotated[Path | None, typer.Option(
+            "--config", help="YAML file of options (keys = option names with _).")])]
+    for f in dataclasses.fields(SFTConfig):
+        tp = _cli_type(hints[f.name])
+        default = f.default
+        shown = f" [default: {default}]" if default not in (None, "") else ""
+        decls = (flag(f.name) + "/--no-" + flag(f.name)[2:],) if tp is bool else (flag(f.name),)
+        option = typer.Option(*decls, help=helps[f.name] + shown, show_default=False)
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                        annotation=Annotated[tp | None, option]))
+    params.append(inspect.Parameter(
+        "dry_run", inspect.Parameter.KEYWORD_ONLY, default=False,
+        annotation=Annotated[bool, typer.Option(
+            "--dry-run", help="Print the launch command and resolved config; load nothing.")]))
+    return params
+
+
+def _print_plan(config: SFTConfig) -> None:
+    from drvenus.train.sft.trainer import plan_launch
+
+    plan = plan_launch(config)
+    out.print("[bold]resolved config[/bold]")
+    for key, value in config.as_dict().items():
+        out.print(f"  {key}: {value!r}", markup=False)
+    world = config.num_processes
+    out.print(f"  (gradient accumulation: {config.grad_accumulation(world)} with {world} "
+              f"process(es), distributed: {config.resolved_distributed()})", markup=False)
+    out.print(f"[bold]config file[/bold]: {plan.config_file}")
+    if plan.accelerate_file is not None:
+        out.print(f"[bold]accelerate config[/bold]: {plan.accelerate_file}")
+        out.print(plan.accelerate_file.read_text(encoding="utf-8"), markup=False)
+    where = " (on every machine, with its own --machine_rank)" if config.num_machines > 1 else ""
+    out.print(f"[bold]launch command{where}[/bold]:")
+    out.print(plan.shell(), markup=False)
+
+
+def _print_summary(result: Any) -> None:
+    table = Table(title="drvenus sft")
+    table.add_column("item")
+    table.add_column("value", justify="right")
+    train = result.data_stats["train"]
+    for key in ("rows", "kept", "truncated", "tokens", "trained_tokens"):
+        table.add_row(f"train {key}", str(train[key]))
+    for reason, n in train["skipped"].items():
+        table.add_row(f"skipped ({reason})", str(n))
+    table.add_row("optimizer steps", str(result.global_step))
+    if result.train_loss is not None:
+        table.add_row("mean train loss", f"{result.train_loss:.4f}")
+    console.print(table)
+    console.print(f"final model: {result.final_dir}")
+
+
+def sft(**values: Any) -> None:
+    """Fine-tune a causal LM on agent trajectories (loss on assistant tokens only)."""
+    dry_run = values.pop("dry_run")
+    config_file = values.pop("config")
+    if config_file is not None and not config_file.is_file():
+        raise _fail(f"{config_file}: no such config file")
+    try:
+        config = load_config(config_file, **values)
+        for name in ("train", "val", "model"):
+            path = getattr(config, name)
+            if path and not Path(path).exists() and not (name == "model" and "/" in path
+                                                         and not path.startswith((".", "/"))):
+                raise ValueError(f"{flag(name)} {path}: no such file or folder")
+        if dry_run:
+            _print_plan(config)
+            return
+        logging.getLogger("drvenus").setLevel(logging.INFO)
+        from drvenus.train.sft.trainer import train
+
+        result = train(config)
+    except (ValueError, OSError) as exc:
+        raise _fail(exc) from None
+    _print_summary(result)
+
+
+sft.__signature__ = inspect.Signature(_params())  # type: ignore[attr-defined]
+
+__all__ = ["sft"]

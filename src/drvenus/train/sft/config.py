@@ -1,0 +1,216 @@
+"""``SFTConfig``: every setting of an SFT run, one field per command-line option.
+
+YAML config keys are the field names; ``drvenus sft`` derives its options from the fields (flag
+``--<field-name>`` with ``_`` as ``-``) and command-line flags override the file. Defaults follow
+DR-Venus (1 epoch, global batch 32, micro batch 1, lr 1e-5, 200K tokens per sequence, loss on
+assistant tokens only); where the paper is silent (warmup, weight decay, clipping) they follow
+verl's SFT trainer.
+
+``engine`` names the training backend. Only ``accelerate`` (transformers' Trainer, which runs
+on accelerate: DDP, FSDP, DeepSpeed) exists; a ``verl`` engine (sequence parallelism) would add
+its own value here and read the same fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+ENGINES = ("accelerate",)
+Distributed = Literal["auto", "none", "ddp", "fsdp", "deepspeed"]
+
+
+class SFTConfigError(ValueError):
+    """An invalid setting; the message is one line naming the option."""
+
+
+def _opt(help: str, default: Any = None, **kw: Any) -> Any:
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class SFTConfig:
+    """Settings of one ``drvenus sft`` run (see the module doc)."""
+
+    # data
+    train: str = _opt("Training data: parquet / JSONL / JSON file or folder (messages).", "")
+    model: str = _opt("Base model: a Hugging Face model folder (or a .gguf file).", "")
+    output: str = _opt("Output folder: checkpoints, final model, logs.", "")
+    val: str | None = _opt("Validation data (same formats as --train).")
+    val_fraction: float = _opt("Hold out this fraction of --train for validation.", 0.0)
+    max_length: int = _opt("Max tokens per sequence (a row or a packed sequence).", 200_000)
+    over_length: Literal["truncate", "drop"] = _opt("Rows over --max-length: truncate|drop.",
+                                                    "truncate")
+    packing: bool = _opt("Pack short rows into --max-length sequences (no cross-row attention).",
+                         False)
+    # schedule
+    epochs: float = _opt("Training epochs.", 1.0)
+    max_steps: int = _opt("Stop after this many optimizer steps (overrides --epochs if > 0).", -1)
+    global_batch_size: int = _opt("Sequences per optimizer step, all processes together.", 32)
+    micro_batch_size: int = _opt("Sequences per process per forward pass.", 1)
+    learning_rate: float = _opt("Peak learning rate.", 1e-5)
+    lr_scheduler: Literal["cosine", "constant"] = _opt("cosine|constant (after warmup).", "cosine")
+    warmup_ratio: float = _opt("Fraction of steps with linear warmup.", 0.1)
+    weight_decay: float = _opt("AdamW weight decay.", 0.01)
+    max_grad_norm: float = _opt("Gradient clipping norm.", 1.0)
+    seed: int = _opt("Random seed (data order, init of LoRA weights).", 42)
+    # precision and memory
+    precision: Literal["auto", "bf16", "fp32"] = _opt("auto: bf16 on GPU, fp32 on CPU.", "auto")
+    gradient_checkpointing: bool = _opt("Recompute activations in backward (less memory).", False)
+    attn_implementation: str = _opt("sdpa|eager|flash_attention_2|... (model default if empty).",
+                                    "sdpa")
+    # LoRA
+    lora: bool = _opt("Train LoRA adapters (peft) instead of all weights.", False)
+    lora_r: int = _opt("LoRA rank.", 16)
+    lora_alpha: int = _opt("LoRA alpha.", 32)
+    lora_dropout: float = _opt("LoRA dropout.", 0.05)
+    lora_target_modules: str = _opt("Comma-separated module names, or all-linear.", "all-linear")
+    # evaluation, checkpoints, logs
+    eval_steps: int = _opt("Validation loss every N steps.", 100)
+    save_steps: int = _opt("Checkpoint every N steps.", 100)
+    save_total_limit: int | None = _opt("Keep at most N checkpoints (all if unset).")
+    logging_steps: int = _opt("Log loss, lr, tokens/s, grad norm every N steps.", 1)
+    report_to: str = _opt("Comma-separated: tensorboard, wandb (or none).", "none")
+    resume: bool = _opt("Resume from the latest checkpoint in --output if there is one.", False)
+    # launch
+    engine: str = _opt("Training engine: accelerate.", "accelerate")
+    distributed: Distributed = _opt("auto|none|ddp|fsdp|deepspeed (the launch config written).",
+                                    "auto")
+    num_processes: int = _opt("Processes (GPUs) in all, over all machines.", 1)
+    num_machines: int = _opt("Machines (nodes).", 1)
+    machine_rank: int = _opt("Rank of this machine (0..num_machines-1).", 0)
+    main_process_ip: str | None = _opt("Address of machine 0 (several machines).")
+    main_process_port: int = _opt("Port of the rendezvous on machine 0.", 29500)
+
+    # ------------------------------------------------------------------ derived values
+
+    def grad_accumulation(self, world_size: int) -> int:
+        """Micro batches per optimizer step so that one step sees ``global_batch_size`` rows."""
+        per_pass = self.micro_batch_size * world_size
+        if self.global_batch_size % per_pass:
+            raise SFTConfigError(
+                f"--global-batch-size {self.global_batch_size} is not a multiple of "
+                f"--micro-batch-size x processes = {per_pass}"
+            )
+        return self.global_batch_size // per_pass
+
+    def report_targets(self) -> list[str]:
+        names = [n.strip() for n in self.report_to.split(",") if n.strip()]
+        return [] if names in ([], ["none"]) else names
+
+    def lora_targets(self) -> str | list[str]:
+        names = [n.strip() for n in self.lora_target_modules.split(",") if n.strip()]
+        return "all-linear" if names in ([], ["all-linear"]) else names
+
+    def resolved_distributed(self) -> str:
+        if self.distributed != "auto":
+            return self.distributed
+        return "fsdp" if self.num_processes > 1 else "none"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    # ------------------------------------------------------------------ checks
+
+    def validate(self) -> SFTConfig:
+        """Raises :class:`SFTConfigError` (one line) for the first invalid setting."""
+        for f in dataclasses.fields(self):
+            _check_type(f.name, getattr(self, f.name), _field_types()[f.name])
+        for name in ("train", "model", "output"):
+            if not getattr(self, name):
+                raise SFTConfigError(f"--{name} is required")
+        positive = ("max_length", "global_batch_size", "micro_batch_size", "eval_steps",
+                    "save_steps", "logging_steps", "lora_r", "num_processes", "num_machines")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise SFTConfigError(f"{flag(name)} must be at least 1")
+        for name in ("val_fraction", "warmup_ratio", "lora_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise SFTConfigError(f"{flag(name)} must be in [0, 1)")
+        if self.learning_rate <= 0 or self.epochs <= 0:
+            raise SFTConfigError("--learning-rate and --epochs must be positive")
+        if self.val and self.val_fraction:
+            raise SFTConfigError("give --val or --val-fraction, not both")
+        if self.engine not in ENGINES:
+            raise SFTConfigError(f"--engine {self.engine!r}: choose one of {', '.join(ENGINES)}")
+        if not 0 <= self.machine_rank < self.num_machines:
+            raise SFTConfigError("--machine-rank must be in [0, num_machines)")
+        if self.num_machines > 1 and not self.main_process_ip:
+            raise SFTConfigError("--main-process-ip is required with several machines")
+        self.grad_accumulation(self.num_processes)
+        return self
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a field."""
+    return "--" + name.replace("_", "-")
+
+
+def _field_types() -> dict[str, Any]:
+    return typing.get_type_hints(SFTConfig)
+
+
+def _check_type(name: str, value: Any, tp: Any) -> None:
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is Literal:
+        if value not in args:
+            raise SFTConfigError(f"{flag(name)} {value!r}: choose one of {', '.join(args)}")
+        return
+    allowed = tuple(a for a in (args or (tp,)))
+    if value is None and type(None) in allowed:
+        return
+    if float in allowed and isinstance(value, int) and not isinstance(value, bool):
+        return
+    base = tuple(a for a in allowed if a is not type(None))
+    if isinstance(value, bool) and bool not in base:
+        raise SFTConfigError(f"{flag(name)}: expected {base[0].__name__}, got {value!r}")
+    if not isinstance(value, base):
+        raise SFTConfigError(f"{flag(name)}: expected {base[0].__name__}, got {value!r}")
+
+
+def field_help() -> dict[str, str]:
+    """Help text of each field (for the command line)."""
+    return {f.name: f.metadata["help"] for f in dataclasses.fields(SFTConfig)}
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> SFTConfig:
+    """An :class:`SFTConfig` from a YAML file (keys = field names) with ``overrides`` on top
+    (None values are ignored, so unset command-line options keep the file's value). Validated;
+    raises :class:`SFTConfigError` for unknown keys or bad values."""
+    import yaml
+
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise SFTConfigError(f"{path}: not valid YAML ({one_line_reason(exc)})") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise SFTConfigError(f"{path}: expected a mapping of option names to values")
+        values.update(loaded or {})
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    known = {f.name for f in dataclasses.fields(SFTConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise SFTConfigError(f"unknown config key(s): {', '.join(unknown)}")
+    return SFTConfig(**values).validate()
+
+
+def one_line_reason(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]
+
+
+def dump_config(config: SFTConfig, path: Path) -> Path:
+    """Write ``config`` as YAML (keys = field names); returns ``path``."""
+    import yaml
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config.as_dict(), sort_keys=False), encoding="utf-8")
+    return path
+
+
+__all__ = ["ENGINES", "SFTConfig", "SFTConfigError", "dump_config", "field_help", "flag",
+           "load_config"]

@@ -1,0 +1,342 @@
+"""``train(config)``: supervised fine-tuning with transformers' ``Trainer`` on accelerate.
+
+Trainer already does what a long SFT run needs: gradient accumulation with the loss averaged
+over every trained token of the global batch (``num_items_in_batch``), DDP / FSDP / DeepSpeed
+from an ``accelerate launch`` config, gradient checkpointing, checkpoints in Hugging Face format
+(safetensors, tokenizer, chat template) and an exact resume (model, optimizer, scheduler, data
+position, RNG states). What is ours: the data (assistant-only labels, packing through
+``position_ids``, see :mod:`drvenus.train.sft.data`), the DR-Venus defaults, tokens/s in the
+logs, and the launch plan ``--dry-run`` prints.
+
+Heavy libraries (torch, transformers, peft) are imported inside functions, so a dry run and the
+command-line help stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from drvenus.train.sft.config import SFTConfig, SFTConfigError, dump_config
+from drvenus.train.sft.data import (
+    SFTCollator,
+    SFTData,
+    read_conversations,
+    split_validation,
+    tokenize_dataset,
+)
+
+log = logging.getLogger(__name__)
+
+FINAL_DIR = "final"
+CONFIG_FILE = "sft_config.yaml"
+STATS_FILE = "sft_data_stats.json"
+
+
+@dataclass
+class SFTResult:
+    """What a run produced: the final model folder, steps, losses and data counts."""
+
+    output_dir: Path
+    final_dir: Path
+    global_step: int
+    train_loss: float | None
+    resumed_from: str | None
+    log_history: list[dict[str, Any]] = field(default_factory=list)
+    data_stats: dict[str, Any] = field(default_factory=dict)
+
+    def losses(self) -> dict[int, float]:
+        """Training loss by step (the logged ones)."""
+        return {e["step"]: e["loss"] for e in self.log_history if "loss" in e}
+
+
+# --------------------------------------------------------------------------- model and data
+
+
+def _precision(config: SFTConfig) -> str:
+    import torch
+
+    if config.precision != "auto":
+        return config.precision
+    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+
+
+def _from_pretrained(cls: Any, path: str, **kw: Any) -> Any:
+    """``cls.from_pretrained`` for a model folder, a hub name or a ``.gguf`` file."""
+    p = Path(path)
+    if p.suffix.lower() == ".gguf":
+        return cls.from_pretrained(str(p.parent), gguf_file=p.name, **kw)
+    return cls.from_pretrained(path, **kw)
+
+
+def load_tokenizer(config: SFTConfig) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = _from_pretrained(AutoTokenizer, config.model)
+    if not getattr(tokenizer, "chat_template", None):
+        raise SFTConfigError(f"{config.model}: the tokenizer has no chat template")
+    return tokenizer
+
+
+def load_model(config: SFTConfig, precision: str) -> Any:
+    """The model to train: full weights in fp32 (bf16 runs use autocast on them), or a frozen
+    base (bf16 on GPU) with fp32 LoRA adapters."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.bfloat16 if config.lora and precision == "bf16" else torch.float32
+    kw: dict[str, Any] = {"dtype": dtype}
+    if config.attn_implementation:
+        kw["attn_implementation"] = config.attn_implementation
+    model = _from_pretrained(AutoModelForCausalLM, config.model, **kw)
+    model.config.use_cache = False
+    if not config.lora:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
+                      lora_dropout=config.lora_dropout, target_modules=config.lora_targets(),
+                      task_type="CAUSAL_LM")
+    if config.gradient_checkpointing:
+        model.enable_input_require_grads()
+    return get_peft_model(model, lora)
+
+
+def build_data(config: SFTConfig, tokenizer: Any) -> tuple[SFTData, SFTData | None]:
+    """Read, split and tokenise the training (and validation) rows."""
+    rows = read_conversations(config.train)
+    rows, held = split_validation(rows, config.val_fraction, config.seed)
+    val_rows = read_conversations(config.val) if config.val else held
+    kw = {"over_length": config.over_length, "packing": config.packing}
+    train_data = tokenize_dataset(rows, tokenizer, config.max_length, **kw)
+    val_data = tokenize_dataset(val_rows, tokenizer, config.max_length, **kw) if val_rows else None
+    for name, data in (("train", train_data), ("val", val_data)):
+        if data is not None:
+            s = data.stats
+            log.info("%s: %d rows read, %d kept (%d truncated), skipped %s, %d sequences, "
+                     "%d tokens (%d trained)", name, s.rows, s.kept, s.truncated,
+                     dict(s.skipped) or "none", len(data), s.tokens, s.trained_tokens)
+    return train_data, val_data
+
+
+# --------------------------------------------------------------------------- trainer
+
+
+def _trainer_class() -> type:
+    """A ``Trainer`` that counts real tokens (for tokens/s in the logs)."""
+    from transformers import Trainer
+
+    class SFTTrainer(Trainer):
+        _tokens = 0
+        _since: float | None = None
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            tokens = inputs.pop("real_tokens", 0)
+            inputs["use_cache"] = False  # with a cache, transformers ignores row boundaries
+            if model.training:
+                self._tokens += int(tokens)
+                self._since = self._since or time.perf_counter()
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+        def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+            if "loss" in logs and self._since is not None:
+                import torch
+
+                tokens = torch.tensor(self._tokens, device=self.args.device)
+                if self.accelerator.num_processes > 1:
+                    tokens = self.accelerator.reduce(tokens, reduction="sum")
+                now = time.perf_counter()
+                logs["tokens_per_s"] = round(float(tokens) / max(now - self._since, 1e-9), 1)
+                self._tokens, self._since = 0, now
+            super().log(logs, start_time)
+
+    return SFTTrainer
+
+
+def training_arguments(config: SFTConfig, world_size: int, precision: str, has_val: bool) -> Any:
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=config.output,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=config.micro_batch_size,
+        per_device_eval_batch_size=config.micro_batch_size,
+        gradient_accumulation_steps=config.grad_accumulation(world_size),
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="cosine" if config.lr_scheduler == "cosine" else "constant_with_warmup",
+        warmup_steps=config.warmup_ratio,  # a float < 1 is a ratio of the total steps
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
+        seed=config.seed,
+        bf16=precision == "bf16",
+        use_cpu=precision == "fp32" and not _cuda(),
+        activation_checkpointing=config.gradient_checkpointing,
+        activation_checkpointing_kwargs={"use_reentrant": False},
+        eval_strategy="steps" if has_val else "no",
+        eval_steps=config.eval_steps,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        logging_steps=config.logging_steps,
+        report_to=config.report_targets() or "none",
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        prediction_loss_only=True,
+    )
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def latest_checkpoint(output: str | Path) -> str | None:
+    """The newest ``checkpoint-N`` folder in ``output``, or None."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    folder = Path(output)
+    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+def _resume_point(config: SFTConfig) -> str | None:
+    found = latest_checkpoint(config.output)
+    if config.resume:
+        if found is None:
+            log.warning("--resume: no checkpoint in %s, starting from the beginning", config.output)
+        else:
+            log.info("resuming from %s", found)
+        return found
+    if found is not None:
+        raise SFTConfigError(f"{config.output} already has checkpoints: pass --resume to "
+                             "continue the run, or choose another --output")
+    return None
+
+
+def train(config: SFTConfig, *, callbacks: list[Any] | None = None) -> SFTResult:
+    """Run SFT as ``config`` says (one process, or one of many under ``accelerate launch`` /
+    ``torchrun``). ``callbacks``: extra transformers ``TrainerCallback`` s."""
+    from accelerate import PartialState
+    from transformers import set_seed
+
+    config.validate()
+    state = PartialState()
+    resume_from = _resume_point(config)
+    set_seed(config.seed)
+    precision = _precision(config)
+    tokenizer = load_tokenizer(config)
+    train_data, val_data = build_data(config, tokenizer)
+    model = load_model(config, precision)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    args = training_arguments(config, state.num_processes, precision, val_data is not None)
+    trainer = _trainer_class()(
+        model=model, args=args, train_dataset=train_data, eval_dataset=val_data,
+        data_collator=SFTCollator(int(pad or 0)), processing_class=tokenizer,
+        callbacks=callbacks,
+    )
+    stats = {"train": train_data.stats.as_dict(), "train_sequences": len(train_data),
+             "val": val_data.stats.as_dict() if val_data else None}
+    if state.is_main_process:
+        dump_config(config, Path(config.output) / CONFIG_FILE)
+        (Path(config.output) / STATS_FILE).write_text(json.dumps(stats, indent=2))
+    output = trainer.train(resume_from_checkpoint=resume_from)
+    final = Path(config.output) / FINAL_DIR
+    trainer.save_model(str(final))
+    return SFTResult(Path(config.output), final, trainer.state.global_step,
+                     output.training_loss, resume_from, list(trainer.state.log_history), stats)
+
+
+# --------------------------------------------------------------------------- launch plan
+
+
+@dataclass
+class LaunchPlan:
+    """What ``--dry-run`` shows: the command to run on each machine and the files it reads."""
+
+    command: list[str]
+    config_file: Path
+    accelerate_file: Path | None
+    accelerate_config: dict[str, Any] | None
+
+    def shell(self) -> str:
+        return shlex.join(self.command)
+
+
+def accelerate_config(config: SFTConfig) -> dict[str, Any] | None:
+    """An ``accelerate launch`` config for ``config.resolved_distributed()`` (None for one
+    process without a distributed backend)."""
+    kind = config.resolved_distributed()
+    if kind == "none":
+        return None
+    bf16 = config.precision != "fp32"
+    cfg: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": {"ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed": "DEEPSPEED"}[kind],
+        "mixed_precision": "bf16" if bf16 else "no",
+        "num_machines": config.num_machines,
+        "num_processes": config.num_processes,
+        "machine_rank": config.machine_rank,
+        "main_process_ip": config.main_process_ip,
+        "main_process_port": config.main_process_port,
+        "rdzv_backend": "static",
+        "same_network": True,
+        "use_cpu": False,
+    }
+    if kind == "fsdp":
+        cfg["fsdp_config"] = {
+            "fsdp_version": 2,
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",  # the model's _no_split_modules
+            "fsdp_reshard_after_forward": True,
+            "fsdp_offload_params": False,
+            "fsdp_cpu_ram_efficient_loading": True,
+            "fsdp_state_dict_type": "FULL_STATE_DICT",  # checkpoints in Hugging Face format
+            "fsdp_activation_checkpointing": False,  # --gradient-checkpointing does this
+        }
+    if kind == "deepspeed":
+        cfg["deepspeed_config"] = {
+            "zero_stage": 3,
+            "gradient_accumulation_steps": config.grad_accumulation(config.num_processes),
+            "gradient_clipping": config.max_grad_norm,
+            "offload_optimizer_device": "none",
+            "offload_param_device": "none",
+            "zero3_init_flag": True,
+            "zero3_save_16bit_model": True,
+        }
+        if config.num_machines > 1:
+            cfg["deepspeed_config"]["deepspeed_multinode_launcher"] = "standard"
+    return cfg
+
+
+def plan_launch(config: SFTConfig, folder: Path | None = None) -> LaunchPlan:
+    """Write the resolved config (and the accelerate config) to ``folder`` (default
+    ``<output>/launch``) and return the command that runs the training on each machine."""
+    import yaml
+
+    folder = folder or Path(config.output) / "launch"
+    config_file = dump_config(config, folder / CONFIG_FILE)
+    run = [sys.executable, "-m", "drvenus", "sft", "--config", str(config_file)]
+    acc = accelerate_config(config)
+    if acc is None:
+        return LaunchPlan(run, config_file, None, None)
+    acc_file = folder / f"accelerate_{config.resolved_distributed()}.yaml"
+    acc_file.write_text(yaml.safe_dump(acc, sort_keys=False), encoding="utf-8")
+    command = ["accelerate", "launch", "--config_file", str(acc_file),
+               "--num_processes", str(config.num_processes),
+               "--num_machines", str(config.num_machines),
+               "--machine_rank", str(config.machine_rank)]
+    if config.num_machines > 1:
+        command += ["--main_process_ip", str(config.main_process_ip),
+                    "--main_process_port", str(config.main_process_port)]
+    command += ["-m", "drvenus", "sft", "--config", str(config_file)]
+    return LaunchPlan(command, config_file, acc_file, acc)
+
+
+__all__ = ["LaunchPlan", "SFTResult", "accelerate_config", "build_data", "latest_checkpoint",
+           "load_model", "load_tokenizer", "plan_launch", "train", "training_arguments"]
