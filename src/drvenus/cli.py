@@ -488,6 +488,9 @@ def _mount_data_commands() -> None:
     from drvenus.train.sft.cli import sft
 
     app.add_typer(data_app, name="data")
+    from drvenus.eval.cli import eval_app
+
+    app.add_typer(eval_app, name="eval")
     app.command("sft")(sft)
 
 

@@ -119,6 +119,10 @@ class VerdictCache:
             "CREATE TABLE IF NOT EXISTS verdicts "
             "(key TEXT PRIMARY KEY, correct INTEGER NOT NULL, reply TEXT, model TEXT, ts REAL)"
         )
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL, "
+            "model TEXT, ts REAL)"
+        )
         self._db.commit()
 
     def get(self, key: str) -> bool | None:
@@ -129,6 +133,17 @@ class VerdictCache:
         self._db.execute(
             "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?)",
             (key, int(correct), reply, model, time.time()),
+        )
+        self._db.commit()
+
+    def get_reply(self, key: str) -> str | None:
+        """A stored judge reply (the ``replies`` table, used by :class:`JudgeClient`)."""
+        row = self._db.execute("SELECT reply FROM replies WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def put_reply(self, key: str, reply: str, model: str) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?)", (key, reply, model, time.time())
         )
         self._db.commit()
 
@@ -150,14 +165,12 @@ JUDGE_SAMPLING = SamplingParams(
 )
 
 
-async def _ask(
-    model: OpenAICompatModel, cfg: JudgeConfig, question: str, answer: str, gt: str
-) -> tuple[bool, str]:
-    """One verdict. HTTP failures are retried inside the model client; an unparseable reply
-    is asked again here. Raises RuntimeError when no verdict could be had."""
-    prompt = JUDGE_PROMPT.format(
-        question=question, gt=" | ".join(gt.split(ANSWER_SPLIT)), answer=answer
-    )
+async def _ask_parsed(
+    model: OpenAICompatModel, cfg: JudgeConfig, prompt: str, parse: Callable[[str], Any]
+) -> tuple[Any, str]:
+    """Ask ``prompt`` until ``parse(reply)`` is not None (``cfg.retries`` more times); returns
+    (parsed, reply). HTTP failures are retried inside the model client. Raises RuntimeError
+    when no parseable reply could be had."""
     messages = [{"role": "user", "content": prompt}]
     params = replace(JUDGE_SAMPLING, max_tokens=cfg.max_tokens)
     last_error = "no attempt"
@@ -166,11 +179,68 @@ async def _ask(
             reply = (await model.generate(messages, params)).text
         except LLMError as exc:
             raise RuntimeError(str(exc)) from None
-        verdict = parse_verdict(reply)
-        if verdict is not None:
-            return verdict, reply
+        parsed = parse(reply)
+        if parsed is not None:
+            return parsed, reply
         last_error = f"unparseable judge reply: {reply[:80]!r}"
     raise RuntimeError(last_error)
+
+
+async def _ask(
+    model: OpenAICompatModel, cfg: JudgeConfig, question: str, answer: str, gt: str
+) -> tuple[bool, str]:
+    """One verdict; raises RuntimeError when no verdict could be had."""
+    prompt = JUDGE_PROMPT.format(
+        question=question, gt=" | ".join(gt.split(ANSWER_SPLIT)), answer=answer
+    )
+    return await _ask_parsed(model, cfg, prompt, parse_verdict)
+
+
+class JudgeClient:
+    """One judge endpoint for any prompt: concurrency limit, retries of failed and unparseable
+    replies, and the persistent reply cache (``cfg.cache_path``). Used by ``drvenus eval``."""
+
+    def __init__(self, cfg: JudgeConfig) -> None:
+        self.cfg = cfg
+        self.cache = VerdictCache(cfg.cache_path) if cfg.cache_path else None
+        self._sem = asyncio.Semaphore(max(1, cfg.concurrency))
+        self._model: OpenAICompatModel | None = None
+
+    def _client(self) -> OpenAICompatModel:
+        if self._model is None:
+            self._model = OpenAICompatModel(
+                self.cfg.base_url, self.cfg.model, api_key=self.cfg.api_key,
+                timeout=self.cfg.timeout_s, max_retries=self.cfg.retries,
+            )
+        return self._model
+
+    async def ask(
+        self,
+        prompt: str,
+        parse: Callable[[str], Any] | None = None,
+        store: Callable[[Any], str] | None = None,
+    ) -> tuple[Any, bool]:
+        """``(parse(reply), cached)`` for ``prompt`` (the reply text itself without ``parse``).
+        The cache keeps ``store(parsed)`` (default: the reply), which ``parse`` must read back.
+        Raises RuntimeError when no parseable reply could be had (nothing is cached then)."""
+        parse = parse or (lambda text: text)
+        key = cache_key(prompt, "", "", self.cfg.model)
+        hit = self.cache.get_reply(key) if self.cache else None
+        if hit is not None and (value := parse(hit)) is not None:
+            return value, True
+        async with self._sem:
+            value, reply = await _ask_parsed(self._client(), self.cfg, prompt, parse)
+        if self.cache:
+            self.cache.put_reply(key, store(value) if store else reply, self.cfg.model)
+        return value, False
+
+    async def aclose(self) -> None:
+        if self._model is not None:
+            await self._model.aclose()
+            self._model = None
+        if self.cache:
+            self.cache.close()
+            self.cache = None
 
 
 async def judge_many_async(

@@ -1,0 +1,402 @@
+"""Benchmark loaders: ``load(name, path)`` reads a local file into :class:`EvalItem` s.
+
+One section per benchmark (loader, then its spec in :data:`BENCHMARKS`, which names its grader
+in :mod:`drvenus.eval.judges`). Nothing is downloaded. Encrypted sets (BrowseComp,
+BrowseComp-ZH, xbench-DeepSearch) are decrypted in memory only; their plaintext is never logged
+and the runner never writes their questions or answers to disk.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from drvenus.corpus.urls import pseudo_url, wikipedia_url
+from drvenus.jsonl import read_jsonl
+from drvenus.protocol import ANSWER_SPLIT
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """One benchmark question. ``answer`` is the first accepted answer, ``answers`` all of
+    them; ``meta`` holds benchmark fields (``level``, ``answer_type``, ``gold_urls`` ...)."""
+
+    id: str
+    question: str
+    answer: str
+    answers: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _item(item_id: Any, question: Any, answers: Iterable[Any], **meta: Any) -> EvalItem:
+    accepted = [str(a).strip() for a in answers if a is not None and str(a).strip()]
+    return EvalItem(
+        str(item_id).strip(), str(question or "").strip(), accepted[0] if accepted else "",
+        accepted, meta,
+    )
+
+
+# ---------------------------------------------------------------------------- encryption
+def _xor(data: bytes, key: bytes) -> bytes:
+    """``data`` XOR ``key`` repeated to its length."""
+    reps = len(data) // len(key) + 1
+    return bytes(a ^ b for a, b in zip(data, key * reps, strict=False))
+
+
+def browsecomp_key(canary: str) -> bytes:
+    """BrowseComp's key: the SHA-256 digest of the canary string."""
+    return hashlib.sha256(canary.encode("utf-8")).digest()
+
+
+def xbench_key(canary: str) -> bytes:
+    """xbench-DeepSearch's key: the canary's UTF-8 bytes themselves."""
+    return canary.encode("utf-8")
+
+
+def decrypt(field_b64: str, key: bytes) -> str:
+    """base64-decode then XOR with ``key`` repeated; UTF-8 text."""
+    return _xor(base64.b64decode(field_b64), key).decode("utf-8")
+
+
+def encrypt(text: str, key: bytes) -> str:
+    """The inverse of :func:`decrypt` (for tests and synthetic files)."""
+    return base64.b64encode(_xor(text.encode("utf-8"), key)).decode("ascii")
+
+
+# ---------------------------------------------------------------------------- reading records
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The rows of a CSV, XLSX, JSON, JSONL(.gz) or parquet file as dicts."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"benchmark file not found: {path}")
+    name = path.name.lower()
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        rows, bad = [], 0
+        for row in read_jsonl(path):
+            if row.ok:
+                rows.append(row.value)
+            else:
+                bad += 1
+        if bad:
+            log.warning("%s: %d unreadable line(s) skipped", path, bad)
+        return rows
+    if name.endswith(".json"):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            data = next((data[k] for k in ("data", "examples", "rows") if k in data), [data])
+        return [r for r in data if isinstance(r, dict)]
+    if name.endswith(".csv"):
+        csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+        with path.open(encoding="utf-8-sig", newline="") as fh:
+            return list(csv.DictReader(fh))
+    if name.endswith(".xlsx"):
+        return _read_xlsx(path)
+    if name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    raise ValueError(f"unsupported file type: {path.name} (csv, xlsx, json, jsonl, parquet)")
+
+
+def _read_xlsx(path: Path) -> list[dict[str, Any]]:
+    try:
+        import openpyxl
+    except ImportError:
+        raise ValueError("reading .xlsx needs openpyxl: pip install openpyxl") from None
+    book = openpyxl.load_workbook(path, read_only=True, data_only=True)
+    try:
+        rows = book.worksheets[0].iter_rows(values_only=True)
+        header = [str(h).strip() if h is not None else "" for h in next(rows, ())]
+        out = []
+        for values in rows:
+            if values is None or all(v is None for v in values):
+                continue
+            out.append({h: v for h, v in zip(header, values, strict=False) if h})
+        return out
+    finally:
+        book.close()
+
+
+def _need(rows: list[dict[str, Any]], columns: Iterable[str], name: str) -> None:
+    missing = [c for c in columns if rows and c not in rows[0]]
+    if missing:
+        raise ValueError(f"{name}: missing column(s) {', '.join(missing)}")
+
+
+# ---------------------------------------------------------------------------- BrowseComp(-ZH)
+def load_browsecomp(path: Path) -> list[EvalItem]:
+    """BrowseComp CSV ``problem,answer,canary`` (and ``problem_topic``), SHA-256 key."""
+    rows = read_records(path)
+    _need(rows, ("problem", "answer", "canary"), "browsecomp")
+    items = []
+    for i, r in enumerate(rows, 1):
+        key = browsecomp_key(str(r["canary"]))
+        items.append(_item(i, decrypt(r["problem"], key), [decrypt(r["answer"], key)],
+                           topic=r.get("problem_topic")))
+    return items
+
+
+def load_browsecomp_zh(path: Path) -> list[EvalItem]:
+    """BrowseComp-ZH xlsx/CSV ``Topic,Question,Answer,canary``; every field encrypted."""
+    rows = read_records(path)
+    _need(rows, ("Topic", "Question", "Answer", "canary"), "browsecomp-zh")
+    items = []
+    for i, r in enumerate(rows, 1):
+        key = browsecomp_key(str(r["canary"]))
+        topic = decrypt(str(r["Topic"]), key) if r.get("Topic") else None
+        items.append(_item(i, decrypt(str(r["Question"]), key),
+                           [decrypt(str(r["Answer"]), key)], topic=topic))
+    return items
+
+
+# ---------------------------------------------------------------------------- xbench-DeepSearch
+def load_xbench(path: Path) -> list[EvalItem]:
+    """xbench-DeepSearch CSV ``id,prompt,answer,reference_steps,canary``; key = canary bytes."""
+    rows = read_records(path)
+    _need(rows, ("id", "prompt", "answer", "canary"), "xbench-deepsearch")
+    items = []
+    for i, r in enumerate(rows, 1):
+        key = xbench_key(str(r["canary"]))
+        steps = r.get("reference_steps")
+        items.append(_item(r.get("id") or i, decrypt(r["prompt"], key), [decrypt(r["answer"], key)],
+                           reference_steps=decrypt(steps, key) if steps else None))
+    return items
+
+
+# ---------------------------------------------------------------------------- GAIA
+def load_gaia(path: Path, *, text_only: bool = False) -> list[EvalItem]:
+    """GAIA ``metadata.jsonl`` or a JSON/JSONL/parquet export (``Question``, ``Final answer``,
+    ``Level``, ``file_name``). ``text_only``: drop items with an attached file."""
+    rows = read_records(path)
+    items = []
+    for i, r in enumerate(rows, 1):
+        question = r.get("Question", r.get("question"))
+        answer = r.get("Final answer", r.get("final_answer", r.get("answer")))
+        file_name = r.get("file_name") or ""
+        if question is None or answer is None or (text_only and file_name):
+            continue
+        level = r.get("Level", r.get("level"))
+        items.append(_item(r.get("task_id") or i, question, [answer],
+                           level=str(level) if level is not None else None,
+                           file_name=file_name or None))
+    return items
+
+
+# ---------------------------------------------------------------------------- DeepSearchQA
+def load_deepsearchqa(path: Path) -> list[EvalItem]:
+    """DeepSearchQA CSV ``example_id,problem,problem_category,answer,answer_type``."""
+    rows = read_records(path)
+    _need(rows, ("problem", "answer"), "deepsearchqa")
+    return [
+        _item(r.get("example_id") or i, r["problem"], [r["answer"]],
+              category=r.get("problem_category"),
+              answer_type=str(r.get("answer_type") or "Single").strip())
+        for i, r in enumerate(rows, 1)
+    ]
+
+
+# ---------------------------------------------------------------------------- FRAMES, SimpleQA
+def load_frames(path: Path) -> list[EvalItem]:
+    """FRAMES CSV/TSV export: ``Prompt``, ``Answer``, ``reasoning_types``."""
+    rows = read_records(path)
+    _need(rows, ("Prompt", "Answer"), "frames")
+    return [
+        _item(r.get("Unnamed: 0") or r.get("") or i, r["Prompt"], [r["Answer"]],
+              reasoning_types=r.get("reasoning_types"))
+        for i, r in enumerate(rows, 1)
+    ]
+
+
+def load_simpleqa(path: Path) -> list[EvalItem]:
+    """SimpleQA CSV ``metadata,problem,answer``."""
+    rows = read_records(path)
+    _need(rows, ("problem", "answer"), "simpleqa")
+    return [_item(i, r["problem"], [r["answer"]]) for i, r in enumerate(rows, 1)]
+
+
+# ---------------------------------------------------------------------------- generic QA
+QUESTION_COLUMNS = ("question", "Question", "problem", "prompt", "query", "input")
+ANSWER_COLUMNS = ("answer", "answers", "Answer", "gt", "ground_truth", "golden_answers")
+
+
+def _split_answers(value: Any) -> list[str]:
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value]
+    if value is None:
+        return []
+    return str(value).split(ANSWER_SPLIT)
+
+
+def generic_item(row: dict[str, Any], index: int) -> EvalItem | None:
+    """A question/answer row, or an RL row (``prompt`` = [{role: user, content}],
+    ``reward_model.ground_truth`` with alternatives joined by ANSWER_SPLIT); None if neither."""
+    prompt, reward = row.get("prompt"), row.get("reward_model")
+    if isinstance(prompt, list | tuple) and isinstance(reward, dict):
+        users = [m.get("content") for m in prompt
+                 if isinstance(m, dict) and m.get("role") == "user"]
+        extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+        item_id = extra.get("index") or row.get("id") or index
+        answers = _split_answers(reward.get("ground_truth"))
+        return _item(item_id, users[-1] if users else "", answers,
+                     data_source=row.get("data_source"))
+    question = next((row[k] for k in QUESTION_COLUMNS if isinstance(row.get(k), str)), None)
+    answer = next((row[k] for k in ANSWER_COLUMNS if row.get(k) is not None), None)
+    if question is None or answer is None:
+        return None
+    meta = {k: row[k] for k in ("level", "data_source", "answer_type") if k in row}
+    return _item(row.get("id", index), question, _split_answers(answer), **meta)
+
+
+def load_generic(path: Path) -> list[EvalItem]:
+    """JSONL / parquet / JSON / CSV with question/answer columns, or RL-format rows."""
+    items, skipped = [], 0
+    for i, row in enumerate(read_records(path), 1):
+        item = generic_item(row, i)
+        if item is None or not item.question:
+            skipped += 1
+        else:
+            items.append(item)
+    if skipped:
+        log.warning("%s: %d row(s) without a question and answer skipped", path, skipped)
+    return items
+
+
+# ---------------------------------------------------------------------------- HotpotQA (offline)
+HOTPOT_CORPUS = "hotpotqa-paragraphs"
+
+
+def _hotpot_docs(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, str]]:
+    """Each distinct (title, paragraph) as a corpus document, in order of first appearance:
+    the Wikipedia URL of its title, or a pseudo URL for a second paragraph of one title."""
+    docs: dict[tuple[str, str], dict[str, str]] = {}
+    titles: set[str] = set()
+    for row in rows:
+        for ctx in row.get("contexts") or []:
+            title, text = str(ctx.get("title") or ""), str(ctx.get("paragraph_text") or "")
+            if (title, text) in docs or not text:
+                continue
+            doc_id = "hp-" + hashlib.sha1(f"{title}\n{text}".encode()).hexdigest()[:12]
+            url = wikipedia_url(title) if title and title not in titles else pseudo_url(
+                HOTPOT_CORPUS, doc_id)
+            titles.add(title)
+            docs[(title, text)] = {"id": doc_id, "title": title, "url": url, "text": text}
+    return docs
+
+
+def load_hotpotqa(path: Path) -> list[EvalItem]:
+    """IRCoT-style HotpotQA JSONL; ``meta['gold_urls']``: URLs of the supporting paragraphs."""
+    rows = read_records(path)
+    docs = _hotpot_docs(rows)
+    items = []
+    for i, r in enumerate(rows, 1):
+        answers = [s for a in r.get("answers_objects") or [] for s in a.get("spans") or []]
+        gold = [docs[(str(c.get("title") or ""), str(c["paragraph_text"]))]["url"]
+                for c in r.get("contexts") or []
+                if c.get("is_supporting") and c.get("paragraph_text")]
+        items.append(_item(r.get("question_id") or i, r.get("question_text"), answers,
+                           gold_urls=gold))
+    return items
+
+
+def hotpotqa_corpus(path: Path) -> Iterator[dict[str, str]]:
+    """The paragraphs of the HotpotQA file as corpus rows ``id,title,url,text``."""
+    yield from _hotpot_docs(read_records(path)).values()
+
+
+def write_corpus(rows: Iterable[dict[str, str]], out: Path) -> int:
+    """Write corpus rows as JSONL (atomically); returns how many."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    n = 0
+    with tmp.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    tmp.replace(out)
+    return n
+
+
+# ---------------------------------------------------------------------------- the registry
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """A benchmark: its loader, its grader (a name in ``judges.GRADERS``), whether its data
+    is encrypted (then no question or answer text is written), and its corpus, if any."""
+
+    name: str
+    loader: Callable[[Path], list[EvalItem]]
+    grader: str
+    encrypted: bool = False
+    corpus: Callable[[Path], Iterable[dict[str, str]]] | None = None
+    description: str = ""
+
+
+BENCHMARKS: dict[str, BenchmarkSpec] = {
+    s.name: s
+    for s in (
+        BenchmarkSpec("browsecomp", load_browsecomp, "browsecomp", True,
+                      description="BrowseComp (OpenAI), encrypted CSV"),
+        BenchmarkSpec("browsecomp-zh", load_browsecomp_zh, "browsecomp", True,
+                      description="BrowseComp-ZH, encrypted xlsx/CSV"),
+        BenchmarkSpec("xbench-deepsearch", load_xbench, "xbench", True,
+                      description="xbench-DeepSearch, encrypted CSV"),
+        BenchmarkSpec("gaia", load_gaia, "gaia", description="GAIA, all items"),
+        BenchmarkSpec("gaia-text", lambda p: load_gaia(p, text_only=True), "gaia",
+                      description="GAIA, items without an attached file"),
+        BenchmarkSpec("deepsearchqa", load_deepsearchqa, "deepsearchqa",
+                      description="DeepSearchQA CSV (Single / Set answers)"),
+        BenchmarkSpec("frames", load_frames, "qa", description="FRAMES CSV"),
+        BenchmarkSpec("simpleqa", load_simpleqa, "qa", description="SimpleQA CSV"),
+        BenchmarkSpec("jsonl", load_generic, "qa", description="generic JSONL"),
+        BenchmarkSpec("parquet", load_generic, "qa", description="generic parquet / RL format"),
+        BenchmarkSpec(HOTPOT_CORPUS, load_hotpotqa, "qa", corpus=hotpotqa_corpus,
+                      description="HotpotQA with its paragraphs as the local corpus (offline)"),
+    )
+}
+
+
+def get_spec(name: str) -> BenchmarkSpec:
+    spec = BENCHMARKS.get(name.strip().lower())
+    if spec is None:
+        raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}")
+    return spec
+
+
+def load(name: str, path: str | Path) -> list[EvalItem]:
+    """The items of benchmark ``name`` from the local file ``path`` (nothing is downloaded)."""
+    items = get_spec(name).loader(Path(path))
+    seen: set[str] = set()
+    unique = []
+    for item in items:
+        if item.id in seen:
+            log.warning("%s: duplicate id %r skipped", name, item.id)
+            continue
+        seen.add(item.id)
+        unique.append(item)
+    return unique
+
+
+__all__ = [
+    "BENCHMARKS",
+    "BenchmarkSpec",
+    "EvalItem",
+    "browsecomp_key",
+    "decrypt",
+    "encrypt",
+    "generic_item",
+    "get_spec",
+    "hotpotqa_corpus",
+    "load",
+    "read_records",
+    "write_corpus",
+    "xbench_key",
+]

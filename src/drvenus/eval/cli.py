@@ -1,0 +1,244 @@
+"""``drvenus eval``: run a benchmark (the default command) and ``drvenus eval compare A B``.
+
+Bad input (an unknown benchmark, a missing file, a locked output) is one line on stderr and exit
+code 2; interrupted runs exit 130 and resume when the same command is run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from drvenus.eval.benchmarks import BENCHMARKS
+
+if TYPE_CHECKING:
+    from drvenus.batch import ResultsFile
+    from drvenus.data.judge import JudgeConfig
+    from drvenus.eval.runner import EvalSetup
+
+eval_app = typer.Typer(
+    name="eval",
+    help="Evaluate the agent on a benchmark (Avg@k, Pass@k, judges, report with plots); "
+    "rerun the same command to resume. 'drvenus eval compare A B' compares two runs.",
+    invoke_without_command=True,
+    add_completion=False,
+)
+out = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+# The shared agent options live in drvenus.cli, which mounts this app; eval_app exists before
+# this import, so the two modules may be imported in either order.
+from drvenus.cli import AgentOptions, CliError, _fail, _known_errors, _notice, agent_options  # noqa: E402, I001
+
+BENCHMARK_HELP = "Benchmark: " + ", ".join(BENCHMARKS) + "."
+
+
+def _progress(label: str) -> Progress:
+    return Progress(
+        TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[last]}"), console=err,
+    )
+
+
+@eval_app.callback()
+@agent_options
+def evaluate(
+    ctx: typer.Context,
+    agent: AgentOptions,
+    benchmark: Annotated[str | None, typer.Option("--benchmark", "-b", help=BENCHMARK_HELP)] = None,
+    data: Annotated[Path | None, typer.Option("--data", help="The benchmark's local file.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Output folder (results, report).")
+    ] = None,
+    runs: Annotated[int, typer.Option("--runs", min=1, help="Runs per item (k).")] = 3,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="First N items.")] = None,
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Concurrent runs.")] = 4,
+    endpoints: Annotated[
+        list[str] | None,
+        typer.Option("--endpoint", help="Another server of the same model as --base-url "
+                     "(repeatable): questions are spread over all of them, round-robin."),
+    ] = None,
+    judge_base_url: Annotated[
+        str | None,
+        typer.Option("--judge-base-url", help="OpenAI-compatible judge (env DRVENUS_JUDGE_*)."),
+    ] = None,
+    judge_model: Annotated[str | None, typer.Option("--judge-model", help="Judge model.")] = None,
+    no_judge: Annotated[
+        bool, typer.Option("--no-judge", help="Deterministic scorers even if a judge is set.")
+    ] = False,
+) -> None:
+    """Run BENCHMARK from --data with the agent, --runs times per item, grade and report."""
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        if benchmark is None or data is None or output is None:
+            raise CliError("--benchmark, --data and --out are required (see --help)")
+        from drvenus.eval.runner import judge_config, prepare
+
+        setup = prepare(benchmark, data, output, runs=runs, limit=limit)
+        judge = None if no_judge else judge_config(output, judge_base_url, judge_model)
+    except _known_errors() as exc:
+        raise _fail(exc) from None
+    if endpoints and agent.base_url is None:
+        raise _fail(CliError("--endpoint needs --base-url (the first server)"))
+    code = _run_agent(setup, agent, workers, endpoints or [])
+    if code == 130:
+        raise typer.Exit(130)
+    _grade_and_report(setup, judge)
+    if code:
+        raise typer.Exit(code)
+
+
+eval_app.command("run", help="Same as 'drvenus eval' with options.")(evaluate)
+
+
+def _run_agent(
+    setup: EvalSetup, agent: AgentOptions, workers: int, endpoints: list[str]
+) -> int:
+    """The agent over every pending (item, run) pair; 0, 1 (some failed) or 130."""
+    from drvenus.batch import OutputLockedError, ResultsFile
+    from drvenus.eval.runner import pending
+
+    try:
+        results = ResultsFile(setup.results_path)
+    except (OutputLockedError, OSError) as exc:
+        raise _fail(exc) from None
+    try:
+        todo = pending(setup, results)
+        if not todo.todo:
+            out.print(f"All {len(setup.pairs())} (item, run) pairs are done in {setup.out}.")
+            return 0
+        if todo.done or todo.retry:
+            again = f" ({todo.retry} failed before, retrying)" if todo.retry else ""
+            out.print(f"Resuming: {todo.done} done, {len(todo.todo)} to go{again}.")
+        return _run_locked(setup, agent, workers, endpoints, results, todo)
+    except KeyboardInterrupt:
+        err.print("interrupted; rerun the same command to resume")
+        return 130
+    finally:
+        results.close()
+
+
+def _run_locked(
+    setup: EvalSetup, agent: AgentOptions, workers: int, endpoints: list[str],
+    results: ResultsFile, todo,
+) -> int:
+    from drvenus.agent import ResearchAgent
+    from drvenus.app import build_model, build_stack
+    from drvenus.eval.runner import run_pairs, save_manifest
+
+    if setup.corpus is not None:
+        if agent.corpus is not None:
+            err.print(f"[yellow]--corpus ignored: {setup.spec.name} uses its own corpus[/]")
+        agent = replace(agent, corpus=setup.corpus)
+    try:
+        settings = agent.settings()
+        stack = build_stack(settings, system_prompt_file=agent.prompt_file,
+                            progress=True, parallel=workers, notify=_notice)
+    except _known_errors() as exc:
+        raise _fail(exc) from None
+    agents = [stack.agent]
+    for url in endpoints:  # one agent per extra server, sharing the tools and budgets
+        try:
+            model = build_model(settings.model_copy(update={"base_url": url}), parallel=workers)
+        except _known_errors() as exc:
+            asyncio.run(_close(stack, agents[1:]))
+            raise _fail(exc) from None
+        agents.append(ResearchAgent(model, stack.tools, stack.agent.config))
+    save_manifest(setup, model=stack.model.name, endpoints=1 + len(endpoints))
+    progress = _progress("research")
+    task = progress.add_task("run", total=len(todo.todo), last="")
+
+    def done(item, record) -> None:
+        progress.update(task, advance=1, last=f"[dim]{record.termination}[/]")
+
+    async def go():
+        try:
+            with progress:
+                return await run_pairs(setup, agents, todo, results, workers=workers,
+                                       on_done=done)
+        finally:
+            await _close(stack, agents[1:])
+
+    summary = asyncio.run(go())
+    if summary.failed:
+        err.print(f"[bold red]{summary.failed} pair(s) failed[/] (llm_error/exception); "
+                  "rerun the same command to retry them")
+        return 1
+    return 0
+
+
+async def _close(stack, extra_agents) -> None:
+    try:
+        for extra in extra_agents:
+            await extra.model.aclose()
+    finally:
+        await stack.aclose()
+
+
+def _grade_and_report(setup: EvalSetup, judge: JudgeConfig | None) -> None:
+    from drvenus.eval.report import build_report, render_markdown, write_report
+    from drvenus.eval.runner import grade_all, latest_rows
+
+    progress = _progress("grading")
+    task = progress.add_task("grade", total=len(latest_rows(setup.results_path)), last="")
+    try:
+        with progress:
+            results = asyncio.run(grade_all(
+                setup, judge, on_done=lambda: progress.update(task, advance=1)))
+        report = build_report(setup.manifest, results, setup.spec.grader,
+                              judge.model if judge else None)
+        paths = write_report(setup.out, report)
+    except _known_errors() as exc:
+        raise _fail(exc) from None
+    out.print(Markdown(render_markdown(report).split("\n## Per run")[0]))
+    if report["metrics"]["judge_errors"]:
+        err.print(f"[yellow]{report['metrics']['judge_errors']} judge error(s)[/]: not counted; "
+                  "rerun to ask again")
+    out.print(f"Report: {escape(str(paths[1]))} ({len(paths) - 2} plots)")
+
+
+# ---------------------------------------------------------------- compare
+@eval_app.command("compare")
+def compare_runs(
+    run_a: Annotated[Path, typer.Argument(help="An evaluation folder.")],
+    run_b: Annotated[Path, typer.Argument(help="Another evaluation folder.")],
+    output: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Also write the comparison (markdown).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
+) -> None:
+    """Put two evaluations side by side, with the items on which they differ."""
+    from drvenus.eval.report import compare, load_report, render_comparison
+
+    try:
+        diff = compare(load_report(run_a), load_report(run_b))
+        text = render_comparison(diff, str(run_a), str(run_b))
+        if output is not None:
+            output.write_text(text, encoding="utf-8")
+    except _known_errors() as exc:
+        raise _fail(exc) from None
+    if as_json:
+        sys.stdout.write(json.dumps(diff, ensure_ascii=False) + "\n")
+    else:
+        out.print(Markdown(text))
+
+
+__all__ = ["eval_app"]

@@ -1,0 +1,275 @@
+"""Evaluation metrics over graded (item, run) results: Avg@k, best Pass@1, unbiased Pass@k,
+majority vote, HLE-style calibration error, DeepSearchQA set scores, per-level accuracy, the
+termination histogram, tool calls / tokens / wall time per question and, for local corpora, the
+recall of gold paragraphs among the documents the agent retrieved or visited.
+
+A judge error (``correct is None``) is neither right nor wrong: it is left out of accuracies and
+counted on its own.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from drvenus.corpus.urls import url_key
+from drvenus.data.correctness import normalize_answer
+from drvenus.protocol import (
+    classify_tool_response,
+    parse_search_body,
+    parse_turn,
+    repair_turn,
+    unwrap_tool_response,
+)
+
+
+@dataclass
+class RunResult:
+    """One graded (item, run): the outcome and what it cost."""
+
+    item_id: str
+    run: int
+    correct: bool | None
+    prediction: str = ""
+    termination: str = "answered"
+    turns: int = 0
+    search_calls: int = 0
+    visit_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    elapsed: float = 0.0
+    score: float | None = None
+    confidence: float | None = None
+    level: str | None = None
+    is_set: bool = False
+    recall_visited: float | None = None
+    recall_retrieved: float | None = None
+    grade: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tool_calls(self) -> int:
+        return self.search_calls + self.visit_calls
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------- trajectories
+@dataclass
+class ToolUse:
+    """The tool calls of one trajectory and the URLs they touched."""
+
+    search_calls: int = 0
+    visit_calls: int = 0
+    visited: list[str] = field(default_factory=list)
+    retrieved: list[str] = field(default_factory=list)
+
+
+def tool_use(messages: Sequence[dict[str, Any]]) -> ToolUse:
+    """Count the search and visit calls of a trajectory (its assistant turns) and collect the
+    URLs visited (call arguments) and retrieved (search results)."""
+    use = ToolUse()
+    for msg in messages:
+        content = msg.get("content") or ""
+        if msg.get("role") == "assistant":
+            turn = parse_turn(repair_turn(content))
+            call = turn.tool_call
+            if call is None:
+                continue
+            if call.name == "search":
+                use.search_calls += 1
+            elif call.name == "visit":
+                use.visit_calls += 1
+                urls = call.arguments.get("url") or []
+                use.visited.extend([urls] if isinstance(urls, str) else urls)
+        elif msg.get("role") == "user" and classify_tool_response(content) == "search":
+            for entry in parse_search_body(unwrap_tool_response(content) or "") or []:
+                use.retrieved.extend(h["url"] for h in entry["web_page_info_list"])
+    return use
+
+
+def gold_recall(gold_urls: Iterable[str], urls: Iterable[str]) -> float | None:
+    """The share of gold documents among ``urls`` (URLs compared by their canonical key)."""
+    gold = {url_key(u) or u for u in gold_urls}
+    if not gold:
+        return None
+    seen = {url_key(u) or u for u in urls}
+    return len(gold & seen) / len(gold)
+
+
+# ---------------------------------------------------------------------------- formulas
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased Pass@k from ``n`` samples with ``c`` correct: 1 - C(n-c, k) / C(n, k)."""
+    if k > n or n <= 0:
+        raise ValueError(f"pass@k needs 1 <= k <= n (k={k}, n={n})")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def accuracy(flags: Iterable[bool | None]) -> float | None:
+    """Share of True among the graded flags (None = judge error, left out)."""
+    graded = [f for f in flags if f is not None]
+    return sum(graded) / len(graded) if graded else None
+
+
+def calibration_error(
+    confidences: Sequence[float], correct: Sequence[bool], bin_size: int = 100
+) -> float | None:
+    """HLE-style RMS calibration error: sort by confidence (0-100), cut into bins of
+    ``bin_size`` (the last bin takes the remainder), and take the root of the size-weighted mean
+    squared gap between mean confidence and accuracy per bin. None when n < ``bin_size``. (HLE's
+    reference code skips its last bin; every bin counts here.)"""
+    n = len(confidences)
+    if n != len(correct):
+        raise ValueError("confidences and correct differ in length")
+    if n < bin_size:
+        return None
+    pairs = sorted(zip((c / 100.0 for c in confidences), correct, strict=True))
+    starts = list(range(0, (n // bin_size) * bin_size, bin_size))
+    total = 0.0
+    for i, start in enumerate(starts):
+        end = n if i == len(starts) - 1 else start + bin_size
+        chunk = pairs[start:end]
+        gap = statistics.fmean(c for c, _ in chunk) - statistics.fmean(float(k) for _, k in chunk)
+        total += len(chunk) / n * gap * gap
+    return math.sqrt(total)
+
+
+def majority_vote(results: Iterable[RunResult]) -> float | None:
+    """Accuracy of the most frequent (normalised) prediction per item across runs; a tie goes to
+    the earliest run's answer; items whose chosen answer was not graded are left out."""
+    by_item: dict[str, list[RunResult]] = defaultdict(list)
+    for r in results:
+        by_item[r.item_id].append(r)
+    flags: list[bool | None] = []
+    for rows in by_item.values():
+        rows.sort(key=lambda r: r.run)
+        keys = [normalize_answer(r.prediction) for r in rows]
+        counts = Counter(keys)
+        best = max(counts.values())
+        chosen = next(k for k in keys if counts[k] == best)
+        flags.append(next(r.correct for r, k in zip(rows, keys, strict=True) if k == chosen))
+    return accuracy(flags)
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def cost_summary(rows: Sequence[RunResult]) -> dict[str, float | None]:
+    """Mean tool calls, tokens, turns and seconds per question."""
+    return {
+        "search_calls": _mean(r.search_calls for r in rows),
+        "visit_calls": _mean(r.visit_calls for r in rows),
+        "tool_calls": _mean(r.tool_calls for r in rows),
+        "turns": _mean(r.turns for r in rows),
+        "prompt_tokens": _mean(r.prompt_tokens for r in rows),
+        "completion_tokens": _mean(r.completion_tokens for r in rows),
+        "tokens": _mean(r.tokens for r in rows),
+        "seconds": _mean(r.elapsed for r in rows),
+    }
+
+
+# ---------------------------------------------------------------------------- the summary
+def per_run_accuracy(results: Iterable[RunResult]) -> dict[int, float | None]:
+    by_run: dict[int, list[bool | None]] = defaultdict(list)
+    for r in results:
+        by_run[r.run].append(r.correct)
+    return {run: accuracy(flags) for run, flags in sorted(by_run.items())}
+
+
+def pass_at_k_curve(results: Iterable[RunResult]) -> dict[int, float]:
+    """Mean unbiased Pass@k over items, for k = 1 .. the fewest graded runs of any item."""
+    per_item: dict[str, list[bool]] = defaultdict(list)
+    for r in results:
+        if r.correct is not None:
+            per_item[r.item_id].append(r.correct)
+    if not per_item:
+        return {}
+    k_max = min(len(v) for v in per_item.values())
+    return {
+        k: statistics.fmean(pass_at_k(len(v), sum(v), k) for v in per_item.values())
+        for k in range(1, k_max + 1)
+    }
+
+
+def _set_metrics(rows: Sequence[RunResult]) -> dict[str, Any] | None:
+    sets = [r for r in rows if r.is_set and r.correct is not None]
+    if not sets:
+        return None
+    return {"items": len(sets), "fully_correct": accuracy(r.correct for r in sets),
+            "item_f1": _mean(r.score for r in sets)}
+
+
+def _per_level(rows: Sequence[RunResult]) -> dict[str, Any] | None:
+    levels: dict[str, list[RunResult]] = defaultdict(list)
+    for r in rows:
+        if r.level is not None:
+            levels[r.level].append(r)
+    if not levels:
+        return None
+    return {
+        lv: {"n": len({r.item_id for r in rs}), "avg_at_k": _mean(per_run_accuracy(rs).values())}
+        for lv, rs in sorted(levels.items())
+    }
+
+
+def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
+    """Every metric of the report, as plain JSON-ready values."""
+    runs = per_run_accuracy(results)
+    run_values = [v for v in runs.values() if v is not None]
+    confident = [r for r in results if r.confidence is not None and r.correct is not None]
+    correct_rows = [r for r in results if r.correct]
+    elapsed = [r.elapsed for r in results]
+    return {
+        "items": len({r.item_id for r in results}),
+        "rows": len(results),
+        "runs": len(runs),
+        "judge_errors": sum(r.correct is None for r in results),
+        "per_run": {str(k): v for k, v in runs.items()},
+        "avg_at_k": _mean(run_values),
+        "std_at_k": statistics.pstdev(run_values) if len(run_values) > 1 else 0.0,
+        "best_pass_at_1": max(run_values) if run_values else None,
+        "pass_at_k": {str(k): v for k, v in pass_at_k_curve(results).items()},
+        "majority_vote": majority_vote(results),
+        "mean_score": _mean(r.score for r in results),
+        "calibration_error": calibration_error(
+            [r.confidence for r in confident], [bool(r.correct) for r in confident]  # type: ignore[misc]
+        ),
+        "calibration_n": len(confident),
+        "deepsearchqa": _set_metrics(results),
+        "per_level": _per_level(results),
+        "terminations": dict(Counter(r.termination for r in results).most_common()),
+        "cost_all": cost_summary(results),
+        "cost_correct": cost_summary(correct_rows),
+        "wall_seconds": {"total": sum(elapsed), "mean": _mean(elapsed),
+                         "median": statistics.median(elapsed) if elapsed else None},
+        "recall": {"visited": _mean(r.recall_visited for r in results),
+                   "retrieved": _mean(r.recall_retrieved for r in results)},
+    }
+
+
+__all__ = [
+    "RunResult",
+    "ToolUse",
+    "accuracy",
+    "calibration_error",
+    "cost_summary",
+    "gold_recall",
+    "majority_vote",
+    "pass_at_k",
+    "pass_at_k_curve",
+    "per_run_accuracy",
+    "summarize",
+    "tool_use",
+]
