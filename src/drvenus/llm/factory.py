@@ -1,11 +1,13 @@
 """Pick and build the model backend from a few settings.
 
 - ``base_url``: a model server (vLLM, SGLang, llama-server, Ollama) over HTTP
-- ``model_path``: a GGUF file run in this process by llama.cpp
+- ``model_path``: a GGUF file run in this process by llama.cpp, or a Hugging Face checkpoint
+  folder (``config.json``, or a LoRA adapter's ``adapter_config.json``) run by transformers
+  (:class:`~drvenus.llm.hf.TransformersModel`; needs the ``train`` extra)
 - neither: the embedded SmolLM2 GGUF, in process
 
-All three are :class:`~drvenus.llm.openai_compat.OpenAICompatModel` s; only the transport
-differs. Whether to decode under the protocol grammar is the agent's setting
+The GGUF and HTTP backends are :class:`~drvenus.llm.openai_compat.OpenAICompatModel` s; only the
+transport differs. Whether to decode under the protocol grammar is the agent's setting
 (``AgentConfig.constrained``, resolved in :mod:`drvenus.app`), asked per call.
 """
 
@@ -16,7 +18,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from drvenus.llm.base import ChatModel, LLMError
 from drvenus.llm.openai_compat import OpenAICompatModel
+
+
+def is_checkpoint_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a Hugging Face checkpoint folder (or a peft adapter folder)."""
+    p = Path(path)
+    return p.is_dir() and ((p / "config.json").is_file() or (p / "adapter_config.json").is_file())
+
+
+def transformers_model(path: str | os.PathLike[str], **kwargs: Any) -> ChatModel:
+    """A :class:`~drvenus.llm.hf.TransformersModel`, or a clear error without torch."""
+    try:
+        from drvenus.llm.hf import TransformersModel
+    except ImportError as exc:
+        raise LLMError(
+            f"{path} is a Hugging Face checkpoint, which needs torch and transformers ({exc}): "
+            "pip install 'drvenus[train]' (or export it to GGUF)"
+        ) from None
+    return TransformersModel(path, **kwargs)
 
 
 def make_model(
@@ -34,7 +55,7 @@ def make_model(
     extra_body: dict[str, Any] | None = None,
     models_dir: Path | None = None,
     notify: Callable[[str], None] | None = None,
-) -> OpenAICompatModel:
+) -> ChatModel:
     """Build the backend the arguments select (see the module docstring).
 
     ``window``: tokens of context per conversation for a GGUF (None: its trained length, capped
@@ -42,10 +63,15 @@ def make_model(
     (one slot each, one copy of the weights). ``grammar_mode`` (HTTP): how the server takes a
     grammar (default ``"auto"``: ask the server what it is when a grammar is first needed).
     ``model_name``: the served model name (HTTP; None takes the server's first) or a display
-    name (GGUF). ``models_dir``: where the embedded model is cached (pulled on first use).
+    name (GGUF, checkpoint). ``models_dir``: where the embedded model is cached (pulled on
+    first use). A checkpoint takes ``window`` (None: its config's), ``parallel`` (how many
+    conversations keep their KV caches), ``model_name`` and ``timeout``; nothing else.
     """
     if model_path is not None and base_url is not None:
-        raise ValueError("give either model_path (a GGUF file) or base_url (a server), not both")
+        raise ValueError(
+            "give either model_path (a GGUF file or checkpoint folder) or base_url (a server), "
+            "not both"
+        )
     if base_url is not None:
         return OpenAICompatModel(
             base_url,
@@ -60,6 +86,10 @@ def make_model(
     from drvenus.llm import embedded
     from drvenus.llm.local import local_model
 
+    if model_path is not None and is_checkpoint_dir(model_path):
+        return transformers_model(
+            model_path, name=model_name, window=window, slots=parallel, timeout=timeout
+        )
     if model_path is not None:
         return local_model(
             model_path,
@@ -83,4 +113,4 @@ def make_model(
     )
 
 
-__all__ = ["make_model"]
+__all__ = ["is_checkpoint_dir", "make_model", "transformers_model"]
