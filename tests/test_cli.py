@@ -190,3 +190,11 @@ def test_index_build_and_reuse(corpus, tmp_path):
     assert r1.returncode == 0 and "2 documents" in r1.stdout
     r2 = drvenus("index", "build", str(corpus), env=env)
     assert r2.returncode == 0 and "reused" in r2.stdout
+
+
+@pytest.mark.parametrize("command", [["merge-lora"], ["export-gguf"]])
+def test_model_export_commands_refuse_a_folder_that_is_not_a_checkpoint(command, tmp_path):
+    r = drvenus("models", *command, str(tmp_path / "nope"), "-o", str(tmp_path / "out"))
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "nope" in lines[0]

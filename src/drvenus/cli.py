@@ -42,7 +42,10 @@ app = typer.Typer(
 )
 index_app = typer.Typer(help="Build and inspect local search indexes.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
-models_app = typer.Typer(help="The embedded model: fetch it ahead of time.", no_args_is_help=True)
+models_app = typer.Typer(
+    help="Models: fetch the embedded one, merge LoRA adapters, export checkpoints to GGUF.",
+    no_args_is_help=True,
+)
 app.add_typer(models_app, name="models")
 app.add_typer(tools_app, name="tools")
 
@@ -113,7 +116,11 @@ def _root(
 AGENT_OPTIONS: dict[str, Any] = {
     "model": Annotated[
         Path | None,
-        typer.Option("--model", help="A GGUF model file to run in process (llama.cpp)."),
+        typer.Option(
+            "--model",
+            help="A GGUF file (llama.cpp) or a Hugging Face checkpoint / LoRA adapter folder "
+            "(transformers; needs drvenus[train]) to run in process.",
+        ),
     ],
     "base_url": Annotated[
         str | None,
@@ -483,18 +490,61 @@ def models_pull(
     out.print(f"[green]embedded model ready[/]: {path}")
 
 
-def _mount_data_commands() -> None:
+@models_app.command("merge-lora")
+def models_merge_lora(
+    adapter: Annotated[Path, typer.Argument(help="A LoRA adapter folder (drvenus sft --lora).")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the merged model.")],
+    base_model: Annotated[
+        str | None, typer.Option("--base-model", help="Base model (default: the adapter's).")
+    ] = None,
+    dtype: Annotated[
+        str | None, typer.Option("--dtype", help="Weights dtype, e.g. bfloat16.")
+    ] = None,
+) -> None:
+    """Merge a LoRA adapter into its base model (a Hugging Face checkpoint folder)."""
+    from drvenus.train.export import ExportError, merge_lora
+
+    try:
+        path = merge_lora(adapter, output, base_model=base_model, dtype=dtype)
+    except (ExportError, *_known_errors()) as exc:
+        raise _fail(exc) from None
+    out.print(f"[green]merged model[/]: {path}")
+
+
+@models_app.command("export-gguf")
+def models_export_gguf(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint or LoRA adapter folder.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="The .gguf file to write.")],
+    outtype: Annotated[
+        str, typer.Option("--outtype", help="f16, bf16, q8_0, f32 or auto.")
+    ] = "f16",
+    converter: Annotated[
+        Path | None,
+        typer.Option("--converter", help="llama.cpp's convert_hf_to_gguf.py (else searched)."),
+    ] = None,
+) -> None:
+    """Convert a checkpoint to GGUF for llama.cpp (the edge path: `drvenus ask --model X.gguf`)."""
+    from drvenus.train.export import ExportError, export_gguf
+
+    try:
+        path = export_gguf(checkpoint, output, outtype, converter=converter)
+    except (ExportError, *_known_errors()) as exc:
+        raise _fail(exc) from None
+    out.print(f"[green]wrote[/] {path}")
+
+
+def _mount_optional_commands() -> None:
+    """Commands whose modules import more at load time (pyarrow, the judge, the trainer)."""
     from drvenus.data.cli import data_app
+    from drvenus.eval.cli import eval_app
     from drvenus.train.sft.cli import sft
 
     app.add_typer(data_app, name="data")
-    from drvenus.eval.cli import eval_app
-
     app.add_typer(eval_app, name="eval")
     app.command("sft")(sft)
 
 
-_mount_data_commands()
+_mount_optional_commands()
 
 
 def _is_click_error(exc: BaseException, name: str) -> bool:
