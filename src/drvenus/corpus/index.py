@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from drvenus.corpus.urls import url_key
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 TOKENIZER = "drvenus_en"
 TITLE_BOOST = 2.5
 SNIPPET_CHARS = 260
@@ -49,6 +50,15 @@ MAX_QUERY_TERMS = 48
 META_FILE = "drvenus_index.json"
 _STALE_TMP_SECONDS = 6 * 3600
 _SEARCH_FIELDS = ["title", "text"]
+WRITER_HEAP_BYTES = 512_000_000  # shared by the writer threads; bounds the build's memory
+PROGRESS_EVERY = 10_000
+BM25_K1 = 1.2  # tantivy's
+COMMON_FRACTION = 0.05  # a term in more than this share of the texts is "common" (see search)
+CANDIDATES = (250,)  # first-stage depths tried before the plain full query
+TWO_STAGE_MIN_DOCS = 500_000  # measured: slower than one pass at 200K passages, faster at 1M
+
+ProgressFn = Callable[[int, int | None], None]
+"""Called as ``fn(documents_indexed, expected_rows_or_None)`` during a build."""
 
 
 def default_cache_dir(cache_dir: str | Path | None = None) -> Path:
@@ -115,6 +125,9 @@ def _schema() -> tantivy.Schema:
     builder.add_text_field("text", stored=True, tokenizer_name=TOKENIZER)
     builder.add_text_field("key", stored=False, tokenizer_name="raw")
     builder.add_text_field("key_ci", stored=False, tokenizer_name="raw")
+    # the document's number, twice: a fast field (address -> row), an indexed one (row -> doc)
+    builder.add_unsigned_field("row", fast=True)
+    builder.add_unsigned_field("row_term", indexed=True)
     return builder.build()
 
 
@@ -198,11 +211,17 @@ def build_index(
     cache_dir: str | Path | None = None,
     force: bool = False,
     progress: bool = False,
+    on_progress: ProgressFn | None = None,
+    threads: int | None = None,
 ) -> IndexInfo:
     """Build the index of a corpus unless a valid cached one exists; return where it is.
 
-    ``source``: None (the built-in corpus), a JSONL/parquet path, or a :class:`CorpusSpec`.
-    Raises :class:`CorpusError` for a missing file or a corpus without usable rows.
+    ``source``: None (the built-in corpus), a JSONL/parquet/TSV path, or a :class:`CorpusSpec`.
+    The corpus is streamed (memory is bounded by the writer heap, not the corpus size).
+    ``progress`` shows a progress bar on stderr; ``on_progress`` is called every
+    ``PROGRESS_EVERY`` documents and once at the end. ``threads``: indexing threads (default:
+    all cores, at most 8). Raises :class:`CorpusError` for a missing file or a corpus without
+    usable rows.
     """
     spec = corpus_spec(source, field_map=field_map)
     final = index_dir(spec, cache_dir)
@@ -216,7 +235,7 @@ def build_index(
     tmp = root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        meta = _write_index(spec, tmp, progress)
+        meta = _write_index(spec, tmp, progress, on_progress, threads)
         _publish(tmp, final, replace=force)
     finally:
         if tmp.exists():
@@ -233,20 +252,33 @@ def build_index(
     return info
 
 
-def _write_index(spec: CorpusSpec, path: Path, progress: bool) -> dict[str, Any]:
+def _write_index(
+    spec: CorpusSpec,
+    path: Path,
+    progress: bool,
+    on_progress: ProgressFn | None,
+    threads: int | None,
+) -> dict[str, Any]:
     start = time.perf_counter()
     index = tantivy.Index(_schema(), path=str(path), reuse=False)
     index.register_tokenizer(TOKENIZER, _analyzer())
-    writer = index.writer(heap_size=256_000_000, num_threads=min(4, os.cpu_count() or 1))
+    threads = max(1, threads or min(8, os.cpu_count() or 1))
+    # tantivy needs at least ~15 MB of heap per thread
+    writer = index.writer(
+        heap_size=max(WRITER_HEAP_BYTES, threads * 32_000_000), num_threads=threads
+    )
     stats = LoadStats()
     docs = iter_documents(spec, stats)
-    for doc in _with_progress(docs, spec, progress):
+    add = writer.add_document
+    make = tantivy.Document
+    for row, doc in enumerate(_with_progress(docs, spec, progress, on_progress)):
         key = url_key(doc.url) or doc.url
-        writer.add_document(
-            tantivy.Document(
-                id=doc.id, title=doc.title, url=doc.url, text=doc.text, key=key, key_ci=key.lower()
-            )
+        page = make(
+            id=doc.id, title=doc.title, url=doc.url, text=doc.text, key=key, key_ci=key.lower()
         )
+        page.add_unsigned("row", row)
+        page.add_unsigned("row_term", row)
+        add(page)
     report(spec, stats)  # raises CorpusError when nothing was usable
     writer.commit()
     writer.wait_merging_threads()
@@ -269,10 +301,26 @@ def _write_index(spec: CorpusSpec, path: Path, progress: bool) -> dict[str, Any]
     return meta
 
 
-def _with_progress(docs: Iterator[Document], spec: CorpusSpec, enabled: bool) -> Iterator[Document]:
-    if not enabled:
+def _with_progress(
+    docs: Iterator[Document], spec: CorpusSpec, bar: bool, on_progress: ProgressFn | None
+) -> Iterator[Document]:
+    """Pass the documents through, reporting every ``PROGRESS_EVERY`` and at the end."""
+    if not bar and on_progress is None:
         yield from docs
         return
+    total = _expected_rows(spec)
+    if bar:
+        docs = _with_bar(docs, spec, total)
+    done = 0
+    for done, doc in enumerate(docs, start=1):
+        yield doc
+        if on_progress is not None and done % PROGRESS_EVERY == 0:
+            on_progress(done, total)
+    if on_progress is not None and done % PROGRESS_EVERY:
+        on_progress(done, total)
+
+
+def _with_bar(docs: Iterator[Document], spec: CorpusSpec, total: int | None) -> Iterator[Document]:
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -283,7 +331,6 @@ def _with_progress(docs: Iterator[Document], spec: CorpusSpec, enabled: bool) ->
         TimeElapsedColumn,
     )
 
-    total = _expected_rows(spec)
     columns = (
         SpinnerColumn(),
         TextColumn("[bold]indexing {task.description}"),
@@ -293,9 +340,12 @@ def _with_progress(docs: Iterator[Document], spec: CorpusSpec, enabled: bool) ->
     )
     with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
         task = bar.add_task(spec.label, total=total)
-        for doc in docs:
-            bar.advance(task)
+        done = 0
+        for done, doc in enumerate(docs, start=1):
             yield doc
+            if done % 1000 == 0:
+                bar.update(task, completed=done)
+        bar.update(task, completed=done, total=done)  # rows counted include malformed ones
 
 
 def _expected_rows(spec: CorpusSpec) -> int | None:
@@ -307,8 +357,9 @@ def _expected_rows(spec: CorpusSpec) -> int | None:
             return pq.ParquetFile(spec.path).metadata.num_rows
         if spec.format == "wiki-summaries":
             return BUILTIN_DOC_COUNT
-        if spec.format == "jsonl" and not spec.path.name.lower().endswith(".gz"):
-            return _file_digest(spec.path)[1] or None
+        if spec.format in ("jsonl", "tsv") and not spec.path.name.lower().endswith(".gz"):
+            lines = _file_digest(spec.path)[1] - (spec.format == "tsv")  # TSV: header row
+            return lines if lines > 0 else None
     except Exception:  # only cosmetics depend on it
         return None
     return None
@@ -410,10 +461,12 @@ class CorpusIndex:
         self._index.register_tokenizer(TOKENIZER, _analyzer())
         self._index.reload()
         self._schema = self._index.schema
+        self._analyzer = _analyzer()
+        self._searcher = self._index.searcher()  # the index never changes once built
 
     @property
     def doc_count(self) -> int:
-        return self._index.searcher().num_docs
+        return self._searcher.num_docs
 
     def __len__(self) -> int:
         return self.doc_count
@@ -426,21 +479,26 @@ class CorpusIndex:
         text = sanitize_query(query if isinstance(query, str) else str(query))
         if not text or k <= 0:
             return []
-        try:
-            parsed, _errors = self._index.parse_query_lenient(
-                text, _SEARCH_FIELDS, field_boosts={"title": TITLE_BOOST}
-            )
-        except ValueError as exc:  # defensive: the sanitised text should always parse
-            log.warning("query %r could not be parsed: %s", query, exc)
-            return []
-        searcher = self._index.searcher()
-        result = searcher.search(parsed, limit=k)
-        if not result.hits:
+        searcher = self._searcher
+        clauses = self._clauses(text)
+        if clauses is not None:
+            parsed = _union(clauses)
+            top = self._top_k(clauses, parsed, k)
+        else:
+            try:
+                parsed, _errors = self._index.parse_query_lenient(
+                    text, _SEARCH_FIELDS, field_boosts={"title": TITLE_BOOST}
+                )
+            except ValueError as exc:  # defensive: the sanitised text should always parse
+                log.warning("query %r could not be parsed: %s", query, exc)
+                return []
+            top = searcher.search(parsed, limit=k, count=False).hits
+        if not top:
             return []
         snippets = tantivy.SnippetGenerator.create(searcher, parsed, self._schema, "text")
         snippets.set_max_num_chars(SNIPPET_CHARS)
         hits = []
-        for score, address in result.hits:
+        for score, address in top:
             doc = searcher.doc(address)
             body = doc.get_first("text") or ""
             snippet = snippets.snippet_from_doc(doc)
@@ -460,12 +518,82 @@ class CorpusIndex:
             )
         return hits
 
+    def _clauses(self, text: str) -> list[_Clause] | None:
+        """The clauses the query parser makes of sanitised text: each distinct word, then each
+        distinct phrase, in the title (boosted) and in the text. None when a word is not
+        exactly one token (the parser then decides)."""
+        words = _PHRASE.sub(" ", text).split()
+        terms = [self._analyzer.analyze(word) for word in dict.fromkeys(words)]
+        phrases = [
+            [self._analyzer.analyze(w) for w in phrase.split()]
+            for phrase in dict.fromkeys(_PHRASE.findall(text))
+        ]
+        if any(len(t) != 1 for t in terms) or any(len(t) != 1 for p in phrases for t in p):
+            return None
+        clauses = []
+        n = self._searcher.num_docs
+        for (token,) in terms:
+            for field, boost in (("title", TITLE_BOOST), ("text", 1.0)):
+                query = tantivy.Query.term_query(self._schema, field, token)
+                df = self._searcher.doc_freq(field, token)
+                clauses.append(_Clause(field, _boost(query, boost), df, boost * _idf(df, n)))
+        for phrase in phrases:
+            words = [(i, token) for i, (token,) in enumerate(phrase)]
+            for field, boost in (("title", TITLE_BOOST), ("text", 1.0)):
+                query = tantivy.Query.phrase_query(self._schema, field, words)
+                clauses.append(_Clause(field, _boost(query, boost), 0, 0.0, phrase=True))
+        return clauses
+
+    def _top_k(self, clauses: list[_Clause], full: tantivy.Query, k: int) -> list[Any]:
+        """The exact top ``k`` (score, address) of ``full``, the union of ``clauses``.
+
+        A union of term queries lets tantivy skip with block-max WAND, but common words (in
+        most texts) still cost a pass over most postings. So: (1) take the best ``depth``
+        documents for the rare clauses alone, (2) score just those with all clauses. No other
+        document can beat the k-th of them when its full score exceeds the depth-th rare score
+        plus the most the common clauses can add (each BM25 term score < its weight); else
+        the next depth of ``CANDIDATES``, else the plain full query.
+        """
+        searcher = self._searcher
+        limit = COMMON_FRACTION * searcher.num_docs
+        common = [c for c in clauses if c.field == "text" and not c.phrase and c.df > limit]
+        rare = [c for c in clauses if not any(c is d for d in common)]
+        if (
+            searcher.num_docs < TWO_STAGE_MIN_DOCS
+            or not common
+            or not any(c.df or c.phrase for c in rare)
+        ):
+            return searcher.search(full, limit=k, count=False).hits
+        slack = sum(c.bound for c in common) * 1.01 + 1e-3
+        first_query = _union(rare)
+        for depth in CANDIDATES:
+            first = searcher.search(first_query, limit=depth, count=False).hits
+            floor = first[-1][0] if len(first) == depth else 0.0
+            rows = searcher.fast_field_values("row", [address for _, address in first])
+            # a union of term queries: a term set query here would scan every document
+            only = _union([tantivy.Query.term_query(self._schema, "row_term", r) for r in rows])
+            must = (tantivy.Occur.Must, tantivy.Query.const_score_query(only, 0.0))
+            # common clauses each behind the filter: in a union they would be read in full
+            should = [(tantivy.Occur.Should, c.query) for c in rare] + [
+                (
+                    tantivy.Occur.Should,
+                    tantivy.Query.boolean_query([must, (tantivy.Occur.Must, c.query)]),
+                )
+                for c in common
+            ]
+            top = searcher.search(tantivy.Query.boolean_query([must, *should]), k, count=False)
+            if len(top.hits) == k and top.hits[-1][0] > floor + slack:
+                return top.hits
+            if len(first) < depth:
+                break
+        return searcher.search(full, limit=k, count=False).hits
+
     def get_document(self, url: str) -> Document | None:
         """The page stored under ``url`` (any common spelling of it), or None."""
         key = url_key(url) if isinstance(url, str) else None
         if key is None:
             return None
-        searcher = self._index.searcher()
+        searcher = self._searcher
         for field, value in (("key", key), ("key_ci", key.lower())):
             query = tantivy.Query.term_query(self._schema, field, value)
             result = searcher.search(query, limit=1)
@@ -478,6 +606,34 @@ class CorpusIndex:
                     text=doc.get_first("text") or "",
                 )
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Clause:
+    field: str
+    query: tantivy.Query
+    df: int  # documents with the term in this field
+    boosted_idf: float  # boost * idf; terms only
+    phrase: bool = False
+
+    @property
+    def bound(self) -> float:
+        """BM25 weight, boost * idf * (1 + k1): above any score the (term) clause gives."""
+        return self.boosted_idf * (1 + BM25_K1)
+
+
+def _boost(query: tantivy.Query, boost: float) -> tantivy.Query:
+    return query if boost == 1.0 else tantivy.Query.boost_query(query, boost)
+
+
+def _idf(df: int, n: int) -> float:
+    return math.log1p((n - df + 0.5) / (df + 0.5))
+
+
+def _union(clauses: list[_Clause] | list[tantivy.Query]) -> tantivy.Query:
+    """One flat union (sum of scores), which tantivy can evaluate with block-max WAND."""
+    queries = [c.query if isinstance(c, _Clause) else c for c in clauses]
+    return tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in queries])
 
 
 _OPEN: dict[Path, CorpusIndex] = {}

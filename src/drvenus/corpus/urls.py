@@ -17,6 +17,10 @@ _WIKI_SAFE = "/:@!$()*,;'-._~"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _MOBILE_WIKI = re.compile(r"^([a-z0-9-]+)\.m\.(wiki[a-z]+\.org)$")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# Already canonical but for the scheme: lowercase host, no port, query, fragment or escapes.
+_PLAIN_URL = re.compile(
+    r"https?://([a-z0-9-]+(?:\.[a-z0-9-]+)*)((?:/[A-Za-z0-9._~!$&'()*+,;=:@-]*)*)"
+)
 
 
 def wikipedia_url(title: str, lang: str = "en") -> str:
@@ -50,6 +54,16 @@ def url_key(url: str) -> str | None:
     Wikipedia host maps to the desktop one; the path is percent-decoded and spaces become
     underscores. The query string is kept.
     """
+    plain = _PLAIN_URL.fullmatch(url)
+    if plain is not None:  # fast path, the same key as below (index builds call this per page)
+        host = plain.group(1)
+        if not host.startswith("www.") and _MOBILE_WIKI.match(host) is None:
+            return host + plain.group(2).rstrip("/")
+    return _canonical_key(url)
+
+
+def _canonical_key(url: str) -> str | None:
+    """:func:`url_key` the long way, for any URL."""
     text = url.strip()
     if not is_web_url(text):
         return None
