@@ -177,11 +177,13 @@ class LocalServer:
         # The engine also listens on a random loopback port; a random key keeps it closed.
         self.api_key = secrets.token_urlsafe(24)
         _set(params, "api_keys", [self.api_key])
+        _set(params, "endpoint_metrics", True)  # the start-up handshake below
         start = time.perf_counter()
         try:
             self._server: Any = xlc.Server(params)
         except Exception as exc:  # the binding raises RuntimeError/ValueError
             raise LLMError(f"cannot load GGUF model {self.path}: {exc}") from None
+        self._wait_for_task_loop()
         self.load_seconds = time.perf_counter() - start
         self._pool = ThreadPoolExecutor(self.parallel + 1, thread_name_prefix="llama")
         self._lock = threading.Lock()
@@ -191,6 +193,16 @@ class LocalServer:
             "loaded %s in %.2fs: %d slot(s) x %d tokens, %d threads",
             self.path.name, self.load_seconds, self.parallel, self.window, self.n_threads,
         )
+
+    def _wait_for_task_loop(self) -> None:
+        """Return once the engine's task loop runs. The engine's constructor returns just
+        before its loop starts, and a shutdown that lands in that gap is lost (the loop then
+        runs forever and closing the model hangs); one metrics request goes through the loop,
+        so after it the gap is closed."""
+        try:
+            self._server.handle_metrics()
+        except Exception as exc:  # an older engine without the route: nothing to wait on
+            log.debug("no metrics handshake with the engine: %s", exc)
 
     def chat(self, body: dict[str, Any], cancel: threading.Event) -> dict[str, Any]:
         """One chat completion (blocking). Streams internally so that ``cancel`` stops the
