@@ -44,6 +44,10 @@ STEP_LIMIT_MESSAGE = (
     "the entire final answer in `<answer></answer>` tags now."
 )
 
+# IGPO: appended at a turn boundary (then the end-of-turn token) to score the policy's belief in
+# the ground truth ``{gt}`` (PROTOCOL.md, "IGPO (RL) defaults").
+IG_PSEUDO_ANSWER = "Now there's enough information to answer\n</think>\n<answer>\n{gt}\n</answer>"
+
 _RESULT_KEYS = ("title", "url", "snippet", "date")
 
 
