@@ -30,6 +30,19 @@ def embedded_gguf(models_dir: Path) -> Path:
     return embedded_model_path(models_dir)
 
 
+@pytest.fixture(scope="session")
+def embedded_tokenizer_dir(embedded_gguf: Path, tmp_path_factory) -> Path:
+    """The embedded model's tokenizer and chat template as a Hugging Face folder, converted from
+    its GGUF once per session (needs the train extra's transformers and gguf)."""
+    transformers = pytest.importorskip("transformers", reason="needs the train extra")
+    folder = tmp_path_factory.mktemp("smollm2-tokenizer")
+    tok = transformers.AutoTokenizer.from_pretrained(
+        str(embedded_gguf.parent), gguf_file=embedded_gguf.name
+    )
+    tok.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Never let a test write into the real user cache."""

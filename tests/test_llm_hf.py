@@ -30,11 +30,11 @@ def tool_step(messages: list[dict], reply: str) -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def checkpoint(embedded_gguf: Path, tmp_path_factory) -> Path:
+def checkpoint(embedded_tokenizer_dir: Path, tmp_path_factory) -> Path:
     """A tiny random LlamaForCausalLM with SmolLM2's tokenizer and chat template."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    tok = AutoTokenizer.from_pretrained(embedded_gguf.parent, gguf_file=embedded_gguf.name)
+    tok = AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,

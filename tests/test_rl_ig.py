@@ -24,14 +24,9 @@ from drvenus.train.rl.ig import (  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def tokenizer(embedded_gguf, tmp_path_factory):
-    """The embedded SmolLM2 tokenizer, converted from the GGUF once per session."""
-    out = tmp_path_factory.mktemp("smol-tok")
-    tok = transformers.AutoTokenizer.from_pretrained(
-        str(embedded_gguf.parent), gguf_file=embedded_gguf.name
-    )
-    tok.save_pretrained(out)
-    return transformers.AutoTokenizer.from_pretrained(out)
+def tokenizer(embedded_tokenizer_dir):
+    """The embedded SmolLM2 tokenizer."""
+    return transformers.AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ user query, ``<think>\\n`` prefilled by the generation prompt), on the same voca
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -47,14 +46,9 @@ QWEN3_STYLE_TEMPLATE = (
 
 
 @pytest.fixture(scope="session")
-def chatml_tokenizer(tmp_path_factory, embedded_gguf):
-    """The embedded model's own tokenizer and chat template, read from its GGUF (saved once)."""
-    folder = tmp_path_factory.mktemp("smollm2-tokenizer")
-    tok = transformers.AutoTokenizer.from_pretrained(
-        str(embedded_gguf.parent), gguf_file=embedded_gguf.name
-    )
-    tok.save_pretrained(folder)
-    return transformers.AutoTokenizer.from_pretrained(folder)
+def chatml_tokenizer(embedded_tokenizer_dir):
+    """The embedded model's own tokenizer and chat template, as shipped in its GGUF."""
+    return transformers.AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
 
 
 @pytest.fixture(scope="session")
@@ -153,10 +147,6 @@ def test_over_length_rows_are_truncated_or_dropped_and_counted(trajectories, cha
     assert stats.kept == 0 and stats.skipped == {"too_long": 1}
     with pytest.raises(MaskError):  # nothing of an assistant turn fits in 10 tokens
         tokenize_conversation(messages, chatml_tokenizer, max_length=10)
-
-
-def test_embedded_gguf_path_fixture_exists(embedded_gguf: Path):
-    assert embedded_gguf.suffix == ".gguf"
 
 
 # --- packing ------------------------------------------------------------------------------------

@@ -31,12 +31,10 @@ STEPS, STOP_AT = 16, 6
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory, embedded_gguf) -> Path:
+def tiny_model(tmp_path_factory, embedded_tokenizer_dir) -> Path:
     """A 2-layer, 64-wide random Llama with SmolLM2's tokenizer and chat template."""
     folder = tmp_path_factory.mktemp("tiny-llama")
-    tok = transformers.AutoTokenizer.from_pretrained(
-        str(embedded_gguf.parent), gguf_file=embedded_gguf.name
-    )
+    tok = transformers.AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
     config = transformers.LlamaConfig(
         vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
