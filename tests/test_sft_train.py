@@ -253,3 +253,18 @@ def test_two_process_data_parallel_on_cpu(tiny_model, short_trajectories, tmp_pa
     state = json.loads((tmp_path / "ddp" / "checkpoint-10" / "trainer_state.json").read_text())
     assert state["global_step"] == 10
     assert (tmp_path / "ddp" / "final" / "model.safetensors").is_file()
+
+
+def test_the_trained_checkpoint_runs_in_drvenus_ask(full_run, tmp_path):
+    from test_cli import drvenus
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"id": "1", "title": "Dracula", "url": "https://x.org/Dracula",
+                                  "text": "Dracula is an 1897 novel by Bram Stoker."}) + "\n")
+    env = {"DRVENUS_N_CTX": "640", "OMP_NUM_THREADS": "1"}  # a tiny window: short junk turns
+    r = drvenus("ask", "Who wrote Dracula?", "--model", str(full_run.final_dir), "--corpus",
+                str(corpus), "--max-steps", "1", "--time-limit", "10", "--no-constrained",
+                "--json", env=env, timeout=240)
+    assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
+    record = json.loads(r.stdout)
+    assert record["termination"] and record["messages"][0]["role"] == "system"

@@ -63,6 +63,8 @@ def _params() -> list[inspect.Parameter]:
 
 
 def _print_plan(config: SFTConfig) -> None:
+    import yaml
+
     from drvenus.train.sft.trainer import plan_launch
 
     plan = plan_launch(config)
@@ -70,12 +72,20 @@ def _print_plan(config: SFTConfig) -> None:
     for key, value in config.as_dict().items():
         out.print(f"  {key}: {value!r}", markup=False)
     world = config.num_processes
+    kind = "verl (FSDP2)" if config.engine == "verl" else config.resolved_distributed()
     out.print(f"  (gradient accumulation: {config.grad_accumulation(world)} with {world} "
-              f"process(es), distributed: {config.resolved_distributed()})", markup=False)
+              f"process(es), data parallel {config.data_parallel_size(world)} x sequence "
+              f"parallel {config.sequence_parallel}, distributed: {kind})", markup=False)
     out.print(f"[bold]config file[/bold]: {plan.config_file}")
     if plan.accelerate_file is not None:
         out.print(f"[bold]accelerate config[/bold]: {plan.accelerate_file}")
         out.print(plan.accelerate_file.read_text(encoding="utf-8"), markup=False)
+    if plan.parallelism is not None:
+        out.print("[bold]sequence parallelism[/bold] (TrainingArguments.parallelism_config, "
+                  "built in the training process):")
+        out.print(yaml.safe_dump(plan.parallelism, sort_keys=False), markup=False)
+    for path in plan.files:
+        out.print(f"[bold]written[/bold]: {path}")
     where = " (on every machine, with its own --machine_rank)" if config.num_machines > 1 else ""
     out.print(f"[bold]launch command{where}[/bold]:")
     out.print(plan.shell(), markup=False)
@@ -114,6 +124,13 @@ def sft(**values: Any) -> None:
             _print_plan(config)
             return
         logging.getLogger("drvenus").setLevel(logging.INFO)
+        if config.engine == "verl":
+            from drvenus.train.sft.verl_engine import run_verl
+
+            code = run_verl(config)
+            if code:
+                raise typer.Exit(code)
+            return
         from drvenus.train.sft.trainer import train
 
         result = train(config)

@@ -6,9 +6,12 @@ DR-Venus (1 epoch, global batch 32, micro batch 1, lr 1e-5, 200K tokens per sequ
 assistant tokens only); where the paper is silent (warmup, weight decay, clipping) they follow
 verl's SFT trainer.
 
-``engine`` names the training backend. Only ``accelerate`` (transformers' Trainer, which runs
-on accelerate: DDP, FSDP, DeepSpeed) exists; a ``verl`` engine (sequence parallelism) would add
-its own value here and read the same fields.
+``engine`` names the training backend: ``accelerate`` (transformers' Trainer, which runs on
+accelerate: DDP, FSDP, DeepSpeed) or ``verl`` (verl's multi-turn FSDP SFT trainer, launched
+with ``torchrun``, see :mod:`drvenus.train.sft.verl_engine`); both read the same fields.
+``sequence_parallel`` splits every sequence over that many GPUs (DeepSpeed Ulysses through
+accelerate's ``ParallelismConfig`` with ``accelerate``, verl's Ulysses with ``verl``); the data
+parallel size is then processes / sequence_parallel, and the global batch counts sequences.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-ENGINES = ("accelerate",)
+ENGINES = ("accelerate", "verl")
+# attention kernels DeepSpeed Ulysses accepts through accelerate (DeepSpeedSequenceParallelConfig)
+SP_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3")
 Distributed = Literal["auto", "none", "ddp", "fsdp", "deepspeed"]
 
 
@@ -76,7 +81,8 @@ class SFTConfig:
     report_to: str = _opt("Comma-separated: tensorboard, wandb (or none).", "none")
     resume: bool = _opt("Resume from the latest checkpoint in --output if there is one.", False)
     # launch
-    engine: str = _opt("Training engine: accelerate.", "accelerate")
+    engine: str = _opt("Training engine: accelerate|verl.", "accelerate")
+    sequence_parallel: int = _opt("GPUs that share one sequence (Ulysses sequence parallel).", 1)
     distributed: Distributed = _opt("auto|none|ddp|fsdp|deepspeed (the launch config written).",
                                     "auto")
     num_processes: int = _opt("Processes (GPUs) in all, over all machines.", 1)
@@ -88,14 +94,19 @@ class SFTConfig:
     # ------------------------------------------------------------------ derived values
 
     def grad_accumulation(self, world_size: int) -> int:
-        """Micro batches per optimizer step so that one step sees ``global_batch_size`` rows."""
-        per_pass = self.micro_batch_size * world_size
+        """Micro batches per optimizer step so that one step sees ``global_batch_size`` rows
+        (the processes of one sequence-parallel group share their rows)."""
+        per_pass = self.micro_batch_size * self.data_parallel_size(world_size)
         if self.global_batch_size % per_pass:
             raise SFTConfigError(
                 f"--global-batch-size {self.global_batch_size} is not a multiple of "
-                f"--micro-batch-size x processes = {per_pass}"
+                f"--micro-batch-size x data-parallel processes = {per_pass}"
             )
         return self.global_batch_size // per_pass
+
+    def data_parallel_size(self, world_size: int) -> int:
+        """Groups of processes that see different rows: ``world_size / sequence_parallel``."""
+        return max(1, world_size // self.sequence_parallel)
 
     def report_targets(self) -> list[str]:
         names = [n.strip() for n in self.report_to.split(",") if n.strip()]
@@ -108,6 +119,8 @@ class SFTConfig:
     def resolved_distributed(self) -> str:
         if self.distributed != "auto":
             return self.distributed
+        if self.sequence_parallel > 1:
+            return "deepspeed"  # accelerate's Ulysses backend is DeepSpeed's
         return "fsdp" if self.num_processes > 1 else "none"
 
     def as_dict(self) -> dict[str, Any]:
@@ -123,7 +136,8 @@ class SFTConfig:
             if not getattr(self, name):
                 raise SFTConfigError(f"--{name} is required")
         positive = ("max_length", "global_batch_size", "micro_batch_size", "eval_steps",
-                    "save_steps", "logging_steps", "lora_r", "num_processes", "num_machines")
+                    "save_steps", "logging_steps", "lora_r", "num_processes", "num_machines",
+                    "sequence_parallel")
         for name in positive:
             if getattr(self, name) < 1:
                 raise SFTConfigError(f"{flag(name)} must be at least 1")
@@ -140,8 +154,29 @@ class SFTConfig:
             raise SFTConfigError("--machine-rank must be in [0, num_machines)")
         if self.num_machines > 1 and not self.main_process_ip:
             raise SFTConfigError("--main-process-ip is required with several machines")
+        self._validate_parallel()
         self.grad_accumulation(self.num_processes)
         return self
+
+    def _validate_parallel(self) -> None:
+        if self.num_processes % self.num_machines:
+            raise SFTConfigError(f"--num-processes {self.num_processes} is not a multiple of "
+                                 f"--num-machines {self.num_machines}")
+        sp = self.sequence_parallel
+        if sp == 1:
+            return
+        if self.num_processes % sp:
+            raise SFTConfigError(f"--num-processes {self.num_processes} is not a multiple of "
+                                 f"--sequence-parallel {sp}")
+        if self.engine != "accelerate":
+            return
+        if self.resolved_distributed() != "deepspeed":
+            raise SFTConfigError(f"--sequence-parallel {sp} needs --distributed deepspeed "
+                                 "(accelerate's Ulysses backend is DeepSpeed's)")
+        attn = self.attn_implementation
+        if attn not in SP_ATTENTION and not ("/" in attn and "flash-attn" in attn):
+            raise SFTConfigError(f"--sequence-parallel needs --attn-implementation "
+                                 f"{'|'.join(SP_ATTENTION)} (got {attn or 'the model default'!r})")
 
 
 def flag(name: str) -> str:
@@ -212,5 +247,5 @@ def dump_config(config: SFTConfig, path: Path) -> Path:
     return path
 
 
-__all__ = ["ENGINES", "SFTConfig", "SFTConfigError", "dump_config", "field_help", "flag",
-           "load_config"]
+__all__ = ["ENGINES", "SP_ATTENTION", "SFTConfig", "SFTConfigError", "dump_config", "field_help",
+           "flag", "load_config"]

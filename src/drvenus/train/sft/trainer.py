@@ -8,6 +8,15 @@ position, RNG states). What is ours: the data (assistant-only labels, packing th
 ``position_ids``, see :mod:`drvenus.train.sft.data`), the DR-Venus defaults, tokens/s in the
 logs, and the launch plan ``--dry-run`` prints.
 
+Sequence parallelism (``--sequence-parallel N``) is DeepSpeed Ulysses (ALST) as accelerate
+>= 1.12 and transformers' Trainer wire it: ``TrainingArguments(parallelism_config=
+ParallelismConfig(sp_backend="deepspeed", sp_size=N, sp_handler=DeepSpeedSequenceParallelConfig(
+...)))`` under a DeepSpeed accelerate config. accelerate then registers Ulysses attention with
+transformers, shards every batch along the sequence (``UlyssesSPDataLoaderAdapter``) and the
+Trainer aggregates the loss over the sequence-parallel group (``deepspeed_sp_compute_loss``).
+It is not written into the accelerate YAML: ``accelerate launch`` accepts a
+``parallelism_config`` there only with FSDP2 (accelerate 1.15, ``commands/launch.py``).
+
 Heavy libraries (torch, transformers, peft) are imported inside functions, so a dry run and the
 command-line help stay fast.
 """
@@ -139,7 +148,7 @@ def _trainer_class() -> type:
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             tokens = inputs.pop("real_tokens", 0)
             inputs["use_cache"] = False  # with a cache, transformers ignores row boundaries
-            if model.training:
+            if model.training and tokens:  # none under sequence parallelism (see _SPCollator)
                 self._tokens += int(tokens)
                 self._since = self._since or time.perf_counter()
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
@@ -159,10 +168,65 @@ def _trainer_class() -> type:
     return SFTTrainer
 
 
+def sequence_parallel_settings(config: SFTConfig) -> dict[str, Any] | None:
+    """The ``ParallelismConfig`` settings of ``--sequence-parallel`` (None without it)."""
+    if config.sequence_parallel == 1 or config.engine != "accelerate":
+        return None
+    return {"sp_backend": "deepspeed", "sp_size": config.sequence_parallel,
+            "sp_handler": {"sp_seq_length": None, "sp_seq_length_is_variable": True,
+                           "sp_attn_implementation": config.attn_implementation}}
+
+
+def parallelism_config(config: SFTConfig) -> Any:
+    """accelerate's ``ParallelismConfig`` for ``--sequence-parallel`` (None without it)."""
+    settings = sequence_parallel_settings(config)
+    if settings is None:
+        return None
+    from accelerate import ParallelismConfig
+    from accelerate.utils import DeepSpeedSequenceParallelConfig
+
+    handler = DeepSpeedSequenceParallelConfig(**settings.pop("sp_handler"))
+    return ParallelismConfig(**settings, sp_handler=handler)
+
+
+@dataclass
+class _SPCollator:
+    """Under Ulysses: pads every batch to a multiple of the sequence-parallel size (the
+    dataloader adapter cuts it in equal shards) and leaves out ``real_tokens``, which is not a
+    per-token tensor the adapter could shard."""
+
+    inner: SFTCollator
+    multiple: int
+
+    def __call__(self, batch: Any) -> dict[str, Any]:
+        import torch
+
+        out = self.inner(batch)
+        out.pop("real_tokens", None)
+        pad = -out["input_ids"].shape[1] % self.multiple
+        if pad:
+            rows = out["input_ids"].shape[0]
+            fill = {"input_ids": self.inner.pad_token_id, "labels": -100}
+            for key in ("input_ids", "labels"):
+                extra = torch.full((rows, pad), fill[key], dtype=torch.long)
+                out[key] = torch.cat([out[key], extra], dim=1)
+            extra = torch.arange(pad, dtype=torch.long).expand(rows, pad)
+            out["position_ids"] = torch.cat([out["position_ids"], extra], dim=1)
+        return out
+
+
+def collator(config: SFTConfig, pad_token_id: int) -> Any:
+    inner = SFTCollator(pad_token_id)
+    if sequence_parallel_settings(config) is None:
+        return inner
+    return _SPCollator(inner, config.sequence_parallel)
+
+
 def training_arguments(config: SFTConfig, world_size: int, precision: str, has_val: bool) -> Any:
     from transformers import TrainingArguments
 
     return TrainingArguments(
+        parallelism_config=parallelism_config(config),
         output_dir=config.output,
         num_train_epochs=config.epochs,
         max_steps=config.max_steps,
@@ -238,7 +302,7 @@ def train(config: SFTConfig, *, callbacks: list[Any] | None = None) -> SFTResult
     args = training_arguments(config, state.num_processes, precision, val_data is not None)
     trainer = _trainer_class()(
         model=model, args=args, train_dataset=train_data, eval_dataset=val_data,
-        data_collator=SFTCollator(int(pad or 0)), processing_class=tokenizer,
+        data_collator=collator(config, int(pad or 0)), processing_class=tokenizer,
         callbacks=callbacks,
     )
     stats = {"train": train_data.stats.as_dict(), "train_sequences": len(train_data),
@@ -258,12 +322,17 @@ def train(config: SFTConfig, *, callbacks: list[Any] | None = None) -> SFTResult
 
 @dataclass
 class LaunchPlan:
-    """What ``--dry-run`` shows: the command to run on each machine and the files it reads."""
+    """What ``--dry-run`` shows: the command to run on each machine and the files it reads.
+    ``parallelism``: the ``ParallelismConfig`` settings the training process builds (sequence
+    parallelism); ``files``: other files written for the run (verl: data, command script)."""
 
     command: list[str]
     config_file: Path
     accelerate_file: Path | None
     accelerate_config: dict[str, Any] | None
+    parallelism: dict[str, Any] | None = None
+    engine: str = "accelerate"
+    files: list[Path] = field(default_factory=list)
 
     def shell(self) -> str:
         return shlex.join(self.command)
@@ -320,11 +389,16 @@ def plan_launch(config: SFTConfig, folder: Path | None = None) -> LaunchPlan:
     import yaml
 
     folder = folder or Path(config.output) / "launch"
+    if config.engine == "verl":
+        from drvenus.train.sft.verl_engine import plan_verl
+
+        return plan_verl(config, folder)
     config_file = dump_config(config, folder / CONFIG_FILE)
+    sp = sequence_parallel_settings(config)
     run = [sys.executable, "-m", "drvenus", "sft", "--config", str(config_file)]
     acc = accelerate_config(config)
     if acc is None:
-        return LaunchPlan(run, config_file, None, None)
+        return LaunchPlan(run, config_file, None, None, sp)
     acc_file = folder / f"accelerate_{config.resolved_distributed()}.yaml"
     acc_file.write_text(yaml.safe_dump(acc, sort_keys=False), encoding="utf-8")
     command = ["accelerate", "launch", "--config_file", str(acc_file),
@@ -335,8 +409,9 @@ def plan_launch(config: SFTConfig, folder: Path | None = None) -> LaunchPlan:
         command += ["--main_process_ip", str(config.main_process_ip),
                     "--main_process_port", str(config.main_process_port)]
     command += ["-m", "drvenus", "sft", "--config", str(config_file)]
-    return LaunchPlan(command, config_file, acc_file, acc)
+    return LaunchPlan(command, config_file, acc_file, acc, sp)
 
 
-__all__ = ["LaunchPlan", "SFTResult", "accelerate_config", "build_data", "latest_checkpoint",
-           "load_model", "load_tokenizer", "plan_launch", "train", "training_arguments"]
+__all__ = ["LaunchPlan", "SFTResult", "accelerate_config", "build_data", "collator",
+           "latest_checkpoint", "load_model", "load_tokenizer", "parallelism_config",
+           "plan_launch", "sequence_parallel_settings", "train", "training_arguments"]
