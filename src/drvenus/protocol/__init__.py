@@ -15,6 +15,7 @@ from drvenus.protocol.parse import (
     ParsedTurn,
     assistant_text,
     extract_answer,
+    first_answer_block,
     parse_turn,
     repair_turn,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "check_turn_format",
     "classify_tool_response",
     "extract_answer",
+    "first_answer_block",
     "grammar_for_kind",
     "initial_messages",
     "join_visits",

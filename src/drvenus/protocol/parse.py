@@ -78,6 +78,13 @@ def extract_answer(content: str) -> str | None:
     return None
 
 
+def first_answer_block(text: str) -> str | None:
+    """The raw content of the first ``<answer>`` block anywhere in ``text`` (inside a think
+    block too, empty allowed), or None: how DR-Venus's RL F1 reward reads a response."""
+    m = _ANSWER.search(text)
+    return m.group(1) if m else None
+
+
 def parse_turn(content: str) -> ParsedTurn:
     """Parse an (already repaired) assistant turn.
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import string
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,15 +28,14 @@ from typing import Any
 import torch
 
 from drvenus.data.correctness import exact_match
-from drvenus.protocol import ANSWER_SPLIT, check_turn_format, extract_answer
+from drvenus.protocol import ANSWER_SPLIT, check_turn_format, extract_answer, first_answer_block
 
 log = logging.getLogger(__name__)
 
 ZERO_IG_SENTINEL = 1e-10
-FORMAT_FAIL_SCORE = -2.0  # the reference F1 for unbalanced tags or no <answer> block
+FORMAT_FAIL_SCORE = -2.0  # the reference F1 for unbalanced tags or no answer block
 _BALANCED_TAGS = ("code", "tool_call", "think", "answer")
 _PUNCT = str.maketrans({p: " " for p in string.punctuation})
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def format_flags(turns: Sequence[str]) -> list[bool]:
@@ -88,10 +86,10 @@ def f1_outcome(response: str, ground_truth: str) -> float:
     text = response.lower()
     if not _tags_balanced(text):
         return FORMAT_FAIL_SCORE
-    m = _ANSWER.search(text)
-    if m is None:
+    answer = first_answer_block(text)
+    if answer is None:
         return FORMAT_FAIL_SCORE
-    pred = Counter(_words(m.group(1)))
+    pred = Counter(_words(answer))
     best = 0.0
     for gt in ground_truth.lower().split(ANSWER_SPLIT):
         gold = Counter(_words(gt))
