@@ -168,6 +168,30 @@ def _mask(
     return mask, straddling
 
 
+@dataclass
+class EncodedConversation:
+    """One tokenisation of the whole rendering: ids, character offsets, assistant spans (chars)
+    and the loss mask, before any truncation."""
+
+    input_ids: list[int]
+    offsets: list[tuple[int, int]]
+    spans: list[tuple[int, int]]
+    loss_mask: list[int]
+    straddling: int = 0
+
+
+def encode_conversation(
+    messages: Sequence[Mapping[str, Any]], tokenizer: Any
+) -> EncodedConversation:
+    """Render once, tokenise once with offsets, mask from the template (see the module doc)."""
+    full, spans = assistant_spans(messages, tokenizer)
+    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    ids: list[int] = list(enc["input_ids"])
+    offsets = [(int(s), int(e)) for s, e in enc["offset_mapping"]]
+    mask, straddling = _mask(ids, offsets, spans, end_of_turn_ids(tokenizer))
+    return EncodedConversation(ids, offsets, spans, mask, straddling)
+
+
 def tokenize_conversation(
     messages: Sequence[Mapping[str, Any]],
     tokenizer: Any,
@@ -182,10 +206,8 @@ def tokenize_conversation(
     ``max_length`` are cut (``over_length="truncate"``) or refused (``"drop"``, raises
     :class:`MaskError` ``too_long``). Raises :class:`MaskError` for unmaskable rows.
     """
-    full, spans = assistant_spans(messages, tokenizer)
-    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
-    ids: list[int] = list(enc["input_ids"])
-    mask, straddling = _mask(ids, enc["offset_mapping"], spans, end_of_turn_ids(tokenizer))
+    encoded = encode_conversation(messages, tokenizer)
+    ids, mask, straddling = encoded.input_ids, encoded.loss_mask, encoded.straddling
     row = TokenizedRow(ids, mask)
     if max_length is not None and len(ids) > max_length:
         if over_length == "drop":
@@ -225,10 +247,12 @@ def tokenize_rows(
 
 __all__ = [
     "IGNORE_INDEX",
+    "EncodedConversation",
     "MaskError",
     "TokenizeStats",
     "TokenizedRow",
     "assistant_spans",
+    "encode_conversation",
     "end_of_turn_ids",
     "tokenize_conversation",
     "tokenize_rows",
