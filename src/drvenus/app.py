@@ -197,22 +197,15 @@ def build_stack(
     """Model, tools and agent for ``settings``; raises LLMError / CorpusError / ValueError.
     ``parallel``: how many questions will run at once (a local GGUF gets that many slots)."""
     config = agent_config(settings, system_prompt_file)
+    from drvenus.tools.toolbox import close_quietly
+
     tools = build_toolbox(settings, progress=progress)
     try:
         model = build_model(settings, parallel=parallel, notify=notify)
     except BaseException:
-        _close_quietly(tools)
+        close_quietly(tools)
         raise
     log.info("agent ready: model=%s steps=%d", model.name, config.max_steps)
     return Stack(ResearchAgent(model, tools, config), model, tools)
 
 
-def _close_quietly(tools: Any) -> None:
-    import asyncio
-
-    close = getattr(tools, "aclose", None)
-    if close is not None:
-        try:
-            asyncio.run(close())
-        except Exception:  # already failing; closing is best effort
-            log.debug("closing the toolbox failed", exc_info=True)

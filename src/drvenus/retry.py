@@ -16,10 +16,27 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Self, TypeVar
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from an HTTP ``Retry-After`` header (seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 class TransientError(RuntimeError):
@@ -120,4 +137,4 @@ async def with_retries(
     raise AssertionError("unreachable")
 
 
-__all__ = ["Deadline", "RetryPolicy", "TransientError", "with_retries"]
+__all__ = ["Deadline", "RetryPolicy", "TransientError", "parse_retry_after", "with_retries"]

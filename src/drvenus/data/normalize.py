@@ -14,6 +14,7 @@ from typing import Any
 from drvenus.protocol import (
     TOOL_RESPONSE_CLOSE,
     TOOL_RESPONSE_OPEN,
+    after_thinking,
     render_answer_turn,
     render_search,
     render_tool_call_turn,
@@ -142,7 +143,7 @@ def clean_answer_turn(text: Any) -> str | None:
     thought = _SUMMARY_BLOCK.sub(r"\1", thought)
     thought = _ANSWER_BLOCK.sub(r"\1", thought)
     thought = unwrap_inline_tags(thought)
-    tail = text.split("</think>")[-1]
+    tail = after_thinking(text)
     summaries = [m.group(1).strip() for m in _SUMMARY_BLOCK.finditer(tail)]
     parts = ([thought] if thought else []) + summaries
     joined = "\n\n".join(parts)

@@ -33,7 +33,7 @@ import httpx
 from drvenus.llm.base import Generation, GrammarKind, LLMError, SamplingParams
 from drvenus.protocol import assistant_text
 from drvenus.protocol.grammar import grammar_for_kind
-from drvenus.retry import RetryPolicy, with_retries
+from drvenus.retry import RetryPolicy, parse_retry_after, with_retries
 from drvenus.text import estimate_tokens, one_line
 
 log = logging.getLogger(__name__)
@@ -197,8 +197,7 @@ class HttpTransport:
                 detail = error_detail(response.json())
             except ValueError:
                 detail = one_line(response.text) or response.reason_phrase
-            header = response.headers.get("retry-after")
-            retry_after = float(header) if header and header.replace(".", "").isdigit() else None
+            retry_after = parse_retry_after(response.headers.get("retry-after"))
             raise status_error(self.where, response.status_code, detail, retry_after)
         try:
             return response.json()

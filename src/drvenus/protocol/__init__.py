@@ -13,6 +13,7 @@ from drvenus.protocol.format import check_turn_format
 from drvenus.protocol.grammar import grammar_for_kind, protocol_grammar
 from drvenus.protocol.parse import (
     ParsedTurn,
+    after_thinking,
     assistant_text,
     extract_answer,
     first_answer_block,
@@ -82,6 +83,7 @@ __all__ = [
     "VISIT",
     "VISIT_SEPARATOR",
     "ParsedTurn",
+    "after_thinking",
     "ToolCall",
     "ToolCallError",
     "assistant_text",

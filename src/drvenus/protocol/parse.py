@@ -78,6 +78,12 @@ def extract_answer(content: str) -> str | None:
     return None
 
 
+def after_thinking(text: str) -> str:
+    """What follows the last ``</think>`` of ``text`` (all of it when there is none): the
+    reply proper of a model that reasons first, prefilled opener or not."""
+    return text.rsplit("</think>", 1)[1] if "</think>" in text else text
+
+
 def first_answer_block(text: str) -> str | None:
     """The raw content of the first ``<answer>`` block anywhere in ``text`` (inside a think
     block too, empty allowed), or None: how DR-Venus's RL F1 reward reads a response."""

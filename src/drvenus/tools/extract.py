@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from drvenus.llm.base import ChatModel, LLMError, SamplingParams
+from drvenus.protocol import after_thinking
 from drvenus.protocol._json import loads_json5
 
 log = logging.getLogger(__name__)
@@ -283,14 +284,9 @@ def _as_text(value: Any) -> str:
     return str(value).strip()
 
 
-def _reply_body(text: str) -> str:
-    """The reply without a think block."""
-    return text.rsplit("</think>", 1)[1] if "</think>" in text else text
-
-
 def _candidates(text: str) -> list[str]:
     """Where the JSON object may be in a reply: fenced blocks, the outermost braces, all."""
-    text = _reply_body(text)
+    text = after_thinking(text)
     candidates = [m.group(1) for m in _FENCE.finditer(text)]
     start, end = text.find("{"), text.rfind("}")
     if start != -1 and end > start:
@@ -386,7 +382,7 @@ class LLMExtractor:
         except LLMError as exc:
             log.warning("extractor model failed on %s (call %d): %s", url, calls[0], exc)
             return ""
-        return _reply_body(generation.text or "").strip()
+        return after_thinking(generation.text or "").strip()
 
     def _shorter(self, page: str, step: int) -> str:
         if step < self.shorten_retries:

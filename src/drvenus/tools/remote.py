@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from drvenus.protocol import TOOL_NAMES, ToolCall, tool_error_message, unknown_tool_message
-from drvenus.retry import RetryPolicy, with_retries
+from drvenus.retry import RetryPolicy, parse_retry_after, with_retries
 from drvenus.tools.base import ProviderError
 from drvenus.tools.server import is_loopback
 
@@ -29,13 +29,6 @@ log = logging.getLogger(__name__)
 # The server's own tool timeout (Toolbox's 300 s) plus room for the queue and the network.
 DEFAULT_REMOTE_TIMEOUT = 330.0
 RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    try:
-        return float(response.headers["retry-after"])
-    except (KeyError, ValueError):
-        return None
 
 
 class RemoteToolbox:
@@ -161,7 +154,7 @@ class RemoteToolbox:
         raise ProviderError(
             f"tool server {self.base_url} answered HTTP {status}: {detail}",
             retryable=status in RETRYABLE_STATUS,
-            retry_after=_retry_after(response),
+            retry_after=parse_retry_after(response.headers.get("retry-after")),
         )
 
     async def health(self) -> dict[str, Any]:

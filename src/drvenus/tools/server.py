@@ -43,6 +43,7 @@ from drvenus.protocol import TOOL_NAMES, ToolCall, ToolCallError, normalize_tool
 from drvenus.protocol import tool_error_message as _tool_error
 from drvenus.protocol.render import VISIT_FAILED_SUMMARY
 from drvenus.tools.metrics import BUCKETS, Metrics
+from drvenus.tools.toolbox import close_quietly
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -502,7 +503,7 @@ def serve(
         app = create_app(toolbox, token=token, **options)
         sock = bind_socket(host, port)
     except BaseException:
-        _close(toolbox)
+        close_quietly(toolbox)
         raise
     server = _uvicorn_server(app, sock)
     if on_ready is not None:
@@ -521,15 +522,6 @@ def serve(
         asyncio.run(run())
     finally:
         sock.close()
-
-
-def _close(toolbox: Any) -> None:
-    close = getattr(toolbox, "aclose", None)
-    if close is not None:
-        try:
-            asyncio.run(close())
-        except Exception:  # already failing; closing is best effort
-            log.debug("closing the toolbox failed", exc_info=True)
 
 
 class ServerThread:

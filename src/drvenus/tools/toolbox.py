@@ -66,6 +66,17 @@ class Toolbox:
                     log.exception("closing tool %s failed", getattr(tool, "name", tool))
 
 
+def close_quietly(toolbox: object) -> None:
+    """Close ``toolbox`` (its ``aclose`` coroutine, if any) from sync code, logging a failure
+    instead of raising: for callers that are already failing or shutting down."""
+    close = getattr(toolbox, "aclose", None)
+    if close is not None:
+        try:
+            asyncio.run(close())
+        except Exception:  # closing is best effort
+            log.debug("closing the toolbox failed", exc_info=True)
+
+
 def offline_toolbox(
     corpus: CorpusSource | CorpusIndex = None,
     *,

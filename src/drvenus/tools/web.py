@@ -37,7 +37,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from drvenus.retry import RetryPolicy, with_retries
+from drvenus.retry import RetryPolicy, parse_retry_after, with_retries
 from drvenus.text import one_line
 from drvenus.tools.base import ProviderError
 from drvenus.tools.limits import Limiter, Limits
@@ -262,13 +262,6 @@ def _bad_certificate(exc: BaseException) -> bool:
     return "CERTIFICATE_VERIFY_FAILED" in str(exc)
 
 
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:
-        return None
-
-
 class SafeFetcher:
     """GETs http(s) URLs under the policy in the module docstring.
 
@@ -383,7 +376,7 @@ class SafeFetcher:
             raise ProviderError(
                 f"HTTP {status} from {target.host}",
                 retryable=status in RETRY_STATUSES,
-                retry_after=_retry_after(response.headers.get("retry-after")),
+                retry_after=parse_retry_after(response.headers.get("retry-after")),
             )
         kind, charset = media_type(response.headers.get("content-type"))
         if not is_readable(kind):

@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping, Sequence
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 
 from drvenus.llm.openai_compat import redact_url
-from drvenus.retry import RetryPolicy, with_retries
+from drvenus.retry import RetryPolicy, parse_retry_after, with_retries
 from drvenus.text import one_line
 from drvenus.tools.base import ProviderError
 from drvenus.tools.limits import Limiter, Limits
@@ -53,22 +51,6 @@ SEARXNG_CJK_LANGUAGE = "zh-CN"
 def has_cjk(text: str) -> bool:
     """DR-Venus's rule for Chinese queries: any character in U+4E00..U+9FFF."""
     return any("\u4e00" <= ch <= "\u9fff" for ch in text)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date), or None."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 class _HttpProvider:
