@@ -537,11 +537,13 @@ def _mount_optional_commands() -> None:
     """Commands whose modules import more at load time (pyarrow, the judge, the trainer)."""
     from drvenus.data.cli import data_app
     from drvenus.eval.cli import eval_app
+    from drvenus.train.rl.cli import rl
     from drvenus.train.sft.cli import sft
 
     app.add_typer(data_app, name="data")
     app.add_typer(eval_app, name="eval")
     app.command("sft")(sft)
+    app.command("rl")(rl)
 
 
 _mount_optional_commands()

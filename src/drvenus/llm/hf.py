@@ -237,14 +237,51 @@ class TransformersModel:
         ``max_position_embeddings``). ``slots``: conversations whose KV caches are kept.
         ``base_model``: the base of an adapter folder, overriding its adapter_config.json."""
         self.path = Path(path)
-        self.device = torch.device(device or default_device())
+        device_ = torch.device(device or default_device())
         if isinstance(dtype, str):
             dtype = getattr(torch, dtype)
         start = time.perf_counter()
-        self.model, self.tokenizer = load_pretrained(
-            self.path, device=str(self.device), dtype=dtype, base_model=base_model
+        model, tokenizer = load_pretrained(
+            self.path, device=str(device_), dtype=dtype, base_model=base_model
         )
+        self._setup(model, tokenizer, name=name, window=window, slots=slots, timeout=timeout)
         self.load_seconds = time.perf_counter() - start
+        log.info(
+            "loaded %s on %s (%s) in %.2fs: window %d tokens",
+            self.path, self.device, self.model.dtype, self.load_seconds, self.window,
+        )
+
+    @classmethod
+    def from_loaded(
+        cls,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str = "policy",
+        window: int | None = None,
+        slots: int = 1,
+        timeout: float = 600.0,
+    ) -> TransformersModel:
+        """A backend over a model already in memory (the RL policy: rollouts sample from the
+        very weights being trained). Call :meth:`clear_cache` after every weight update."""
+        self = cls.__new__(cls)
+        self.path = Path(str(getattr(model, "name_or_path", "") or name))
+        self.load_seconds = 0.0
+        self._setup(model, tokenizer, name=name, window=window, slots=slots, timeout=timeout)
+        return self
+
+    def _setup(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str | None,
+        window: int | None,
+        slots: int,
+        timeout: float,
+    ) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.device = next(model.parameters()).device
         self.name = name or self.path.name
         self.timeout = timeout
         self.config = self.model.config.get_text_config()
@@ -264,10 +301,11 @@ class TransformersModel:
         self._lock = threading.Lock()
         self._cancels: set[threading.Event] = set()
         self._closed = False
-        log.info(
-            "loaded %s on %s (%s) in %.2fs: window %d tokens",
-            self.path, self.device, self.model.dtype, self.load_seconds, self.window,
-        )
+
+    def clear_cache(self) -> None:
+        """Drop every kept KV cache (they are stale once the weights change)."""
+        with self._lock:
+            self.pool.clear()
 
     def __repr__(self) -> str:
         return f"TransformersModel({str(self.path)!r}, device={str(self.device)!r})"

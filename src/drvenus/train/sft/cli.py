@@ -7,19 +7,18 @@ value) is one line on stderr and exit code 2.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
-import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from drvenus.train.sft.config import SFTConfig, field_help, flag, load_config
+from drvenus.train.options import cli_params
+from drvenus.train.sft.config import SFTConfig, flag, load_config
 
 console = Console(stderr=True, soft_wrap=True)
 out = Console(soft_wrap=True)
@@ -32,34 +31,11 @@ def _fail(exc: BaseException | str) -> typer.Exit:
     return typer.Exit(BAD_INPUT)
 
 
-def _cli_type(tp: Any) -> Any:
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) is Literal:
-        return str
-    return args[0] if args else tp
-
-
 def _params() -> list[inspect.Parameter]:
-    """A typer option per config field; every default is None (= not given on the line)."""
-    hints = typing.get_type_hints(SFTConfig)
-    helps = field_help()
-    params = [inspect.Parameter(
-        "config", inspect.Parameter.KEYWORD_ONLY, default=None,
-        annotation=Annotated[Path | None, typer.Option(
-            "--config", help="YAML file of options (keys = option names with _).")])]
-    for f in dataclasses.fields(SFTConfig):
-        tp = _cli_type(hints[f.name])
-        default = f.default
-        shown = f" [default: {default}]" if default not in (None, "") else ""
-        decls = (flag(f.name) + "/--no-" + flag(f.name)[2:],) if tp is bool else (flag(f.name),)
-        option = typer.Option(*decls, help=helps[f.name] + shown, show_default=False)
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None,
-                                        annotation=Annotated[tp | None, option]))
-    params.append(inspect.Parameter(
+    return cli_params(SFTConfig, [inspect.Parameter(
         "dry_run", inspect.Parameter.KEYWORD_ONLY, default=False,
         annotation=Annotated[bool, typer.Option(
-            "--dry-run", help="Print the launch command and resolved config; load nothing.")]))
-    return params
+            "--dry-run", help="Print the launch command and resolved config; load nothing.")])])
 
 
 def _print_plan(config: SFTConfig) -> None:

@@ -17,10 +17,12 @@ parallel size is then processes / sequence_parallel, and the global batch counts
 from __future__ import annotations
 
 import dataclasses
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from drvenus.train import options
+from drvenus.train.options import ConfigError, flag, one_line_reason
 
 ENGINES = ("accelerate", "verl")
 # attention kernels DeepSpeed Ulysses accepts through accelerate (DeepSpeedSequenceParallelConfig)
@@ -28,12 +30,11 @@ SP_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3")
 Distributed = Literal["auto", "none", "ddp", "fsdp", "deepspeed"]
 
 
-class SFTConfigError(ValueError):
+class SFTConfigError(ConfigError):
     """An invalid setting; the message is one line naming the option."""
 
 
-def _opt(help: str, default: Any = None, **kw: Any) -> Any:
-    return field(default=default, metadata={"help": help, **kw})
+_opt = options.opt
 
 
 @dataclass
@@ -130,8 +131,7 @@ class SFTConfig:
 
     def validate(self) -> SFTConfig:
         """Raises :class:`SFTConfigError` (one line) for the first invalid setting."""
-        for f in dataclasses.fields(self):
-            _check_type(f.name, getattr(self, f.name), _field_types()[f.name])
+        options.check_types(self, SFTConfigError)
         for name in ("train", "model", "output"):
             if not getattr(self, name):
                 raise SFTConfigError(f"--{name} is required")
@@ -179,73 +179,23 @@ class SFTConfig:
                                  f"{'|'.join(SP_ATTENTION)} (got {attn or 'the model default'!r})")
 
 
-def flag(name: str) -> str:
-    """The command-line flag of a field."""
-    return "--" + name.replace("_", "-")
-
-
-def _field_types() -> dict[str, Any]:
-    return typing.get_type_hints(SFTConfig)
-
-
-def _check_type(name: str, value: Any, tp: Any) -> None:
-    args = typing.get_args(tp)
-    if typing.get_origin(tp) is Literal:
-        if value not in args:
-            raise SFTConfigError(f"{flag(name)} {value!r}: choose one of {', '.join(args)}")
-        return
-    allowed = tuple(a for a in (args or (tp,)))
-    if value is None and type(None) in allowed:
-        return
-    if float in allowed and isinstance(value, int) and not isinstance(value, bool):
-        return
-    base = tuple(a for a in allowed if a is not type(None))
-    if isinstance(value, bool) and bool not in base:
-        raise SFTConfigError(f"{flag(name)}: expected {base[0].__name__}, got {value!r}")
-    if not isinstance(value, base):
-        raise SFTConfigError(f"{flag(name)}: expected {base[0].__name__}, got {value!r}")
-
-
 def field_help() -> dict[str, str]:
     """Help text of each field (for the command line)."""
-    return {f.name: f.metadata["help"] for f in dataclasses.fields(SFTConfig)}
+    return options.field_help(SFTConfig)
 
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> SFTConfig:
     """An :class:`SFTConfig` from a YAML file (keys = field names) with ``overrides`` on top
     (None values are ignored, so unset command-line options keep the file's value). Validated;
     raises :class:`SFTConfigError` for unknown keys or bad values."""
-    import yaml
-
-    values: dict[str, Any] = {}
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            raise SFTConfigError(f"{path}: not valid YAML ({one_line_reason(exc)})") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise SFTConfigError(f"{path}: expected a mapping of option names to values")
-        values.update(loaded or {})
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    known = {f.name for f in dataclasses.fields(SFTConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise SFTConfigError(f"unknown config key(s): {', '.join(unknown)}")
+    values = options.read_values(SFTConfig, path, overrides, SFTConfigError)
     return SFTConfig(**values).validate()
-
-
-def one_line_reason(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200]
 
 
 def dump_config(config: SFTConfig, path: Path) -> Path:
     """Write ``config`` as YAML (keys = field names); returns ``path``."""
-    import yaml
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config.as_dict(), sort_keys=False), encoding="utf-8")
-    return path
+    return options.dump(config, path)
 
 
 __all__ = ["ENGINES", "SP_ATTENTION", "SFTConfig", "SFTConfigError", "dump_config", "field_help",
-           "flag", "load_config"]
+           "flag", "load_config", "one_line_reason"]

@@ -1,0 +1,140 @@
+"""From rollouts to a training batch: outcomes, IG, format penalties, token rewards, advantages.
+
+One :class:`Sample` per trajectory with a token record. Rewards are response-relative (index 0
+is the first token after the prompt): turn k's IG (or its format penalty) at the end of the tool
+response before turn k+1 (:func:`~drvenus.train.rl.rewards.find_turn_ends`, DR-Venus's
+anchor), the outcome (or the final turn's penalty) at the last token.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from drvenus.protocol import ANSWER_SPLIT
+from drvenus.train.rl.advantage import igpo_advantages
+from drvenus.train.rl.collect import Rollout
+from drvenus.train.rl.ig import IGConfig, score_trajectory
+from drvenus.train.rl.rewards import (
+    JudgeStats,
+    apply_format_penalty,
+    f1_outcome,
+    find_turn_ends,
+    format_flags,
+    judge_outcomes,
+    reward_row,
+)
+
+log = logging.getLogger(__name__)
+
+Judge = Callable[[str, str, str], Awaitable[float | bool]]
+
+
+@dataclass
+class Sample:
+    """One trajectory ready for the policy update."""
+
+    rollout: Rollout
+    input_ids: list[int]
+    prompt_len: int
+    loss_mask: list[int]  # response-relative: 1 on sampled tokens
+    rewards: list[float]  # response-relative token rewards
+    info_gains: list[float | None] = field(default_factory=list)  # raw, before penalties
+    formats: list[bool] = field(default_factory=list)
+    outcome: float = 0.0
+    advantages: torch.Tensor | None = None
+
+    @property
+    def response_len(self) -> int:
+        return len(self.input_ids) - self.prompt_len
+
+    def trace(self) -> dict[str, Any]:
+        """What a trace file keeps of this trajectory."""
+        r = self.rollout
+        return {
+            "group": r.group, "index": r.index, "question": r.question,
+            "ground_truth": r.ground_truth, "termination": r.result.termination,
+            "prediction": r.result.prediction, "turns": len(self.formats),
+            "tokens": len(self.input_ids), "prompt_tokens": self.prompt_len,
+            "info_gains": self.info_gains, "well_formed": self.formats,
+            "outcome": self.outcome, "messages": r.result.messages,
+        }
+
+
+def turn_end_positions(sample_ids: Sequence[int], prompt_len: int, tokenizer: Any,
+                       boundaries: Sequence[int]) -> list[int]:
+    """Response-relative reward positions of the non-final turns: DR-Venus's end-of-turn anchors
+    when the template has them, else the last token before each next turn's generation."""
+    response = list(sample_ids[prompt_len:])
+    ends = find_turn_ends(response, tokenizer) if "<|im_start|>" in tokenizer.get_vocab() else []
+    wanted = len(boundaries) - 1
+    if len(ends) != wanted:
+        ends = [b - 1 - prompt_len for b in boundaries[1:]]
+    return ends
+
+
+async def outcomes(rollouts: Sequence[Rollout], reward_type: str, judge: Judge | None,
+                   concurrency: int = 8) -> tuple[list[float], JudgeStats]:
+    """Outcome reward per rollout: the reference's training F1 of the final turn (-2 for a
+    malformed one), or the judge's verdict (exact match first)."""
+    finals = [r.tokens.turns[-1] if r.tokens and r.tokens.turns else "" for r in rollouts]
+    if reward_type == "f1":
+        scores = [f1_outcome(t, r.ground_truth) for t, r in zip(finals, rollouts, strict=True)]
+        return scores, JudgeStats()
+    if judge is None:
+        raise ValueError("reward_type llm needs a judge")
+    items = [(r.question, t, r.ground_truth) for r, t in zip(rollouts, finals, strict=True)]
+    return await judge_outcomes(judge, items, concurrency=concurrency)
+
+
+def build_sample(rollout: Rollout, outcome: float, tokenizer: Any, policy: Any | None,
+                 ig: IGConfig | None, *, format_penalty: float | None) -> Sample:
+    """Score one trajectory: IG at its boundaries (``policy`` in no-grad mode; None or
+    ``ig`` None: no IG), format penalties (``format_penalty``: the scale, None = off), token
+    rewards."""
+    rec = rollout.tokens
+    assert rec is not None
+    gains: list[float | None] = [None] * max(len(rec.turns) - 1, 0)
+    if policy is not None and ig is not None and len(rec.turns) > 1:
+        with torch.no_grad():
+            gt = rollout.ground_truth.split(ANSWER_SPLIT)[0]
+            gains = list(score_trajectory(policy, tokenizer, rec.input_ids, rec.boundaries, gt,
+                                          ig).info_gains)
+    rewarded: list[float | None] = list(gains)
+    answer_penalty = None
+    if format_penalty is not None:
+        rewarded, answer_penalty = apply_format_penalty(gains, rec.turns, format_penalty)
+    ends = turn_end_positions(rec.input_ids, rec.prompt_len, tokenizer,
+                              [b.token_len for b in rec.boundaries])
+    row = reward_row(len(rec.input_ids) - rec.prompt_len, ends, rewarded, outcome,
+                     answer_penalty)
+    return Sample(
+        rollout=rollout, input_ids=rec.input_ids, prompt_len=rec.prompt_len,
+        loss_mask=rec.loss_mask[rec.prompt_len:], rewards=row, info_gains=gains,
+        formats=format_flags(rec.turns), outcome=outcome,
+    )
+
+
+def assign_advantages(samples: Sequence[Sample], **igpo: Any) -> dict[str, float]:
+    """Run :func:`igpo_advantages` over the batch and store each sample's advantage row;
+    returns the ``igpo/*`` diagnostics."""
+    if not samples:
+        return {}
+    width = max(s.response_len for s in samples)
+    rewards = torch.zeros(len(samples), width, dtype=torch.float32)
+    mask = torch.zeros(len(samples), width, dtype=torch.float32)
+    for i, s in enumerate(samples):
+        rewards[i, : s.response_len] = torch.tensor(s.rewards, dtype=torch.float32)
+        mask[i, : s.response_len] = 1.0
+    groups = [s.rollout.group for s in samples]
+    adv, metrics = igpo_advantages(rewards, mask, groups, **igpo)
+    for i, s in enumerate(samples):
+        s.advantages = adv[i, : s.response_len].clone()
+    return metrics
+
+
+__all__ = ["Sample", "assign_advantages", "build_sample", "outcomes", "turn_end_positions"]

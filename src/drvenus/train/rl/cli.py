@@ -1,0 +1,84 @@
+"""``drvenus rl``: IGPO training on one machine (mounted by drvenus.cli).
+
+One option per :class:`~drvenus.train.rl.config.RLConfig` field; ``--config file.yaml`` gives them
+as a file and flags override it. ``--dry-run`` prints the resolved config and loads nothing; the
+verl launch for many GPUs is ``python -m drvenus.train.rl.verl launch`` (docs/RL.md).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from drvenus.train.options import cli_params, flag
+from drvenus.train.rl.config import RLConfig, load_config
+
+console = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True)
+BAD_INPUT = 2
+
+
+def _fail(exc: BaseException | str) -> typer.Exit:
+    text = str(exc) or type(exc).__name__
+    console.print(f"[red]error:[/red] {escape(text.strip().splitlines()[0])}")
+    return typer.Exit(BAD_INPUT)
+
+
+def _check_paths(config: RLConfig) -> None:
+    for name in ("train", "model", "corpus", "system_prompt_file"):
+        path = getattr(config, name)
+        if path and not Path(path).exists():
+            raise ValueError(f"{flag(name)} {path}: no such file or folder")
+
+
+def _summary(result: Any, config: RLConfig) -> None:
+    table = Table(title="drvenus rl")
+    table.add_column("item")
+    table.add_column("value", justify="right")
+    table.add_row("steps", str(result.steps))
+    last = result.history[-1] if result.history else {}
+    for key in ("reward/outcome_mean", "reward/ig_mean", "rollout/turns_mean", "actor/pg_loss",
+                "actor/kl_loss"):
+        if key in last:
+            table.add_row(key, f"{last[key]:.4g}")
+    console.print(table)
+    console.print(f"checkpoint: {result.checkpoint}")
+    console.print(f"metrics: {Path(config.output) / 'metrics.jsonl'}")
+
+
+def rl(**values: Any) -> None:
+    """Improve a research agent with IGPO (information-gain turn rewards + outcome rewards)."""
+    dry_run = values.pop("dry_run")
+    config_file = values.pop("config")
+    if config_file is not None and not config_file.is_file():
+        raise _fail(f"{config_file}: no such config file")
+    try:
+        config = load_config(config_file, **values)
+        _check_paths(config)
+        if dry_run:
+            out.print("[bold]resolved config[/bold]")
+            for key, value in config.as_dict().items():
+                out.print(f"  {key}: {value!r}", markup=False)
+            return
+        logging.getLogger("drvenus").setLevel(logging.INFO)
+        from drvenus.train.rl.trainer import train
+
+        result = train(config, echo=lambda line: console.print(line, markup=False))
+    except (ValueError, OSError) as exc:
+        raise _fail(exc) from None
+    _summary(result, config)
+
+
+rl.__signature__ = inspect.Signature(cli_params(RLConfig, [inspect.Parameter(  # type: ignore[attr-defined]
+    "dry_run", inspect.Parameter.KEYWORD_ONLY, default=False,
+    annotation=Annotated[bool, typer.Option(
+        "--dry-run", help="Print the resolved config; load nothing.")])]))
+
+__all__ = ["rl"]

@@ -1,0 +1,144 @@
+"""Rollouts for IGPO: n trajectories per question through the agent loop, token-exact.
+
+Each trajectory runs :class:`drvenus.agent.ResearchAgent` (the inference loop, protocol and
+tools) on its own :class:`~drvenus.train.rl.recorder.TokenRecorder`, so what the trainer scores
+is exactly what the policy saw and sampled. Two modes, as in DR-Venus:
+
+* ``deterministic`` (default): one attempt per step, no retries. A malformed turn gets the
+  format-error reply and the run goes on; a repeated tool call is executed again. Reproducible
+  with a seed: rollout r of question q at step s samples with its own seed.
+* ``robust``: the inference loop's retries (repetition, parse errors, duplicate tool calls),
+  ``robust_max_retries + 1`` attempts per step; the discarded samples are not trained on.
+
+DR-Venus also jitters each batch's turn limit by up to +-5 around ``max_turns``
+(``max_turns_jitter``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from drvenus.agent import AgentConfig, ResearchAgent
+from drvenus.agent.record import ResultRecord
+from drvenus.llm.base import SamplingParams
+from drvenus.train.rl.engine import TokenEngine
+from drvenus.train.rl.recorder import ChatTemplateParts, TokenRecorder
+from drvenus.train.rl.rollout import RolloutRecord
+
+log = logging.getLogger(__name__)
+
+ROLLOUT_MODES = ("deterministic", "robust")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How trajectories are sampled (DR-Venus's RL rollout settings by default)."""
+
+    n: int = 8
+    mode: str = "deterministic"
+    robust_max_retries: int = 3
+    max_turns: int = 200
+    max_turns_jitter: int = 5
+    max_context_tokens: int = 251_000  # DR-Venus: max_model_len 261000 minus 10000
+    max_new_tokens: int = 8192  # per turn
+    temperature: float = 1.0
+    top_p: float = 0.95
+    top_k: int = -1
+    time_limit: float = 7200.0
+    concurrency: int = 8
+    seed: int | None = 0
+    system_prompt: str | None = None
+    current_date: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ROLLOUT_MODES:
+            raise ValueError(f"rollout mode {self.mode!r}: expected one of {ROLLOUT_MODES}")
+        if self.n < 1 or self.max_turns < 1 or self.concurrency < 1:
+            raise ValueError("n, max_turns and concurrency must be at least 1")
+
+    def agent_config(self, max_turns: int) -> AgentConfig:
+        attempts = 1 if self.mode == "deterministic" else self.robust_max_retries + 1
+        return AgentConfig(
+            max_steps=max_turns,
+            max_context_tokens=self.max_context_tokens,
+            time_limit=self.time_limit,
+            max_attempts=attempts,
+            backoff_base=0.0,
+            sampling=SamplingParams(
+                temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                presence_penalty=0.0, max_tokens=self.max_new_tokens, seed=self.seed,
+            ),
+            constrained=False,
+            system_prompt=self.system_prompt,
+            current_date=self.current_date,
+        )
+
+    def turn_limit(self, step: int) -> int:
+        """This batch's turn limit: ``max_turns`` plus a seeded jitter in [-j, j)."""
+        j = self.max_turns_jitter
+        if j <= 0:
+            return self.max_turns
+        rng = random.Random(f"{self.seed}:{step}")
+        return max(1, self.max_turns + int(rng.random() * 2 * j - j))
+
+
+@dataclass
+class Rollout:
+    """One trajectory: its group (question), the agent's result and the token record (None
+    when the policy sampled no usable turn)."""
+
+    group: int
+    index: int
+    question: str
+    ground_truth: str
+    result: ResultRecord
+    tokens: RolloutRecord | None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _rollout_seed(base: int | None, step: int, group: int, index: int) -> int | None:
+    if base is None:
+        return None
+    return (base * 1_000_003 + step * 10_007 + group * 101 + index) % (2**31)
+
+
+async def run_rollouts(
+    items: Sequence[tuple[str, str]],
+    engine: TokenEngine,
+    tools: Any,
+    config: RolloutConfig,
+    *,
+    step: int = 0,
+    on_done: Callable[[Rollout], None] | None = None,
+) -> list[Rollout]:
+    """``config.n`` trajectories for each ``(question, ground_truth)``, at most
+    ``config.concurrency`` at once; ordered by question, then rollout index."""
+    parts = ChatTemplateParts(engine.tokenizer)
+    base = config.agent_config(config.turn_limit(step))
+    gate = asyncio.Semaphore(config.concurrency)
+
+    async def one(group: int, index: int, question: str, gt: str) -> Rollout:
+        seed = _rollout_seed(config.seed, step, group, index)
+        cfg = replace(base, sampling=replace(base.sampling, seed=seed))
+        recorder = TokenRecorder(engine, parts)
+        agent = ResearchAgent(recorder, tools, cfg)
+        async with gate:
+            result = await agent.run(question)
+        tokens = recorder.record(result.messages)
+        rollout = Rollout(group, index, question, gt, result, tokens,
+                          error=result.error if tokens is None else None)
+        if on_done is not None:
+            on_done(rollout)
+        return rollout
+
+    jobs = [one(g, i, q, gt) for g, (q, gt) in enumerate(items) for i in range(config.n)]
+    return list(await asyncio.gather(*jobs))
+
+
+__all__ = ["ROLLOUT_MODES", "Rollout", "RolloutConfig", "run_rollouts"]

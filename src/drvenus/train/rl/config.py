@@ -1,0 +1,178 @@
+"""``RLConfig``: every setting of a ``drvenus rl`` run, one field per command-line option.
+
+YAML keys are the field names; flags override the file. Defaults are DR-Venus's
+(``RL/train_igpo.sh``): 16 questions x 8 rollouts per step, up to 200 turns, temperature 1.0 and
+top_p 0.95, 8192 new tokens per turn, IG on turns after a ``visit`` call with
+``scaled_separate`` normalisation, gamma 0.95, format penalty 1.0, LLM-judge outcome, lr 1e-6,
+low-variance KL 0.001, clip 0.2, gradient clip 1.0, one update per batch (on-policy),
+tool-response tokens out of the loss, a checkpoint every 5 steps, traces every 10.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from drvenus.train import options
+from drvenus.train.options import ConfigError, flag
+from drvenus.train.rl.advantage import NORM_MODES
+from drvenus.train.rl.collect import ROLLOUT_MODES, RolloutConfig
+from drvenus.train.rl.ig import INFO_GAIN_TYPES, IGConfig
+
+ENGINES = ("transformers", "vllm", "sglang")
+_opt = options.opt
+
+
+class RLConfigError(ConfigError):
+    """An invalid RL setting."""
+
+
+@dataclass
+class RLConfig:
+    """Settings of one ``drvenus rl`` run (see the module doc)."""
+
+    # data and model
+    train: str = _opt("Training questions: parquet / JSONL in the RL format (prompt, "
+                      "reward_model.ground_truth).", "")
+    model: str = _opt("Policy to start from: a Hugging Face model folder (or a .gguf file).", "")
+    output: str = _opt("Output folder: checkpoints, metrics, traces.", "")
+    # rollouts
+    engine: str = _opt("Rollout engine: transformers (in process) | vllm | sglang (a server).",
+                       "transformers")
+    engine_url: str | None = _opt("Base URL of the vLLM / SGLang server (engine vllm|sglang).")
+    n_rollouts: int = _opt("Trajectories per question (the group size).", 8)
+    rollout_mode: str = _opt("deterministic (no retries) | robust (the inference loop's "
+                             "retries on repetition, parse errors, duplicate calls).",
+                             "deterministic")
+    robust_max_retries: int = _opt("Retries per turn in robust mode.", 3)
+    max_turns: int = _opt("Tool-call turns per trajectory.", 200)
+    max_turns_jitter: int = _opt("Random jitter of the turn limit per step (+-N).", 5)
+    max_model_len: int = _opt("Context window of a trajectory, tokens.", 261_000)
+    max_response_len: int = _opt("New tokens per turn.", 8192)
+    temperature: float = _opt("Rollout temperature (also the IG and loss temperature).", 1.0)
+    top_p: float = _opt("Rollout top-p.", 0.95)
+    top_k: int = _opt("Rollout top-k (-1: off).", -1)
+    rollout_concurrency: int = _opt("Trajectories in flight at once.", 8)
+    rollout_time_limit: float = _opt("Seconds one trajectory may take.", 7200.0)
+    # tools
+    corpus: str | None = _opt("Local corpus for the offline tools (built-in if unset).")
+    tools_url: str | None = _opt("A drvenus tool server to use instead (drvenus tools serve).")
+    search: str | None = _opt("Search providers, e.g. serper,local (default: local).")
+    visit: str | None = _opt("Visit providers, e.g. jina,fetch,local (default: local).")
+    # rewards
+    reward_type: Literal["llm", "f1"] = _opt("Outcome reward: llm (a judge) | f1.", "llm")
+    judge_url: str | None = _opt("OpenAI-compatible base URL of the outcome judge.")
+    judge_model: str | None = _opt("Judge model name (the server's first if unset).")
+    judge_concurrency: int = _opt("Judge requests at once.", 8)
+    use_format_penalty: bool = _opt("Penalise malformed turns (-scale instead of IG/outcome).",
+                                    True)
+    format_penalty_scale: float = _opt("Format penalty magnitude.", 1.0)
+    # information gain
+    use_info_gain: bool = _opt("Dense per-turn IG rewards (IGPO); off = GRPO on outcomes.", True)
+    info_gain_type: str = _opt("log_prob_diff | prob_diff.", "log_prob_diff")
+    ig_tool_filter: str = _opt("Score only turns after these tools (comma list; empty: all).",
+                               "visit")
+    ig_compute_freq: int = _opt("Score every N-th boundary.", 1)
+    ig_chunk_size: int = _opt("Trajectory tokens per forward when building the IG cache.", 8192)
+    # advantages
+    norm_mode: str = _opt("IG normalisation: joint | separate | scaled_separate | raw_ig.",
+                          "scaled_separate")
+    gamma: float = _opt("Discount across turns.", 0.95)
+    ig_weight: float = _opt("IG multiplier after normalisation.", 1.0)
+    norm_by_std: bool = _opt("Divide by the group std.", True)
+    # policy update
+    learning_rate: float = _opt("AdamW learning rate.", 1e-6)
+    weight_decay: float = _opt("AdamW weight decay.", 0.01)
+    kl_coef: float = _opt("KL loss weight to the frozen reference (0: no reference).", 0.001)
+    kl_type: str = _opt("low_var_kl | kl | abs | mse.", "low_var_kl")
+    clip_ratio: float = _opt("PPO clip range.", 0.2)
+    clip_ratio_c: float = _opt("Dual-clip bound for negative advantages.", 3.0)
+    entropy_coef: float = _opt("Entropy bonus weight.", 0.0)
+    max_grad_norm: float = _opt("Gradient clipping norm.", 1.0)
+    ppo_mini_batches: int = _opt("Optimizer updates per batch (1: on-policy, ratio 1).", 1)
+    ppo_epochs: int = _opt("Passes over the batch.", 1)
+    mask_tool_response: bool = _opt("Leave tool-response tokens out of the loss.", True)
+    gradient_checkpointing: bool = _opt("Recompute activations in backward (less memory).", False)
+    precision: Literal["auto", "bf16", "fp32"] = _opt("auto: bf16 on GPU, fp32 on CPU.", "auto")
+    # schedule and output
+    batch_size: int = _opt("Questions per step.", 16)
+    epochs: int = _opt("Passes over the questions.", 1)
+    total_steps: int = _opt("Stop after this many steps (overrides --epochs if > 0).", -1)
+    seed: int = _opt("Random seed (question order, rollout sampling).", 0)
+    save_freq: int = _opt("Checkpoint every N steps (and at the end).", 5)
+    keep_checkpoints: int | None = _opt("Keep at most N checkpoints (all if unset).")
+    trace_save_interval: int = _opt("Save the step's rollouts every N steps (0: never).", 10)
+    logger: str = _opt("Comma list: console, tensorboard (metrics.jsonl is always written).",
+                       "console,tensorboard")
+    resume: bool = _opt("Resume from the latest checkpoint in --output.", False)
+    system_prompt_file: str | None = _opt("System prompt file (default: the protocol's).")
+    current_date: str | None = _opt("Date in the system prompt (YYYY-MM-DD; default today).")
+
+    # ------------------------------------------------------------------ derived
+
+    def rollout(self) -> RolloutConfig:
+        return RolloutConfig(
+            n=self.n_rollouts, mode=self.rollout_mode,
+            robust_max_retries=self.robust_max_retries, max_turns=self.max_turns,
+            max_turns_jitter=self.max_turns_jitter,
+            max_context_tokens=max(1024, self.max_model_len - 10_000)
+            if self.max_model_len > 20_000 else self.max_model_len * 3 // 4,
+            max_new_tokens=self.max_response_len, temperature=self.temperature,
+            top_p=self.top_p, top_k=self.top_k, time_limit=self.rollout_time_limit,
+            concurrency=self.rollout_concurrency, seed=self.seed,
+            current_date=self.current_date,
+        )
+
+    def ig(self) -> IGConfig:
+        return IGConfig(
+            info_gain_type=self.info_gain_type, ig_tool_filter=self.ig_tool_filter,
+            ig_compute_freq=self.ig_compute_freq, temperature=self.temperature,
+            chunk_size=self.ig_chunk_size,
+        )
+
+    def loggers(self) -> list[str]:
+        return [n.strip() for n in self.logger.split(",") if n.strip() and n.strip() != "none"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    # ------------------------------------------------------------------ checks
+
+    def validate(self) -> RLConfig:
+        options.check_types(self, RLConfigError)
+        for name in ("train", "model", "output"):
+            if not getattr(self, name):
+                raise RLConfigError(f"{flag(name)} is required")
+        choices = {"engine": ENGINES, "rollout_mode": ROLLOUT_MODES,
+                   "info_gain_type": INFO_GAIN_TYPES, "norm_mode": NORM_MODES}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise RLConfigError(f"{flag(name)} {getattr(self, name)!r}: choose one of "
+                                    f"{', '.join(allowed)}")
+        for name in ("n_rollouts", "max_turns", "max_model_len", "max_response_len",
+                     "rollout_concurrency", "ig_compute_freq", "ig_chunk_size", "batch_size",
+                     "epochs", "save_freq", "ppo_mini_batches", "ppo_epochs", "judge_concurrency"):
+            if getattr(self, name) < 1:
+                raise RLConfigError(f"{flag(name)} must be at least 1")
+        if self.temperature <= 0:
+            raise RLConfigError("--temperature must be positive (IG and the loss divide by it)")
+        if self.learning_rate <= 0:
+            raise RLConfigError("--learning-rate must be positive")
+        if self.engine != "transformers" and not self.engine_url:
+            raise RLConfigError(f"--engine {self.engine} needs --engine-url")
+        if self.batch_size * self.n_rollouts % self.ppo_mini_batches:
+            raise RLConfigError("--ppo-mini-batches must divide batch-size x n-rollouts")
+        unknown = set(self.loggers()) - {"console", "tensorboard"}
+        if unknown:
+            raise RLConfigError(f"--logger {', '.join(sorted(unknown))}: use console, tensorboard")
+        return self
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> RLConfig:
+    """An :class:`RLConfig` from YAML with ``overrides`` on top, validated."""
+    values = options.read_values(RLConfig, path, overrides, RLConfigError)
+    return RLConfig(**values).validate()
+
+
+__all__ = ["ENGINES", "RLConfig", "RLConfigError", "load_config"]

@@ -1,0 +1,517 @@
+"""``drvenus rl`` on one machine: rollouts, IG, rewards, advantages, the PPO update, checkpoints.
+
+Each step: the step's questions (a seeded shuffle per epoch, incomplete last batch dropped as
+verl does), ``n_rollouts`` trajectories each through the agent loop
+(:func:`~drvenus.train.rl.collect.run_rollouts`), outcome rewards, IG scored with the policy
+itself (no grad, KV cache), format penalties, token rewards, IGPO advantages, then
+``ppo_epochs`` x ``ppo_mini_batches`` AdamW updates (token-mean over each mini-batch, low-var KL
+to a frozen copy of the starting model, gradient clipping). With one mini-batch and one epoch
+the old log-probs are the current ones (ratio 1, on-policy), as in DR-Venus.
+
+Rollouts sample from the policy in memory (``engine: transformers``), or from a vLLM / SGLang
+server: SGLang reloads the weights after every update (``/update_weights_from_disk``); a vLLM
+server keeps its weights, so such a run is off-policy after step one (use verl to scale out).
+
+Output folder: ``config.yaml``, ``metrics.jsonl`` (one line per step), ``tensorboard/``,
+``traces/step-NNNNNN.jsonl`` (every ``trace_save_interval`` steps) and
+``checkpoints/step-NNNNNN/`` (Hugging Face model + tokenizer, ``optimizer.pt``,
+``trainer_state.json``). ``resume`` continues from the newest checkpoint and reproduces the
+run that was not interrupted (seeded rollouts, same data order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from drvenus.protocol import ANSWER_SPLIT, load_system_prompt
+from drvenus.train import options
+from drvenus.train.rl.batch import Sample, assign_advantages, build_sample, outcomes
+from drvenus.train.rl.collect import Rollout, run_rollouts
+from drvenus.train.rl.config import RLConfig, RLConfigError
+from drvenus.train.rl.policy import policy_loss, token_logprobs
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+STATE_FILE = "trainer_state.json"
+
+
+@dataclass
+class RLResult:
+    """What a run did: steps done, the last checkpoint, per-step metrics."""
+
+    steps: int
+    checkpoint: Path | None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- data and model
+
+
+def read_questions(path: str | Path) -> list[tuple[str, str]]:
+    """``(question, ground truth)`` rows: RL-format parquet / JSONL (``prompt``,
+    ``reward_model.ground_truth``) or question/answer columns; accepted answers joined by
+    ``<|answer_split|>``. Rows without both are skipped and counted."""
+    from drvenus.eval.benchmarks import load_generic
+
+    items = load_generic(Path(path))
+    rows = [(it.question, ANSWER_SPLIT.join(it.answers)) for it in items if it.answers]
+    if not rows:
+        raise RLConfigError(f"{path}: no rows with a question and a ground truth")
+    return rows
+
+
+def batch_indices(n_rows: int, batch_size: int, step: int, seed: int) -> list[int]:
+    """Rows of ``step``: a seeded shuffle per epoch, full batches only."""
+    per_epoch = max(1, n_rows // batch_size)
+    epoch, pos = divmod(step, per_epoch)
+    order = list(range(n_rows))
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    size = min(batch_size, n_rows)
+    return order[pos * size:(pos + 1) * size]
+
+
+def steps_planned(config: RLConfig, n_rows: int) -> int:
+    if config.total_steps > 0:
+        return config.total_steps
+    return max(1, n_rows // config.batch_size) * config.epochs
+
+
+def _plain_model(model: Any) -> Any:
+    """A model loaded from GGUF is marked quantized and cannot be saved: rebuild it plainly."""
+    from transformers import AutoModelForCausalLM
+
+    if getattr(model, "hf_quantizer", None) is None:
+        return model
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config)
+    plain.load_state_dict(model.state_dict())
+    return plain
+
+
+def load_policy(path: str | Path, device: str) -> tuple[Any, Any]:
+    """(model in fp32 on ``device``, tokenizer) from a model folder or a ``.gguf`` file."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    p = Path(path)
+    kw: dict[str, Any] = {"gguf_file": p.name} if p.suffix.lower() == ".gguf" else {}
+    where = str(p.parent) if kw else str(path)
+    tokenizer = AutoTokenizer.from_pretrained(where, **kw)
+    if not getattr(tokenizer, "chat_template", None):
+        raise RLConfigError(f"{path}: the tokenizer has no chat template")
+    model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kw)
+    model = _plain_model(model).to(device)
+    model.eval()  # no dropout: rollouts, IG and the loss see the same function
+    return model, tokenizer
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def checkpoints(output: Path) -> list[Path]:
+    folder = output / CHECKPOINTS
+    found = [p for p in folder.glob("step-*") if (p / STATE_FILE).is_file()] if folder.is_dir() \
+        else []
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def save_checkpoint(output: Path, step: int, model: Any, tokenizer: Any, optimizer: Any,
+                    keep: int | None) -> Path:
+    """Write ``checkpoints/step-NNNNNN`` atomically (a temp folder renamed at the end)."""
+    final = output / CHECKPOINTS / f"step-{step:06d}"
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    (tmp / STATE_FILE).write_text(json.dumps({"step": step}), encoding="utf-8")
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    if keep is not None and keep > 0:
+        for old in checkpoints(output)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+# --------------------------------------------------------------------------- the update
+
+
+def _response_logprobs(model: Any, sample: Sample, temperature: float,
+                       autocast: Any) -> torch.Tensor:
+    ids = torch.tensor([sample.input_ids], dtype=torch.long, device=next(model.parameters()).device)
+    with autocast():
+        lp = token_logprobs(model, ids, temperature=temperature)
+    return lp[0, sample.prompt_len - 1:].float()
+
+
+def _loss_mask(sample: Sample, config: RLConfig, device: torch.device) -> torch.Tensor:
+    if config.mask_tool_response:
+        return torch.tensor(sample.loss_mask, dtype=torch.float32, device=device)
+    # everything after the first sampled token (tool responses included), as without masking
+    return torch.ones(sample.response_len, dtype=torch.float32, device=device)
+
+
+class Updater:
+    """The PPO update of one batch (see the module doc)."""
+
+    def __init__(self, model: Any, ref: Any | None, optimizer: Any, config: RLConfig) -> None:
+        self.model, self.ref, self.optimizer, self.config = model, ref, optimizer, config
+        self.device = next(model.parameters()).device
+        bf16 = config.precision == "bf16" or (config.precision == "auto"
+                                              and self.device.type == "cuda")
+        self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if bf16 \
+            else _null_context
+
+    def _fixed_logprobs(self, model: Any, samples: Sequence[Sample]) -> list[torch.Tensor]:
+        with torch.no_grad():
+            return [_response_logprobs(model, s, self.config.temperature, self.autocast)
+                    for s in samples]
+
+    def update(self, samples: Sequence[Sample], rng: random.Random) -> dict[str, float]:
+        cfg = self.config
+        live = [s for s in samples if sum(s.loss_mask) > 0]
+        if not live:
+            return {"actor/skipped_update": 1.0}
+        on_policy = cfg.ppo_mini_batches == 1 and cfg.ppo_epochs == 1
+        old = None if on_policy else self._fixed_logprobs(self.model, live)
+        ref = self._fixed_logprobs(self.ref, live) if self.ref is not None and cfg.kl_coef \
+            else None
+        totals: Counter[str] = Counter()
+        updates = 0
+        for _epoch in range(cfg.ppo_epochs):
+            order = list(range(len(live)))
+            rng.shuffle(order)
+            size = math.ceil(len(order) / cfg.ppo_mini_batches)
+            for start in range(0, len(order), size):
+                chunk = order[start:start + size]
+                metrics = self._minibatch(live, chunk, old, ref)
+                totals.update(metrics)
+                updates += 1
+        out = {k: v / updates for k, v in totals.items()}
+        out["actor/updates"] = float(updates)
+        return out
+
+    def _minibatch(self, samples: Sequence[Sample], chunk: Sequence[int],
+                   old: list[torch.Tensor] | None, ref: list[torch.Tensor] | None
+                   ) -> dict[str, float]:
+        cfg = self.config
+        masks = {i: _loss_mask(samples[i], cfg, self.device) for i in chunk}
+        total = sum(float(m.sum()) for m in masks.values())
+        sums: Counter[str] = Counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        for i in chunk:
+            s, mask = samples[i], masks[i]
+            if float(mask.sum()) == 0:
+                continue
+            lp = _response_logprobs(self.model, s, cfg.temperature, self.autocast)
+            adv = s.advantages.to(self.device) if s.advantages is not None else torch.zeros_like(lp)
+            loss, metrics = policy_loss(
+                lp, lp.detach() if old is None else old[i], None if ref is None else ref[i],
+                adv, mask, clip=cfg.clip_ratio, clip_ratio_c=cfg.clip_ratio_c,
+                kl_coef=cfg.kl_coef, kl_type=cfg.kl_type,
+            )
+            weight = float(mask.sum()) / total
+            (loss * weight).backward()
+            for k, v in metrics.items():
+                sums[k] += v * weight
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        else:
+            log.warning("non-finite gradient norm: update skipped")
+        self.optimizer.zero_grad(set_to_none=True)
+        sums["actor/grad_norm"] = float(grad_norm)
+        sums["actor/loss_tokens"] = total
+        return dict(sums)
+
+
+class _null_context:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def rollout_metrics(rollouts: Sequence[Rollout], samples: Sequence[Sample]) -> dict[str, float]:
+    m: dict[str, float] = {"rollout/trajectories": float(len(rollouts)),
+                           "rollout/unusable": float(len(rollouts) - len(samples))}
+    for name, n in Counter(r.result.termination for r in rollouts).items():
+        m[f"rollout/termination/{name}"] = n / len(rollouts)
+    if samples:
+        n = len(samples)
+        m["rollout/turns_mean"] = sum(len(s.formats) for s in samples) / n
+        m["rollout/tokens_mean"] = sum(len(s.input_ids) for s in samples) / n
+        m["rollout/sampled_tokens"] = float(sum(sum(s.loss_mask) for s in samples))
+        m["reward/outcome_mean"] = sum(s.outcome for s in samples) / n
+        turns = [f for s in samples for f in s.formats]
+        m["reward/malformed_turn_ratio"] = turns.count(False) / max(len(turns), 1)
+        gains = [g for s in samples for g in s.info_gains if g is not None]
+        m["reward/ig_scored_turns"] = float(len(gains))
+        m["reward/ig_nonzero"] = float(sum(1 for g in gains if g != 0.0))
+        if gains:
+            m["reward/ig_mean"] = sum(gains) / len(gains)
+    return m
+
+
+class MetricSink:
+    """metrics.jsonl always; tensorboard and a console line when asked."""
+
+    def __init__(self, output: Path, loggers: Sequence[str], resume_step: int,
+                 echo: Callable[[str], None] | None) -> None:
+        self.path = output / "metrics.jsonl"
+        if self.path.exists():  # drop lines past the checkpoint we resume from
+            lines = [ln for ln in self.path.read_text(encoding="utf-8").splitlines()
+                     if ln.strip() and json.loads(ln).get("step", 0) <= resume_step]
+            self.path.write_text("".join(ln + "\n" for ln in lines), encoding="utf-8")
+        self.echo = echo if "console" in loggers else None
+        self.tb = None
+        if "tensorboard" in loggers:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(output / "tensorboard"))
+            except ImportError:
+                log.warning("tensorboard is not installed: metrics go to metrics.jsonl only")
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"step": step, **metrics}) + "\n")
+        if self.tb is not None:
+            for k, v in metrics.items():
+                self.tb.add_scalar(k, v, step)
+            self.tb.flush()
+        if self.echo is not None:
+            keys = ("reward/outcome_mean", "reward/ig_mean", "rollout/turns_mean",
+                    "actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "time/step_s")
+            shown = "  ".join(f"{k.split('/')[-1]}={metrics[k]:.4g}" for k in keys if k in metrics)
+            self.echo(f"step {step}: {shown}")
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+def save_traces(output: Path, step: int, samples: Sequence[Sample],
+                rollouts: Sequence[Rollout]) -> Path:
+    path = output / "traces" / f"step-{step:06d}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for s in samples:
+            fh.write(json.dumps(s.trace(), ensure_ascii=False) + "\n")
+        for r in rollouts:
+            if r.tokens is None:
+                fh.write(json.dumps({"group": r.group, "index": r.index, "unusable": True,
+                                     "termination": r.result.termination,
+                                     "error": r.error}, ensure_ascii=False) + "\n")
+    return path
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class _Run:
+    """Everything a run holds open."""
+
+    config: RLConfig
+    output: Path
+    rows: list[tuple[str, str]]
+    model: Any
+    tokenizer: Any
+    ref: Any | None
+    optimizer: Any
+    engine: Any
+    tools: Any
+    judge: Any | None
+    start_step: int
+
+
+def _build_engine(config: RLConfig, model: Any, tokenizer: Any) -> Any:
+    from drvenus.train.rl.engine import HFEngine, ServerEngine
+
+    if config.engine == "transformers":
+        return HFEngine.from_policy(model, tokenizer, slots=config.rollout_concurrency,
+                                    window=config.max_model_len)
+    if config.engine == "vllm":
+        log.warning("a vLLM server keeps its weights: rollouts after step 1 are off-policy "
+                    "(use SGLang, the transformers engine, or verl for on-policy training)")
+    return ServerEngine(str(config.engine_url), tokenizer, flavor=config.engine,
+                        window=config.max_model_len)
+
+
+def _build_tools(config: RLConfig) -> Any:
+    from drvenus.app import build_toolbox
+    from drvenus.config import load_settings
+
+    settings = load_settings(corpus=config.corpus, tools_url=config.tools_url,
+                             search=config.search, visit=config.visit)
+    return build_toolbox(settings)
+
+
+def _build_judge(config: RLConfig) -> Any | None:
+    if config.reward_type != "llm":
+        return None
+    from drvenus.data.judge import JudgeClient, JudgeConfig
+    from drvenus.eval.benchmarks import EvalItem
+    from drvenus.eval.judges import grade_browsecomp
+
+    cfg = JudgeConfig.from_options(config.judge_url, config.judge_model,
+                                   concurrency=config.judge_concurrency)
+    if cfg is None:
+        raise RLConfigError("--reward-type llm needs a judge: --judge-url and --judge-model (or "
+                            "DRVENUS_JUDGE_BASE_URL / DRVENUS_JUDGE_MODEL), or --reward-type f1")
+    client = JudgeClient(cfg)
+
+    async def judge(question: str, answer: str, gt: str) -> bool:
+        answers = gt.split(ANSWER_SPLIT)
+        grade = await grade_browsecomp(EvalItem("rl", question, answers[0], answers), answer,
+                                       client)
+        if grade.correct is None:
+            raise RuntimeError(grade.error or "no verdict")
+        return bool(grade.correct)
+
+    return judge
+
+
+def _open_run(config: RLConfig) -> _Run:
+    output = Path(config.output)
+    output.mkdir(parents=True, exist_ok=True)
+    rows = read_questions(config.train)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_policy(config.model, device)
+    ref = None
+    if config.kl_coef:
+        ref = copy.deepcopy(model).eval()
+        ref.requires_grad_(False)
+    start = 0
+    found = checkpoints(output) if config.resume else []
+    if found:
+        latest = found[-1]
+        model.load_state_dict(load_policy(latest, device)[0].state_dict())
+        start = json.loads((latest / STATE_FILE).read_text(encoding="utf-8"))["step"]
+        log.info("resuming from %s (step %d)", latest, start)
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate,
+                                  weight_decay=config.weight_decay)
+    if found:
+        optimizer.load_state_dict(torch.load(found[-1] / "optimizer.pt", map_location=device))
+    options.dump(config, output / "config.yaml")
+    return _Run(config, output, rows, model, tokenizer, ref, optimizer,
+                _build_engine(config, model, tokenizer), _build_tools(config),
+                _build_judge(config), start)
+
+
+def _system_prompt(config: RLConfig) -> str | None:
+    return load_system_prompt(config.system_prompt_file) if config.system_prompt_file else None
+
+
+async def _step_samples(run: _Run, step: int) -> tuple[list[Rollout], list[Sample],
+                                                         dict[str, float]]:
+    cfg = run.config
+    rollout_cfg = cfg.rollout()
+    prompt = _system_prompt(cfg)
+    if prompt is not None:
+        from dataclasses import replace
+
+        rollout_cfg = replace(rollout_cfg, system_prompt=prompt)
+    items = [run.rows[i] for i in batch_indices(len(run.rows), cfg.batch_size, step, cfg.seed)]
+    t0 = time.perf_counter()
+    rollouts = await run_rollouts(items, run.engine, run.tools, rollout_cfg, step=step)
+    t1 = time.perf_counter()
+    usable = [r for r in rollouts if r.tokens is not None]
+    scores, judge_stats = await outcomes(usable, cfg.reward_type, run.judge,
+                                         cfg.judge_concurrency)
+    penalty = cfg.format_penalty_scale if cfg.use_format_penalty else None
+    policy = run.model if cfg.use_info_gain else None
+    samples = [build_sample(r, o, run.tokenizer, policy, cfg.ig(), format_penalty=penalty)
+               for r, o in zip(usable, scores, strict=True)]
+    t2 = time.perf_counter()
+    metrics = {"time/rollout_s": t1 - t0, "time/reward_s": t2 - t1,
+               "judge/judged": float(judge_stats.judged), "judge/exact": float(judge_stats.exact),
+               "judge/failures": float(judge_stats.failures)}
+    return rollouts, samples, metrics
+
+
+def _after_update(run: _Run, loop: asyncio.AbstractEventLoop) -> None:
+    """Rollout engines must see the new weights."""
+    if hasattr(run.engine, "clear_cache"):
+        run.engine.clear_cache()
+    if getattr(run.engine, "flavor", None) == "sglang":
+        weights = run.output / "rollout-weights"
+        run.model.save_pretrained(weights)
+        run.tokenizer.save_pretrained(weights)
+        loop.run_until_complete(run.engine.reload_weights(str(weights)))
+
+
+def train(config: RLConfig, *, echo: Callable[[str], None] | None = None) -> RLResult:
+    """Run ``drvenus rl`` (see the module doc); ``echo`` prints the console lines."""
+    run = _open_run(config)
+    total = steps_planned(config, len(run.rows))
+    sink = MetricSink(run.output, config.loggers(), run.start_step, echo)
+    updater = Updater(run.model, run.ref, run.optimizer, config)
+    history: list[dict[str, float]] = []
+    last_ckpt = checkpoints(run.output)[-1] if run.start_step else None
+    igpo = {"norm_mode": config.norm_mode, "gamma": config.gamma,
+            "ig_weight": config.ig_weight, "norm_by_std": config.norm_by_std}
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        for step in range(run.start_step, total):
+            t0 = time.perf_counter()
+            rollouts, samples, metrics = loop.run_until_complete(_step_samples(run, step))
+            metrics.update(rollout_metrics(rollouts, samples))
+            metrics.update(assign_advantages(samples, **igpo))
+            metrics.update(updater.update(samples, random.Random(f"{config.seed}:{step}:ppo")))
+            _after_update(run, loop)
+            done = step + 1
+            metrics["time/step_s"] = time.perf_counter() - t0
+            sink.write(done, metrics)
+            history.append(metrics)
+            if config.trace_save_interval and done % config.trace_save_interval == 0:
+                save_traces(run.output, done, samples, rollouts)
+            if done % config.save_freq == 0 or done == total:
+                last_ckpt = save_checkpoint(run.output, done, run.model, run.tokenizer,
+                                            run.optimizer, config.keep_checkpoints)
+    finally:
+        sink.close()
+        loop.run_until_complete(_close(run))
+        loop.close()
+        asyncio.set_event_loop(None)
+    return RLResult(steps=total, checkpoint=last_ckpt, history=history)
+
+
+async def _close(run: _Run) -> None:
+    await run.engine.aclose()
+    close = getattr(run.tools, "aclose", None)
+    if close is not None:
+        try:
+            await close()
+        except Exception:  # closing is best effort
+            log.debug("closing the tools failed", exc_info=True)
+
+
+__all__ = [
+    "RLResult", "Updater", "batch_indices", "checkpoints", "load_policy", "read_questions",
+    "rollout_metrics", "save_checkpoint", "save_traces", "steps_planned", "train",
+]
