@@ -43,6 +43,25 @@ def embedded_tokenizer_dir(embedded_gguf: Path, tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def tiny_policy(tmp_path_factory, embedded_tokenizer_dir) -> Path:
+    """A 2-layer, 64-wide random Llama with SmolLM2's tokenizer and chat template (RL tests)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("tiny-policy")
+    tok = transformers.AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+        tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Never let a test write into the real user cache."""

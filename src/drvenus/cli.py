@@ -537,6 +537,7 @@ def _mount_optional_commands() -> None:
     """Commands whose modules import more at load time (pyarrow, the judge, the trainer)."""
     from drvenus.data.cli import data_app
     from drvenus.eval.cli import eval_app
+    from drvenus.serve.cli import mcp, serve
     from drvenus.train.rl.cli import rl
     from drvenus.train.sft.cli import sft
 
@@ -544,6 +545,8 @@ def _mount_optional_commands() -> None:
     app.add_typer(eval_app, name="eval")
     app.command("sft")(sft)
     app.command("rl")(rl)
+    app.command("serve")(serve)
+    app.command("mcp")(mcp)
 
 
 _mount_optional_commands()

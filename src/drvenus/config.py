@@ -77,6 +77,8 @@ class Settings(BaseSettings):
     # the bearer token it wants (the server reads its own token from here too)
     tools_url: str | None = None
     tools_token: SecretStr | None = Field(default=None, repr=False)
+    # the token ``drvenus serve`` asks of every client (DRVENUS_SERVE_TOKEN)
+    serve_token: SecretStr | None = Field(default=None, repr=False)
 
     # extractor model for visit (optional, OpenAI-compatible)
     extractor_base_url: str | None = None
@@ -130,6 +132,9 @@ class Settings(BaseSettings):
 
     def tools_token_value(self) -> str | None:
         return _secret(self.tools_token)
+
+    def serve_token_value(self) -> str | None:
+        return _secret(self.serve_token)
 
     def serper_api_key_value(self) -> str | None:
         return _secret(self.serper_api_key)

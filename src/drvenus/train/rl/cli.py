@@ -53,6 +53,28 @@ def _summary(result: Any, config: RLConfig) -> None:
     console.print(f"metrics: {Path(config.output) / 'metrics.jsonl'}")
 
 
+def _run_verl(config: RLConfig, dry_run: bool) -> None:
+    import importlib.util
+    import subprocess
+
+    from drvenus.train.rl.verl_plugin import VERL_VERSION
+    from drvenus.train.rl.verl_plugin.launch import plan
+
+    launch = plan(config)
+    for path in launch.files:
+        out.print(f"[bold]written[/bold]: {path}")
+    out.print("[bold]launch command[/bold]:")
+    out.print(launch.shell(), markup=False)
+    if dry_run:
+        return
+    if importlib.util.find_spec("verl") is None:
+        raise ValueError(f"verl is not installed: pip install verl=={VERL_VERSION} (docs/RL.md); "
+                         "--dry-run writes the launch script without it")
+    code = subprocess.call(launch.command)
+    if code:
+        raise typer.Exit(code)
+
+
 def rl(**values: Any) -> None:
     """Improve a research agent with IGPO (information-gain turn rewards + outcome rewards)."""
     dry_run = values.pop("dry_run")
@@ -62,6 +84,9 @@ def rl(**values: Any) -> None:
     try:
         config = load_config(config_file, **values)
         _check_paths(config)
+        if config.trainer == "verl":
+            _run_verl(config, dry_run)
+            return
         if dry_run:
             out.print("[bold]resolved config[/bold]")
             for key, value in config.as_dict().items():

@@ -35,6 +35,14 @@ log = logging.getLogger(__name__)
 ROLLOUT_MODES = ("deterministic", "robust")
 
 
+def context_budget(max_model_len: int) -> int:
+    """Tokens a trajectory may fill before the context-limit notice: DR-Venus leaves 10,000 of
+    the window for the answer; small windows keep a quarter free."""
+    if max_model_len > 40_000:
+        return max_model_len - 10_000
+    return max_model_len * 3 // 4
+
+
 @dataclass(frozen=True)
 class RolloutConfig:
     """How trajectories are sampled (DR-Venus's RL rollout settings by default)."""
@@ -141,4 +149,4 @@ async def run_rollouts(
     return list(await asyncio.gather(*jobs))
 
 
-__all__ = ["ROLLOUT_MODES", "Rollout", "RolloutConfig", "run_rollouts"]
+__all__ = ["ROLLOUT_MODES", "context_budget", "Rollout", "RolloutConfig", "run_rollouts"]

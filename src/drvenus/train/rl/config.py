@@ -17,7 +17,7 @@ from typing import Any, Literal
 from drvenus.train import options
 from drvenus.train.options import ConfigError, flag
 from drvenus.train.rl.advantage import NORM_MODES
-from drvenus.train.rl.collect import ROLLOUT_MODES, RolloutConfig
+from drvenus.train.rl.collect import ROLLOUT_MODES, RolloutConfig, context_budget
 from drvenus.train.rl.ig import INFO_GAIN_TYPES, IGConfig
 
 ENGINES = ("transformers", "vllm", "sglang")
@@ -107,6 +107,15 @@ class RLConfig:
                        "console,tensorboard")
     resume: bool = _opt("Resume from the latest checkpoint in --output.", False)
     system_prompt_file: str | None = _opt("System prompt file (default: the protocol's).")
+    # scale-out on verl
+    trainer: Literal["local", "verl"] = _opt("local (this process) | verl (Ray, FSDP, vLLM / "
+                                             "SGLang rollouts; see docs/RL.md).", "local")
+    val: str | None = _opt("Validation questions (verl; the training file if unset).")
+    nodes: int = _opt("Machines (verl).", 1)
+    gpus_per_node: int = _opt("GPUs per machine (verl).", 8)
+    rollout_tensor_parallel: int = _opt("Tensor-parallel GPUs per rollout server (verl).", 4)
+    sequence_parallel: int = _opt("Ulysses sequence-parallel GPUs per sequence (verl).", 8)
+    prompt_pad: int = _opt("Tokens reserved for system prompt + question (verl).", 4096)
     current_date: str | None = _opt("Date in the system prompt (YYYY-MM-DD; default today).")
 
     # ------------------------------------------------------------------ derived
@@ -116,8 +125,7 @@ class RLConfig:
             n=self.n_rollouts, mode=self.rollout_mode,
             robust_max_retries=self.robust_max_retries, max_turns=self.max_turns,
             max_turns_jitter=self.max_turns_jitter,
-            max_context_tokens=max(1024, self.max_model_len - 10_000)
-            if self.max_model_len > 20_000 else self.max_model_len * 3 // 4,
+            max_context_tokens=context_budget(self.max_model_len),
             max_new_tokens=self.max_response_len, temperature=self.temperature,
             top_p=self.top_p, top_k=self.top_k, time_limit=self.rollout_time_limit,
             concurrency=self.rollout_concurrency, seed=self.seed,
@@ -152,14 +160,22 @@ class RLConfig:
                                     f"{', '.join(allowed)}")
         for name in ("n_rollouts", "max_turns", "max_model_len", "max_response_len",
                      "rollout_concurrency", "ig_compute_freq", "ig_chunk_size", "batch_size",
-                     "epochs", "save_freq", "ppo_mini_batches", "ppo_epochs", "judge_concurrency"):
+                     "epochs", "save_freq", "ppo_mini_batches", "ppo_epochs", "judge_concurrency",
+                     "nodes", "gpus_per_node", "prompt_pad"):
             if getattr(self, name) < 1:
                 raise RLConfigError(f"{flag(name)} must be at least 1")
         if self.temperature <= 0:
             raise RLConfigError("--temperature must be positive (IG and the loss divide by it)")
         if self.learning_rate <= 0:
             raise RLConfigError("--learning-rate must be positive")
-        if self.engine != "transformers" and not self.engine_url:
+        if self.trainer == "verl":
+            if self.engine == "transformers":
+                raise RLConfigError("--trainer verl rolls out with --engine vllm or sglang")
+            total = self.nodes * self.gpus_per_node
+            for name in ("rollout_tensor_parallel", "sequence_parallel"):
+                if getattr(self, name) < 1 or total % getattr(self, name):
+                    raise RLConfigError(f"{flag(name)} must divide nodes x gpus-per-node ({total})")
+        elif self.engine != "transformers" and not self.engine_url:
             raise RLConfigError(f"--engine {self.engine} needs --engine-url")
         if self.batch_size * self.n_rollouts % self.ppo_mini_batches:
             raise RLConfigError("--ppo-mini-batches must divide batch-size x n-rollouts")

@@ -1,0 +1,193 @@
+"""The agents a server runs: presets of models and tools chosen by the operator, built on use.
+
+The page (and ``/v1``, MCP) may only pick among these presets and set a step limit within a cap:
+nobody can point the server at another model endpoint or URL from a request. From settings
+(:func:`pool_from_settings`): the configured model (plus the embedded offline one when another
+is configured) and the configured tools (plus the built-in offline corpus when online providers
+are configured). Models and toolboxes are built once, on first use, and shared by all runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from drvenus.agent import AgentConfig, ResearchAgent
+
+if TYPE_CHECKING:
+    from drvenus.config import Settings
+
+log = logging.getLogger(__name__)
+
+STEP_CAP = 50  # the most steps a request may ask for (the time limit still bounds a run)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One choice: a label for people, and how to build the object (a blocking call)."""
+
+    label: str
+    build: Callable[[], Any]
+    config: AgentConfig | None = None  # models only: the agent preset that suits the model
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What one run asked for (None: the default)."""
+
+    model: str | None = None
+    tools: str | None = None
+    max_steps: int | None = None
+
+
+class AgentPool:
+    """Agents for (model preset, tools preset, step limit); the first preset is the default."""
+
+    def __init__(
+        self, models: dict[str, Preset], tools: dict[str, Preset], *, step_cap: int = STEP_CAP
+    ) -> None:
+        if not models or not tools:
+            raise ValueError("a pool needs at least one model and one tools preset")
+        self.models, self.tools, self.step_cap = models, tools, step_cap
+        self._built: dict[tuple[str, str], Any] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._agents: dict[tuple[str, str, int], ResearchAgent] = {}
+
+    @classmethod
+    def fixed(cls, agent: ResearchAgent, label: str = "default") -> AgentPool:
+        """A pool of one ready agent (its model and tools); for tests and embedding."""
+        return cls(
+            {"default": Preset(label, lambda: agent.model, agent.config)},
+            {"default": Preset("default", lambda: agent.tools)},
+        )
+
+    def options(self) -> dict[str, Any]:
+        """What a client may choose (for the settings panel and ``/v1/models``)."""
+        default = next(iter(self.models.values())).config or AgentConfig()
+        return {
+            "models": [{"id": k, "label": p.label} for k, p in self.models.items()],
+            "tools": [{"id": k, "label": p.label} for k, p in self.tools.items()],
+            "max_steps": default.max_steps,
+            "step_cap": self.step_cap,
+        }
+
+    def check(self, choice: Choice) -> Choice:
+        """The choice with defaults filled in; ValueError for an unknown preset or step limit."""
+        model = choice.model or next(iter(self.models))
+        tools = choice.tools or next(iter(self.tools))
+        if model not in self.models:
+            raise ValueError(f"unknown model preset {model!r}; choose from {list(self.models)}")
+        if tools not in self.tools:
+            raise ValueError(f"unknown tools preset {tools!r}; choose from {list(self.tools)}")
+        steps = choice.max_steps
+        if steps is not None and not 1 <= steps <= self.step_cap:
+            raise ValueError(f"max_steps must be between 1 and {self.step_cap}")
+        return Choice(model, tools, steps)
+
+    def prebuild(self) -> None:
+        """Build the default model and tools now (a blocking call, before serving: a bad
+        model or corpus fails at start, not at the first question)."""
+        for kind, presets in (("tools", self.tools), ("model", self.models)):
+            key = next(iter(presets))
+            if (kind, key) not in self._built:
+                self._built[(kind, key)] = presets[key].build()
+
+    async def _get(self, kind: str, key: str) -> Any:
+        slot = (kind, key)
+        if slot not in self._built:
+            lock = self._locks.setdefault(slot, asyncio.Lock())
+            async with lock:
+                if slot not in self._built:
+                    presets = self.models if kind == "model" else self.tools
+                    log.info("building %s preset %s", kind, key)
+                    self._built[slot] = await asyncio.to_thread(presets[key].build)
+        return self._built[slot]
+
+    async def toolbox(self, tools: str | None = None) -> Any:
+        """The toolbox of a tools preset (built on first use)."""
+        return await self._get("tools", self.check(Choice(tools=tools)).tools or "")
+
+    async def agent(self, choice: Choice) -> ResearchAgent:
+        """The agent for ``choice`` (checked; models and tools built on first use)."""
+        choice = self.check(choice)
+        assert choice.model is not None and choice.tools is not None
+        config = self.models[choice.model].config or AgentConfig()
+        steps = choice.max_steps or config.max_steps
+        key = (choice.model, choice.tools, steps)
+        if key not in self._agents:
+            model = await self._get("model", choice.model)
+            tools = await self._get("tools", choice.tools)
+            self._agents[key] = ResearchAgent(model, tools, replace(config, max_steps=steps))
+        return self._agents[key]
+
+    async def aclose(self) -> None:
+        """Close every model and toolbox that was built."""
+        for (kind, key), obj in list(self._built.items()):
+            close = getattr(obj, "aclose", None)
+            if close is None:
+                continue
+            try:
+                await close()
+            except Exception:  # closing is best effort
+                log.exception("closing %s preset %s failed", kind, key)
+        self._built.clear()
+        self._agents.clear()
+
+
+def model_label(settings: Settings) -> str:
+    """A readable name for the model the settings select (never a URL or a key)."""
+    from drvenus.app import is_embedded
+
+    if is_embedded(settings):
+        return "embedded SmolLM2-135M (offline)"
+    if settings.model_path is not None:
+        return settings.model_path.name
+    return settings.model_name or "the configured model server"
+
+
+def tools_label(settings: Settings) -> str:
+    if settings.tools_url:
+        return "tool server"
+    search, visit = settings.search_providers(), settings.visit_readers()
+    if search == ["local"] and visit == ["local"]:
+        return "offline corpus" if settings.corpus is None else "local corpus"
+    return f"search: {', '.join(search)} · visit: {', '.join(visit)}"
+
+
+def pool_from_settings(
+    settings: Settings,
+    *,
+    system_prompt_file: str | None = None,
+    parallel: int = 1,
+    notify: Callable[[str], None] | None = None,
+) -> AgentPool:
+    """The configured model and tools, plus the offline ones as a second choice."""
+    from drvenus.app import agent_config, build_model, build_toolbox, is_embedded
+
+    def model_preset(s: Settings) -> Preset:
+        return Preset(
+            model_label(s),
+            lambda: build_model(s, parallel=parallel, notify=notify),
+            agent_config(s, system_prompt_file),
+        )
+
+    def tools_preset(s: Settings) -> Preset:
+        return Preset(tools_label(s), lambda: build_toolbox(s))
+
+    models = {"default": model_preset(settings)}
+    if not is_embedded(settings):
+        offline = settings.model_copy(update={"base_url": None, "model_path": None})
+        models["embedded"] = model_preset(offline)
+    tools = {"default": tools_preset(settings)}
+    if settings.tools_url or settings.search_providers() != ["local"] or settings.corpus:
+        offline = settings.model_copy(
+            update={"search": "local", "visit": None, "tools_url": None, "corpus": None}
+        )
+        tools["offline"] = tools_preset(offline)
+    return AgentPool(models, tools)
+
+
+__all__ = ["AgentPool", "Choice", "Preset", "model_label", "pool_from_settings", "tools_label"]

@@ -1,0 +1,287 @@
+"""The ``drvenus serve`` app: one FastAPI server, three faces on the same agents and run registry.
+
+- ``/``: the web demo (static page in ``static/``) over a small JSON + server-sent-events API:
+  ``GET /api/config``; ``POST /api/runs`` ``{"question", "model", "tools", "max_steps"}``;
+  ``GET /api/runs``; ``GET /api/runs/{id}`` (summary, record when over);
+  ``GET /api/runs/{id}/events`` (SSE; ``Last-Event-ID`` or ``?after=N`` resumes);
+  ``POST /api/runs/{id}/cancel``; ``POST /api/replay`` ``{"text"}`` (a saved trace or results
+  file, as events to replay).
+- ``/v1``: OpenAI-compatible chat completions (:mod:`drvenus.serve.openai_api`).
+- ``/mcp``: MCP over Streamable HTTP (:mod:`drvenus.serve.mcp_server`).
+- ``/health``: liveness, the only route without the token.
+
+Limits: JSON bodies up to ``max_body_bytes`` (replayed files up to ``max_replay_bytes``),
+questions up to :data:`MAX_QUESTION_CHARS`, runs bounded by the registry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from drvenus import __version__
+from drvenus.serve.agents import Choice
+from drvenus.serve.guard import Guard
+from drvenus.serve.runs import Busy, Run, RunRegistry
+from drvenus.serve.view import finished_view, for_client, load_saved
+from drvenus.tools.server import Reject, read_json_body, require_serve_extra
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI, Request
+    from fastapi.responses import Response
+
+log = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).parent / "static"
+MAX_BODY_BYTES = 1 << 20
+MAX_REPLAY_BYTES = 32 << 20
+MAX_QUESTION_CHARS = 8000
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+
+def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+    from fastapi.responses import Response
+
+    data = json.dumps(body, ensure_ascii=False).encode()
+    return Response(data, status, headers, media_type="application/json")
+
+
+def _choice(body: dict[str, Any]) -> Choice:
+    steps = body.get("max_steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)):
+        raise Reject(400, {"error": "max_steps must be an integer"})
+    model, tools = body.get("model"), body.get("tools")
+    if not all(v is None or isinstance(v, str) for v in (model, tools)):
+        raise Reject(400, {"error": "model and tools must be preset names"})
+    return Choice(model or None, tools or None, steps)
+
+
+def _question(body: dict[str, Any]) -> str:
+    question = body.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise Reject(400, {"error": "'question' must be a non-empty string"})
+    if len(question) > MAX_QUESTION_CHARS:
+        raise Reject(413, {"error": f"the question is over {MAX_QUESTION_CHARS} characters"})
+    return question.strip()
+
+
+def _start(registry: RunRegistry, question: str, choice: Choice) -> Run:
+    try:
+        return registry.start(question, choice)
+    except Busy as exc:
+        raise Reject(503, {"error": f"busy: {exc}"}, retry_after=5) from None
+    except ValueError as exc:
+        raise Reject(400, {"error": str(exc)}) from None
+
+
+def _run_or_404(registry: RunRegistry, run_id: str) -> Run:
+    run = registry.get(run_id)
+    if run is None:
+        raise Reject(404, {"error": f"no run {run_id!r}"})
+    return run
+
+
+def _run_body(run: Run) -> dict[str, Any]:
+    body = run.summary()
+    record = run.record
+    if record is not None:
+        body["result"] = finished_view(record)
+    return body
+
+
+def _resume_index(request: Request) -> int:
+    """The index of the last event the client has (-1: none)."""
+    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "-1"
+    try:
+        return int(raw)
+    except ValueError:
+        raise Reject(400, {"error": "Last-Event-ID / after must be an event index"}) from None
+
+
+async def _sse(run: Run, after: int) -> AsyncIterator[bytes]:
+    yield f"event: run\ndata: {json.dumps(run.summary(), ensure_ascii=False)}\n\n".encode()
+    async for item in run.follow(after):
+        if item is None:
+            yield b": keep-alive\n\n"
+            continue
+        index, event = item
+        data = json.dumps(for_client(index, event), ensure_ascii=False)
+        yield f"id: {index}\nevent: trace\ndata: {data}\n\n".encode()
+    yield f"event: end\ndata: {json.dumps(run.summary(), ensure_ascii=False)}\n\n".encode()
+
+
+def _api_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> None:
+    from fastapi.responses import StreamingResponse
+
+    async def config(request: Request) -> Response:
+        options = registry.pool.options()
+        options.update(version=__version__, max_running=registry.max_running,
+                       max_question_chars=MAX_QUESTION_CHARS)
+        return _json(200, options)
+
+    async def create(request: Request) -> Response:
+        body = await read_json_body(request, limits["body"])
+        run = _start(registry, _question(body), _choice(body))
+        return _json(201, run.summary())
+
+    async def listing(request: Request) -> Response:
+        return _json(200, {"runs": registry.list()})
+
+    async def one(request: Request) -> Response:
+        return _json(200, _run_body(_run_or_404(registry, request.path_params["run_id"])))
+
+    async def events(request: Request) -> Response:
+        run = _run_or_404(registry, request.path_params["run_id"])
+        stream = _sse(run, _resume_index(request))
+        return StreamingResponse(stream, media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def cancel(request: Request) -> Response:
+        run = _run_or_404(registry, request.path_params["run_id"])
+        stopped = await registry.cancel(run.id)
+        return _json(200, {"stopped": stopped, **run.summary()})
+
+    async def replay(request: Request) -> Response:
+        body = await read_json_body(request, limits["replay"])
+        text = body.get("text")
+        if not isinstance(text, str):
+            raise Reject(400, {"error": "'text' must be the saved file's content"})
+        try:
+            runs = load_saved(text)
+        except ValueError as exc:
+            raise Reject(422, {"error": f"cannot replay this file: {exc}"}) from None
+        return _json(200, {"runs": [
+            {"question": r["question"],
+             "events": [for_client(i, e) for i, e in enumerate(r["events"])]}
+            for r in runs
+        ]})
+
+    app.add_route("/api/config", config, methods=["GET"])
+    app.add_route("/api/runs", create, methods=["POST"])
+    app.add_route("/api/runs", listing, methods=["GET"])
+    app.add_route("/api/runs/{run_id}", one, methods=["GET"])
+    app.add_route("/api/runs/{run_id}/events", events, methods=["GET"])
+    app.add_route("/api/runs/{run_id}/cancel", cancel, methods=["POST"])
+    app.add_route("/api/replay", replay, methods=["POST"])
+
+
+def _openai_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> None:
+    from fastapi.responses import StreamingResponse
+
+    from drvenus.serve import openai_api as oa
+
+    async def models(request: Request) -> Response:
+        return _json(200, oa.models_list(registry.pool))
+
+    async def chat(request: Request) -> Response:
+        try:
+            body = await read_json_body(request, limits["body"])
+            run = oa.start_run(body, registry)
+        except Reject as exc:
+            return _json(exc.status, oa.error_body(str(exc.body.get("error", ""))))
+        except oa.BadRequest as exc:
+            return _json(400, oa.error_body(str(exc)))
+        except Busy as exc:
+            return _json(429, oa.error_body(f"busy: {exc}", "rate_limit_error"),
+                         {"Retry-After": "5"})
+        model = str(body.get("model") or oa.MODEL_ID)
+        if body.get("stream"):
+            return StreamingResponse(
+                oa.stream(run, model), media_type="text/event-stream", headers=SSE_HEADERS
+            )
+        return _json(200, await oa.complete(run, model))
+
+    app.add_route("/v1/models", models, methods=["GET"])
+    app.add_route("/v1/chat/completions", chat, methods=["POST"])
+
+
+def _page_routes(app: FastAPI) -> None:
+    from fastapi.responses import FileResponse
+    from fastapi.staticfiles import StaticFiles
+
+    async def index(request: Request) -> Response:
+        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
+
+    async def health(request: Request) -> Response:
+        return _json(200, {"status": "ok"})
+
+    app.add_route("/", index, methods=["GET"])
+    app.add_route("/health", health, methods=["GET"])
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+
+def _mcp_route(app: FastAPI, registry: RunRegistry, max_body: int) -> Any:
+    """Mount MCP's Streamable HTTP endpoint at /mcp; returns its session manager."""
+    from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from drvenus.serve.mcp_server import build_mcp
+
+    server = build_mcp(registry)
+    # the Guard checks the Host header and the token in front of every route, /mcp included
+    server.streamable_http_app(
+        streamable_http_path="/mcp",
+        max_request_body_size=max_body,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    manager = server.session_manager
+    app.add_route("/mcp", StreamableHTTPASGIApp(manager), methods=["GET", "POST", "DELETE"])
+    return manager
+
+
+def create_app(
+    registry: RunRegistry,
+    *,
+    token: str | None = None,
+    mcp: bool = True,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_replay_bytes: int = MAX_REPLAY_BYTES,
+) -> FastAPI:
+    """The server app over ``registry`` (see the module doc). Its lifespan runs the MCP
+    session manager and, at shutdown, stops the runs and closes the agents' models and tools.
+    ``mcp`` False leaves ``/mcp`` out (no ``mcp`` package needed)."""
+    require_serve_extra()
+    from fastapi import FastAPI
+
+    holder: dict[str, Any] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            if "mcp" in holder:
+                async with holder["mcp"].run():
+                    yield
+            else:
+                yield
+        finally:
+            await registry.aclose()
+            await registry.pool.aclose()
+
+    app = FastAPI(title="drvenus", docs_url=None, redoc_url=None, openapi_url=None,
+                  lifespan=lifespan)
+    limits = {"body": max_body_bytes, "replay": max_replay_bytes}
+    _page_routes(app)
+    _api_routes(app, registry, limits)
+    _openai_routes(app, registry, limits)
+    if mcp:
+        holder["mcp"] = _mcp_route(app, registry, max_body_bytes)
+
+    @app.exception_handler(Reject)
+    async def rejected(request: Request, exc: Reject) -> Response:
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+        return _json(exc.status, exc.body, headers)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.error("server error on %s", request.url.path, exc_info=exc)
+        return _json(500, {"error": "internal error"})
+
+    app.state.registry = registry
+    app.add_middleware(Guard, token=token)
+    return app
+
+
+__all__ = ["MAX_BODY_BYTES", "MAX_QUESTION_CHARS", "MAX_REPLAY_BYTES", "STATIC_DIR", "create_app"]

@@ -1,0 +1,153 @@
+"""``drvenus serve`` (web demo + /v1 + /mcp) and ``drvenus mcp`` (MCP over stdio).
+
+Mounted by :mod:`drvenus.cli` (import that module, not this one, first). Both take the model and
+tool options of ``drvenus ask``. Bad input (a public address without a token, a taken port, a
+missing extra, a bad model or corpus) is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from drvenus.cli import AgentOptions, _fail, _known_errors, _notice, agent_options
+from drvenus.serve.server import (
+    DEFAULT_HOST,
+    DEFAULT_MAX_RUNNING,
+    DEFAULT_MAX_WAITING,
+    DEFAULT_PORT,
+)
+
+if TYPE_CHECKING:
+    from drvenus.config import Settings
+    from drvenus.serve.agents import AgentPool
+
+err = Console(stderr=True, soft_wrap=True)
+SHORT_TOKEN = 16
+
+RunsDirOption = Annotated[
+    Path | None,
+    typer.Option("--runs-dir", help="Where run traces are kept (default: <cache>/runs)."),
+]
+MaxRunsOption = Annotated[
+    int, typer.Option("--max-runs", min=1, help="Research runs going on at once.")
+]
+
+
+def _errors() -> tuple[type[BaseException], ...]:
+    from pydantic import ValidationError
+
+    return (*_known_errors(), ImportError, ValidationError)
+
+
+def _pool(agent: AgentOptions, max_runs: int) -> tuple[Settings, AgentPool]:
+    """Settings and the agent pool, with the default model and tools built (fail fast)."""
+    from drvenus.serve.agents import pool_from_settings
+
+    settings = agent.settings()
+    pool = pool_from_settings(
+        settings, system_prompt_file=agent.prompt_file, parallel=max_runs, notify=_notice
+    )
+    pool.prebuild()
+    return settings, pool
+
+
+def _runs_dir(settings: Settings, runs_dir: Path | None) -> Path:
+    return runs_dir.expanduser() if runs_dir else settings.cache_root() / "runs"
+
+
+@agent_options
+def serve(
+    agent: AgentOptions,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind; any but loopback needs --token.")
+    ] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port.")] = DEFAULT_PORT,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token", show_default=False,
+            help="Token every route but /health needs (Bearer header; the page: open "
+            "/?token=T once). Better from env DRVENUS_SERVE_TOKEN than on the command line.",
+        ),
+    ] = None,
+    max_runs: MaxRunsOption = DEFAULT_MAX_RUNNING,
+    max_waiting: Annotated[
+        int, typer.Option("--max-waiting", min=0, help="Runs that may wait for a free slot.")
+    ] = DEFAULT_MAX_WAITING,
+    runs_dir: RunsDirOption = None,
+) -> None:
+    """Serve the research agent: web demo at /, OpenAI-compatible API at /v1, MCP at /mcp."""
+    from drvenus.serve.app import create_app
+    from drvenus.serve.mcp_server import require_mcp
+    from drvenus.serve.runs import RunRegistry
+    from drvenus.serve.server import serve_app
+    from drvenus.tools.server import check_bind, require_serve_extra
+
+    try:
+        if token is None:
+            from drvenus.config import load_settings
+
+            token = load_settings().serve_token_value()
+        check_bind(host, token)
+        require_serve_extra()
+        require_mcp()
+        settings, pool = _pool(agent, max_runs)
+    except _errors() as exc:
+        raise _fail(exc) from None
+    if token is not None and len(token) < SHORT_TOKEN:
+        err.print(f"[yellow]warning:[/] the token is short (< {SHORT_TOKEN} characters)")
+    registry = RunRegistry(
+        pool, _runs_dir(settings, runs_dir), max_running=max_runs, max_waiting=max_waiting
+    )
+    app = create_app(registry, token=token)
+
+    def ready(url: str) -> None:
+        hint = f" (open {url}/?token=… once)" if token else ""
+        err.print(f"serving on [bold]{escape(url)}[/]{hint}: web demo /, OpenAI API /v1, "
+                  "MCP /mcp; Ctrl-C stops")
+
+    try:
+        serve_app(app, host, port, on_ready=ready)
+    except _errors() as exc:
+        raise _fail(exc) from None
+    except KeyboardInterrupt:
+        pass
+
+
+@agent_options
+def mcp(
+    agent: AgentOptions,
+    max_runs: MaxRunsOption = 1,
+    runs_dir: RunsDirOption = None,
+) -> None:
+    """Serve the MCP tools (deep_research, search, visit) over stdio, for MCP clients."""
+    from drvenus.serve.mcp_server import require_mcp, serve_stdio
+    from drvenus.serve.runs import RunRegistry
+
+    try:
+        require_mcp()
+        settings, pool = _pool(agent, max_runs)
+    except _errors() as exc:
+        raise _fail(exc) from None
+    registry = RunRegistry(pool, _runs_dir(settings, runs_dir), max_running=max_runs)
+
+    async def go() -> None:
+        try:
+            await serve_stdio(registry)
+        finally:
+            await registry.aclose()
+            await pool.aclose()
+
+    try:
+        asyncio.run(go())
+    except KeyboardInterrupt:
+        pass
+
+
+__all__ = ["mcp", "serve"]

@@ -1,0 +1,409 @@
+// drvenus web demo: ask, follow a run live (server-sent events), stop it, list runs, replay a
+// saved trace. Every event arrives with a `view` computed by the server (drvenus.serve.view):
+// this page never parses the agent's protocol. All text goes in through textContent.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = { config: null, runId: null, source: null, last: -1, startTime: null,
+                finished: false, timer: null, replay: null };
+
+// ------------------------------------------------------------------ small DOM helpers
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key === "class") node.className = value;
+    else if (value !== undefined && value !== null) node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function link(url, text) {
+  const safe = /^https?:\/\//i.test(url || "");
+  return safe ? el("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, text || url)
+              : el("span", {}, text || url || "");
+}
+
+function flash(message) {
+  const box = $("flash");
+  box.textContent = message || "";
+  box.hidden = !message;
+}
+
+async function api(path, options) {
+  const init = Object.assign({ headers: {} }, options || {});
+  if (init.body !== undefined) init.headers["Content-Type"] = "application/json";
+  const response = await fetch(path, init);
+  let body = null;
+  try { body = await response.json(); } catch (e) { body = null; }
+  if (!response.ok) {
+    throw new Error((body && body.error) || `${response.status} ${response.statusText}`);
+  }
+  return body;
+}
+
+// ------------------------------------------------------------------ the run view
+function resetView(question) {
+  $("view").hidden = false;
+  $("timeline").replaceChildren();
+  $("answer").hidden = true;
+  $("v-question").textContent = question || "";
+  $("v-meta").textContent = "";
+  setCounters({ steps: 0, tokens: 0, seconds: 0 });
+  setStatus("");
+  state.startTime = null;
+  stopTimer();
+}
+
+function setCounters({ steps, tokens, seconds }) {
+  if (steps !== undefined) $("c-steps").textContent = steps;
+  if (tokens !== undefined && tokens !== null) $("c-tokens").textContent = tokens;
+  if (seconds !== undefined && seconds !== null) $("c-time").textContent = `${seconds.toFixed(1)} s`;
+}
+
+function setStatus(text, kind) {
+  const pill = $("c-status");
+  pill.textContent = text;
+  pill.hidden = !text;
+  pill.className = "pill" + (kind ? " " + kind : "");
+}
+
+function startTimer() {
+  stopTimer();
+  state.timer = setInterval(() => {
+    if (state.startTime) setCounters({ seconds: Math.max(0, Date.now() / 1000 - state.startTime) });
+  }, 200);
+}
+
+function stopTimer() {
+  if (state.timer) clearInterval(state.timer);
+  state.timer = null;
+}
+
+function stepBox(step) {
+  let box = document.querySelector(`#timeline > li[data-step="${step}"]`);
+  if (!box) {
+    box = el("li", { class: "step", "data-step": step }, el("h4", {}, `Step ${step + 1}`));
+    $("timeline").append(box);
+  }
+  return box;
+}
+
+function lastTool(box) {
+  const tools = box.querySelectorAll(".tool");
+  return tools.length ? tools[tools.length - 1] : box;
+}
+
+const renderers = {
+  started(ev, v) {
+    $("v-question").textContent = v.question;
+    const parts = [v.model, v.max_steps && `${v.max_steps} steps`,
+                   v.max_context_tokens && `${v.max_context_tokens} token budget`];
+    $("v-meta").textContent = parts.filter(Boolean).join(" · ");
+    if (ev.time) state.startTime = ev.time;
+  },
+  step_started(ev, v) {
+    const box = stepBox(ev.step);
+    if (state.maxSteps !== undefined && ev.step >= state.maxSteps) {
+      box.querySelector("h4").textContent = "Final answer (step limit)";
+    }
+    setCounters({ steps: ev.step + 1, tokens: v.context_tokens });
+  },
+  model_output(ev, v) {
+    if (!v.thinking) return;
+    const box = stepBox(ev.step);
+    box.append(el("details", { class: "thinking" }, el("summary", {}, "Thinking"),
+                  el("p", {}, v.thinking)));
+  },
+  tool_call(ev, v) {
+    const box = stepBox(ev.step);
+    if (v.name === "search") {
+      box.append(el("div", { class: "tool search" }, el("div", { class: "label" }, "Search"),
+                    el("div", {}, ...v.queries.map((q) => el("span", { class: "chip" }, q)))));
+    } else {
+      box.append(el("div", { class: "tool visit" }, el("div", { class: "label" }, "Visit"),
+                    el("div", {}, ...v.urls.map((u) => el("div", {}, link(u)))),
+                    v.goal ? el("div", { class: "meta" }, `Goal: ${v.goal}`) : null));
+    }
+  },
+  tool_result(ev, v) {
+    const target = lastTool(stepBox(ev.step));
+    if (v.results) {
+      for (const entry of v.results) {
+        const items = entry.hits.map((hit) => el("li", {}, link(hit.url, hit.title || hit.url),
+          hit.snippet ? el("span", { class: "snippet" }, hit.snippet) : null));
+        if (v.results.length > 1) target.append(el("div", { class: "meta" }, entry.query));
+        target.append(items.length ? el("ul", { class: "hits" }, ...items)
+                                   : el("div", { class: "notice" }, "No results"));
+      }
+    } else if (v.pages) {
+      for (const page of v.pages) {
+        const evidence = page.failed ? null : el("details", {}, el("summary", {}, "Evidence"),
+          el("p", { class: "evidence" }, page.evidence || page.summary));
+        const many = v.pages.length > 1 || page.failed;  // one page: its URL is just above
+        target.append(el("div", { class: "page" + (page.failed ? " failed" : "") },
+          many ? link(page.url) : null,
+          el("div", {}, page.failed ? "Could not be read" : page.summary),
+          evidence));
+      }
+    } else {
+      target.append(el("div", { class: "warn" }, v.text));
+    }
+  },
+  error(ev, v) {
+    const kind = (v.kind || "error").replace(/_/g, " ");
+    const what = v.last ? `${kind}, no more attempts` : `${kind}, trying again`;
+    stepBox(ev.step).append(el("div", { class: "warn", title: v.message || "" }, "↻ " + what,
+      v.message ? el("span", { class: "meta" }, ` — ${v.message}`) : null));
+  },
+  format_error(ev, v) {
+    stepBox(ev.step).append(el("div", { class: "notice" }, "The turn could not be used: " + v.notice));
+  },
+  limit_notice(ev, v) {
+    const box = stepBox(ev.step);
+    box.querySelector("h4").textContent = "Final answer";
+    const what = v.reason === "context" ? "Context budget" : "Step limit";
+    box.append(el("div", { class: "notice", title: v.notice },
+                  `${what} reached: answering with what was found.`));
+  },
+  answer(ev, v) {
+    showAnswer({ answered: true, prediction: v.answer, forced: v.forced });
+  },
+  finished(ev, v) {
+    showAnswer(Object.assign({ forced: $("a-forced").hidden === false }, v));
+    setCounters({ tokens: v.final_token_count, seconds: v.elapsed_seconds });
+    setStatus(v.termination.replace(/_/g, " "), v.answered ? "done" : "failed");
+    stopTimer();
+  },
+};
+
+function showAnswer(v) {
+  const box = $("answer");
+  box.hidden = false;
+  box.classList.toggle("failed", !v.answered);
+  box.querySelector("h3").firstChild.textContent = v.answered ? "Answer " : "No answer ";
+  $("a-forced").hidden = !v.forced;
+  $("a-text").textContent = v.answered ? v.prediction : (v.error || v.prediction || "");
+  const sources = $("a-sources");
+  if (v.sources === undefined) return;
+  sources.replaceChildren(v.sources.length
+    ? el("div", {}, el("b", {}, "Sources visited"),
+         el("ul", { class: "sources" }, ...v.sources.map((u) => el("li", {}, link(u)))))
+    : el("div", { class: "meta" }, "No page was visited."));
+  $("a-meta").textContent = `${v.termination} · ${v.tool_call_count} tool calls · ` +
+    `${v.turns} turns · ${(v.elapsed_seconds || 0).toFixed(1)} s`;
+}
+
+function render(ev) {
+  if (ev.type === "started") state.maxSteps = ev.view.max_steps;
+  const fn = renderers[ev.type];
+  if (fn) fn(ev, ev.view || {});
+}
+
+// ------------------------------------------------------------------ live runs
+function follow(runId, question) {
+  closeStream();
+  state.runId = runId;
+  state.last = -1;
+  state.finished = false;
+  resetView(question);
+  setStatus("connecting");
+  location.hash = "run=" + encodeURIComponent(runId);
+  connect();
+}
+
+function connect() {
+  const runId = state.runId;
+  const source = new EventSource(`/api/runs/${encodeURIComponent(runId)}/events?after=${state.last}`);
+  state.source = source;
+  source.addEventListener("run", (msg) => {
+    const run = JSON.parse(msg.data);
+    if (!run.events && run.status !== "done") setStatus(run.status);
+    if (run.status === "queued") setStatus("waiting for a free slot");
+    else if (run.status === "running") { setStatus("running"); startTimer(); }
+    $("stop-btn").hidden = run.status === "done" || run.status === "lost";
+  });
+  source.addEventListener("trace", (msg) => {
+    const ev = JSON.parse(msg.data);
+    if (ev.i <= state.last) return;
+    state.last = ev.i;
+    render(ev);
+    if (ev.type === "started" && !state.finished) { setStatus("running"); startTimer(); }
+  });
+  source.addEventListener("end", (msg) => {
+    const run = JSON.parse(msg.data);
+    state.finished = true;
+    source.close();
+    stopTimer();
+    $("stop-btn").hidden = true;
+    $("ask-btn").disabled = false;
+    if (run.status === "lost") setStatus("lost (the server stopped during the run)", "failed");
+  });
+  source.onerror = () => {
+    source.close();
+    if (state.finished || state.runId !== runId) return;
+    setStatus("reconnecting…");
+    setTimeout(() => { if (state.runId === runId && !state.finished) connect(); }, 1500);
+  };
+}
+
+function closeStream() {
+  if (state.source) state.source.close();
+  state.source = null;
+  stopTimer();
+}
+
+async function ask(event) {
+  event.preventDefault();
+  const question = $("question").value.trim();
+  if (!question) return;
+  flash("");
+  const body = { question, model: $("opt-model").value || null, tools: $("opt-tools").value || null };
+  const steps = parseInt($("opt-steps").value, 10);
+  if (!Number.isNaN(steps)) body.max_steps = steps;
+  $("ask-btn").disabled = true;
+  try {
+    const run = await api("/api/runs", { method: "POST", body: JSON.stringify(body) });
+    stopReplay();
+    follow(run.id, question);
+    $("stop-btn").hidden = false;
+  } catch (err) {
+    flash(err.message);
+    $("ask-btn").disabled = false;
+  }
+}
+
+async function stop() {
+  if (!state.runId) return;
+  try {
+    await api(`/api/runs/${encodeURIComponent(state.runId)}/cancel`, { method: "POST", body: "{}" });
+  } catch (err) { flash(err.message); }
+}
+
+async function loadRuns() {
+  const list = $("run-list");
+  try {
+    const { runs } = await api("/api/runs");
+    list.replaceChildren(...runs.map((run) => {
+      const when = new Date(run.created * 1000).toLocaleString();
+      const item = el("li", {}, el("div", { class: "q" }, run.question || "(no question)"),
+        el("div", { class: "meta" }, `${when} · ${run.termination || run.status}`));
+      item.addEventListener("click", () => { stopReplay(); showTab("ask"); follow(run.id, run.question); });
+      return item;
+    }));
+    if (!runs.length) list.replaceChildren(el("li", { class: "meta" }, "No runs yet."));
+  } catch (err) { flash(err.message); }
+}
+
+// ------------------------------------------------------------------ replay
+async function openReplay() {
+  const file = $("replay-file").files[0];
+  if (!file) return;
+  flash("");
+  try {
+    const text = await file.text();
+    const { runs } = await api("/api/replay", { method: "POST", body: JSON.stringify({ text }) });
+    const select = $("replay-select");
+    select.replaceChildren(...runs.map((r, i) => el("option", { value: i },
+      `${i + 1}. ${(r.question || "(no question)").slice(0, 80)}`)));
+    $("replay-pick").hidden = runs.length < 2;
+    state.replay = { runs, events: [], pos: 0, playing: null };
+    pickReplay(0);
+  } catch (err) { flash("Cannot replay: " + err.message); }
+}
+
+function pickReplay(index) {
+  closeStream();
+  state.runId = null;
+  history.replaceState(null, "", location.pathname);
+  const r = state.replay;
+  r.events = r.runs[index].events.filter((ev) => ev.type !== "turn");
+  $("player").hidden = false;
+  seek(Math.min(1, r.events.length));
+}
+
+function seek(pos) {
+  const r = state.replay;
+  r.pos = Math.max(0, Math.min(pos, r.events.length));
+  resetView("");
+  setStatus("replay");
+  const shown = r.events.slice(0, r.pos);
+  const start = shown.length ? shown[0].time : 0;
+  for (const ev of shown) render(ev);
+  const last = shown[shown.length - 1];
+  if (last && last.type !== "finished" && start && last.time) {
+    setCounters({ seconds: Math.max(0, last.time - start) });
+  }
+  $("rp-pos").textContent = `${r.pos} / ${r.events.length}`;
+}
+
+function togglePlay() {
+  const r = state.replay;
+  if (!r) return;
+  if (r.playing) { stopReplayTimer(); return; }
+  if (r.pos >= r.events.length) seek(0);
+  $("rp-play").textContent = "Pause";
+  r.playing = setInterval(() => {
+    if (r.pos >= r.events.length) { stopReplayTimer(); return; }
+    seek(r.pos + 1);
+  }, 700);
+}
+
+function stopReplayTimer() {
+  const r = state.replay;
+  if (r && r.playing) clearInterval(r.playing);
+  if (r) r.playing = null;
+  $("rp-play").textContent = "Play";
+}
+
+function stopReplay() {
+  stopReplayTimer();
+  state.replay = null;
+  $("player").hidden = true;
+}
+
+// ------------------------------------------------------------------ setup
+function showTab(name) {
+  for (const button of document.querySelectorAll(".tabs button")) {
+    button.classList.toggle("active", button.dataset.tab === name);
+  }
+  for (const tab of ["ask", "runs", "replay"]) $("tab-" + tab).hidden = tab !== name;
+  if (name === "runs") loadRuns();
+}
+
+function fillSelect(select, items) {
+  select.replaceChildren(...items.map((item) => el("option", { value: item.id }, item.label)));
+  select.disabled = items.length < 2;
+}
+
+async function init() {
+  for (const button of document.querySelectorAll(".tabs button")) {
+    button.addEventListener("click", () => showTab(button.dataset.tab));
+  }
+  $("ask-form").addEventListener("submit", ask);
+  $("question").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("ask-form").requestSubmit(); }
+  });
+  $("stop-btn").addEventListener("click", stop);
+  $("replay-file").addEventListener("change", openReplay);
+  $("replay-select").addEventListener("change", (e) => pickReplay(parseInt(e.target.value, 10)));
+  $("rp-first").addEventListener("click", () => { stopReplayTimer(); seek(0); });
+  $("rp-prev").addEventListener("click", () => { stopReplayTimer(); seek(state.replay.pos - 1); });
+  $("rp-next").addEventListener("click", () => { stopReplayTimer(); seek(state.replay.pos + 1); });
+  $("rp-all").addEventListener("click", () => { stopReplayTimer(); seek(state.replay.events.length); });
+  $("rp-play").addEventListener("click", togglePlay);
+  try {
+    state.config = await api("/api/config");
+    fillSelect($("opt-model"), state.config.models);
+    fillSelect($("opt-tools"), state.config.tools);
+    $("opt-steps").value = state.config.max_steps;
+    $("opt-steps").max = state.config.step_cap;
+  } catch (err) { flash("Cannot reach the server: " + err.message); }
+  const match = /run=([^&]+)/.exec(location.hash);
+  if (match) follow(decodeURIComponent(match[1]), "");
+}
+
+init();

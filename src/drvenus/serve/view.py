@@ -1,0 +1,352 @@
+"""What the web page, ``/v1`` and MCP show of a run: trace events made easy to display.
+
+The browser never parses the protocol: every event it gets carries a ``view`` built here with
+:mod:`drvenus.protocol` (the thinking of a turn, the hits of a search, the evidence of a visit).
+Saved files are read here too: trace JSONL (``drvenus ask --trace``, the server's own run
+files) and result records with messages (``drvenus run``, ``drvenus eval``, ``ask --json``),
+whose events are rebuilt from the conversation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from drvenus import protocol
+from drvenus.agent import TraceEvent
+from drvenus.protocol.render import VISIT_FAILED_SUMMARY
+from drvenus.text import one_line
+
+EventDict = dict[str, Any]
+MAX_SNIPPET = 400
+MAX_EVIDENCE = 4000
+
+
+def _clip(text: str | None, n: int) -> str:
+    text = text or ""
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+# --------------------------------------------------------------------------- one event's view
+
+
+def describe(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The display fields of one event dict (``type``, ``step``, ``data``)."""
+    kind, data = event.get("type"), event.get("data") or {}
+    if kind == "started":
+        return {
+            "question": data.get("question", ""),
+            "model": data.get("model"),
+            "max_steps": data.get("max_steps"),
+            "max_context_tokens": data.get("max_context_tokens"),
+        }
+    if kind == "step_started":
+        return {"context_tokens": data.get("context_tokens")}
+    if kind == "model_output":
+        return _model_output_view(data)
+    if kind == "tool_call":
+        return _tool_call_view(data.get("name", ""), data.get("arguments") or {})
+    if kind == "tool_result":
+        return tool_result_view(data.get("name", ""), str(data.get("content", "")))
+    if kind in ("format_error", "limit_notice"):
+        body = protocol.unwrap_tool_response((data.get("message") or {}).get("content", ""))
+        return {"notice": body or "", "reason": data.get("reason")}
+    if kind == "answer":
+        return {"answer": data.get("answer") or "", "forced": bool(data.get("forced"))}
+    if kind == "error":
+        return {
+            "kind": data.get("kind", "error"),
+            "message": _clip(data.get("message") or "", 600),
+            "attempt": data.get("attempt"),
+            "last": bool(data.get("last")),
+        }
+    if kind == "finished":
+        return finished_view(data.get("record") or {})
+    return {}
+
+
+def _model_output_view(data: Mapping[str, Any]) -> dict[str, Any]:
+    text = str(data.get("text") or "")
+    parsed = protocol.parse_turn(text)
+    return {
+        "thinking": parsed.thinking,
+        "kind": data.get("kind") or parsed.kind,
+        "error": data.get("error"),
+        "completion_tokens": data.get("completion_tokens"),
+        "prompt_tokens": data.get("prompt_tokens"),
+    }
+
+
+def _tool_call_view(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    if name == protocol.SEARCH:
+        return {"name": name, "queries": [str(q) for q in arguments.get("query") or []]}
+    return {
+        "name": name,
+        "urls": [str(u) for u in arguments.get("url") or []],
+        "goal": str(arguments.get("goal") or ""),
+    }
+
+
+def tool_result_view(name: str, body: str) -> dict[str, Any]:
+    """Search hits or visited pages of a tool response body (else its text, e.g. an error)."""
+    searched = protocol.parse_search_body(body) if name == protocol.SEARCH else None
+    if searched is not None:
+        return {
+            "name": name,
+            "results": [
+                {
+                    "query": entry["query"],
+                    "hits": [
+                        {
+                            "title": hit.get("title", ""),
+                            "url": hit.get("url", ""),
+                            "snippet": _clip(hit.get("snippet", ""), MAX_SNIPPET),
+                        }
+                        for hit in entry["web_page_info_list"]
+                    ],
+                }
+                for entry in searched
+            ],
+        }
+    frames = protocol.parse_visit_body(body) if name == protocol.VISIT else None
+    if frames is not None:
+        return {
+            "name": name,
+            "pages": [
+                {
+                    "url": frame["url"],
+                    "goal": frame["goal"],
+                    "evidence": _clip(frame["evidence"], MAX_EVIDENCE),
+                    "summary": _clip(frame["summary"], MAX_EVIDENCE),
+                    "failed": frame["summary"] == VISIT_FAILED_SUMMARY,
+                }
+                for frame in frames
+            ],
+        }
+    return {"name": name, "text": _clip(body, 2000)}
+
+
+def visited_sources(messages: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The URLs a conversation's visits actually read (failed pages left out), in order."""
+    seen: list[str] = []
+    for message in messages:
+        if message.get("role") != "user":
+            continue
+        body = protocol.unwrap_tool_response(str(message.get("content", "")))
+        frames = protocol.parse_visit_body(body) if body is not None else None
+        for frame in frames or []:
+            url = frame["url"] or ""
+            if frame["summary"] != VISIT_FAILED_SUMMARY and url and url not in seen:
+                seen.append(url)
+    return seen
+
+
+def finished_view(record: Mapping[str, Any]) -> dict[str, Any]:
+    termination = str(record.get("termination", ""))
+    return {
+        "termination": termination,
+        "answered": termination.startswith("answered"),
+        "prediction": record.get("prediction", ""),
+        "error": record.get("error"),
+        "tool_call_count": record.get("tool_call_count", 0),
+        "turns": record.get("turns", 0),
+        "final_token_count": record.get("final_token_count", 0),
+        "elapsed_seconds": record.get("elapsed_seconds", 0.0),
+        "usage": record.get("usage") or {},
+        "sources": visited_sources(record.get("messages") or []),
+    }
+
+
+def for_client(index: int, event: Mapping[str, Any]) -> EventDict:
+    """The event as the browser gets it: its index, type, step, time and view (the bulky raw
+    data, e.g. the system prompt and the record's messages, stays on disk)."""
+    return {
+        "i": index,
+        "type": event.get("type"),
+        "step": event.get("step", 0),
+        "time": event.get("time"),
+        "view": describe(event),
+    }
+
+
+# ---------------------------------------------------------------- progress as text (/v1, MCP)
+
+
+def progress_line(event: Mapping[str, Any]) -> str | None:
+    """One human line for a chat client's "thinking" pane, or None for quiet events."""
+    kind, view = event.get("type"), describe(event)
+    if kind == "started":
+        return f"Researching: {one_line(view['question'], 200)}"
+    if kind == "step_started":
+        return f"Step {int(event.get('step', 0)) + 1}"
+    if kind == "model_output" and view["thinking"]:
+        return f"Thinking: {one_line(view['thinking'], 400)}"
+    if kind == "tool_call":
+        if view["name"] == protocol.SEARCH:
+            return "Searching: " + "; ".join(view["queries"])
+        return "Visiting: " + ", ".join(view["urls"])
+    if kind == "tool_result":
+        return _result_lines(view)
+    if kind == "error":
+        return f"Retry ({view['kind']}): {one_line(view['message'], 200)}".rstrip(": ")
+    if kind == "limit_notice":
+        return f"Limit reached ({view.get('reason') or 'budget'}): answering now"
+    return None
+
+
+def _result_lines(view: Mapping[str, Any]) -> str:
+    if "results" in view:
+        lines = [
+            f"  - {hit['title']} ({hit['url']})"
+            for entry in view["results"]
+            for hit in entry["hits"][:5]
+        ]
+        return "Found:\n" + "\n".join(lines) if lines else "Found nothing"
+    if "pages" in view:
+        parts = [
+            f"  - {page['url']}: "
+            + ("could not be read" if page["failed"] else one_line(page["summary"], 300))
+            for page in view["pages"]
+        ]
+        return "Read:\n" + "\n".join(parts)
+    return f"Tool said: {one_line(view.get('text', ''), 300)}"
+
+
+def final_text(record: Mapping[str, Any]) -> str:
+    """The answer with the visited sources listed after it (or why there is no answer)."""
+    view = finished_view(record)
+    if view["answered"]:
+        text = str(view["prediction"]).strip()
+    else:
+        reason = view["error"] or "no final answer"
+        text = f"No answer ({view['termination']}: {reason})."
+        if view["prediction"] and view["prediction"] != "No answer found":
+            text += f"\n\nLast output:\n{view['prediction']}"
+    if view["sources"]:
+        text += "\n\nSources:\n" + "\n".join(f"- {url}" for url in view["sources"])
+    return text
+
+
+# ------------------------------------------------------------------------------ saved files
+
+
+def load_saved(text: str) -> list[dict[str, Any]]:
+    """The runs of a saved file, each ``{"question", "events": [event dicts]}``: a trace
+    (JSONL of events), result records (JSONL, a JSON array or one object, with
+    ``messages``). Raises ValueError for anything else."""
+    rows = _json_rows(text)
+    if not rows:
+        raise ValueError("the file holds no JSON records")
+    if all("type" in row and "data" in row for row in rows):
+        runs = _split_runs(rows)
+    elif all(isinstance(row.get("messages"), list) for row in rows):
+        runs = [events_from_record(row) for row in rows]
+    else:
+        raise ValueError(
+            "not a trace (JSON lines of events) nor result records with messages"
+        )
+    return [{"question": _question_of(events), "events": events} for events in runs]
+
+
+def _json_rows(text: str) -> list[dict[str, Any]]:
+    stripped = text.strip()
+    if stripped.startswith("["):
+        data = json.loads(stripped)
+        if not isinstance(data, list):
+            raise ValueError("expected a JSON array of records")
+        rows = data
+    else:
+        try:
+            rows = [json.loads(stripped)] if stripped.startswith("{") else []
+        except ValueError:  # not one object: JSON lines
+            rows = []
+        if not rows:
+            rows = [_line(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not all(isinstance(row, dict) for row in rows):
+        raise ValueError("every record must be a JSON object")
+    return rows
+
+
+def _line(n: int, line: str) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"line {n} is not JSON: {exc}") from None
+
+
+def _split_runs(rows: list[dict[str, Any]]) -> list[list[EventDict]]:
+    runs: list[list[EventDict]] = []
+    for row in rows:
+        if row.get("type") == "started" or not runs:
+            runs.append([])
+        runs[-1].append(row)
+    return runs
+
+
+def _question_of(events: list[EventDict]) -> str:
+    for event in events:
+        if event.get("type") == "started":
+            return str((event.get("data") or {}).get("question", ""))
+        if event.get("type") == "finished":
+            return str(((event.get("data") or {}).get("record") or {}).get("question", ""))
+    return ""
+
+
+def events_from_record(record: Mapping[str, Any]) -> list[EventDict]:
+    """Trace events rebuilt from a result record's conversation, for replay."""
+    messages = [dict(m) for m in record.get("messages") or []]
+    head = 2 if len(messages) >= 2 and messages[0].get("role") == "system" else 1
+    question = str(record.get("question") or (messages[head - 1]["content"] if messages else ""))
+    events = [_event("started", 0, question=question, messages=messages[:head])]
+    step = 0
+    for message in messages[head:]:
+        events.extend(_message_events(message, step))
+        if message.get("role") == "assistant":
+            step += 1
+    events.append(_event("finished", max(step - 1, 0), record=dict(record)))
+    return events
+
+
+def _message_events(message: dict[str, Any], step: int) -> Iterator[EventDict]:
+    content = str(message.get("content", ""))
+    if message.get("role") == "assistant":
+        parsed = protocol.parse_turn(protocol.repair_turn(content))
+        yield _event("step_started", step)
+        yield _event("model_output", step, text=parsed.content, kind=parsed.kind,
+                     error=parsed.error)
+        yield _event("turn", step, message=message, kind=parsed.kind)
+        if parsed.tool_call is not None:
+            call = parsed.tool_call
+            yield _event("tool_call", step, name=call.name, arguments=call.arguments)
+        elif parsed.answer is not None:
+            yield _event("answer", step, answer=parsed.answer, forced=False)
+        return
+    step = max(step - 1, 0)
+    body = protocol.unwrap_tool_response(content)
+    kind = protocol.classify_tool_response(content)
+    if kind in ("search", "visit") and body is not None:
+        yield _event("tool_result", step, message=message, name=kind, content=body)
+    elif body == protocol.FORMAT_ERROR_MESSAGE:
+        yield _event("format_error", step, message=message)
+    elif body is not None and kind == "message":
+        yield _event("limit_notice", step, message=message, replace=False)
+    else:  # a tool error or another tool's reply
+        yield _event("tool_result", step, message=message, name="tool", content=body or content)
+
+
+def _event(type_: str, step: int, /, **data: Any) -> EventDict:
+    return TraceEvent(type_, step, data, time=0.0).to_dict()  # type: ignore[arg-type]
+
+
+__all__ = [
+    "describe",
+    "events_from_record",
+    "final_text",
+    "finished_view",
+    "for_client",
+    "load_saved",
+    "progress_line",
+    "tool_result_view",
+    "visited_sources",
+]

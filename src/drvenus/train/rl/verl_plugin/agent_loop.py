@@ -1,0 +1,132 @@
+"""verl agent loop ``drvenus_agent``: the drvenus research loop, protocol and tools inside verl.
+
+Each sample runs :class:`drvenus.agent.ResearchAgent` on a
+:class:`~drvenus.train.rl.recorder.TokenRecorder` whose engine is verl's
+``AsyncLLMServerManager`` (token ids in, token ids out, sticky sessions for prefix caching), so
+verl trains on exactly the ids the policy sampled; tool responses get response-mask 0. Tools: a
+drvenus tool server (``tools_url`` in the agent-loop config, or ``DRVENUS_TOOLS_URL``), else the
+local corpus index (``corpus``; built-in when unset). The rollout settings (turn limit, mode,
+per-turn cap) come from the agent-loop config entry written by the launcher.
+
+verl's vLLM server sets each request's ``max_tokens`` to what is left of the context window, so
+the per-turn cap is not sent; turns end at the end-of-turn token or a stop string.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    register,
+)
+
+from drvenus.llm.base import LLMError, SamplingParams
+from drvenus.train.rl.collect import RolloutConfig, context_budget
+from drvenus.train.rl.engine import TokenGeneration, trim_to_text
+from drvenus.train.rl.verl_plugin.convert import agent_loop_fields
+
+log = logging.getLogger(__name__)
+AGENT_NAME = "drvenus_agent"
+
+
+class VerlServerEngine:
+    """A :class:`~drvenus.train.rl.engine.TokenEngine` over verl's server manager."""
+
+    def __init__(self, server_manager: Any, tokenizer: Any, window: int, request_id: str) -> None:
+        self.server_manager = server_manager
+        self.tokenizer = tokenizer
+        self.name = "verl-rollout"
+        self.window = window
+        self.request_id = request_id
+        eos = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        self.eos_ids = frozenset(i for i in eos if isinstance(i, int) and i >= 0)
+
+    async def generate_tokens(self, prompt_ids: list[int], params: SamplingParams, *,
+                              timeout: float | None = None) -> TokenGeneration:
+        if len(prompt_ids) >= self.window:
+            raise LLMError("the trajectory fills the context window", context_overflow=True)
+        sampling = {"temperature": params.temperature, "top_p": params.top_p,
+                    "top_k": params.top_k, "stop": list(params.stop),
+                    "include_stop_str_in_output": False}
+        out = await self.server_manager.generate(self.request_id, prompt_ids=list(prompt_ids),
+                                                 sampling_params=sampling)
+        raw = [int(t) for t in out.token_ids]
+        text = self.tokenizer.decode([t for t in raw if t not in self.eos_ids],
+                                     skip_special_tokens=False)
+        cuts = [i for i in (text.find(s) for s in params.stop if s) if i >= 0]
+        if cuts:
+            text = text[: min(cuts)]
+        ids = trim_to_text(raw, text, self.tokenizer, self.eos_ids)
+        return TokenGeneration(ids, text, "stop", len(prompt_ids))
+
+    async def context_window(self) -> int | None:
+        return self.window
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _question(raw_prompt: Any) -> str:
+    """The question of an RL row's prompt (its last user message)."""
+    messages = list(raw_prompt) if raw_prompt is not None else []
+    for m in reversed(messages):
+        if isinstance(m, dict) and m.get("role") == "user":
+            return str(m.get("content", ""))
+    raise ValueError("the row's prompt has no user message")
+
+
+@register(AGENT_NAME)
+class DrVenusAgentLoop(AgentLoopBase):
+    """See the module doc. Agent-loop config keys: ``tools_url``, ``corpus``, ``max_turns``,
+    ``mode``, ``robust_max_retries``, ``max_turns_jitter``, ``current_date``."""
+
+    tools: Any = None
+    settings: dict[str, Any] = {}
+
+    @classmethod
+    def init_class(cls, config: Any, tokenizer: Any, processor: Any, **kwargs: Any) -> None:
+        if cls._class_initialized:
+            return
+        cls._class_initialized = True
+        cls.settings = dict(kwargs)
+        from drvenus.app import build_toolbox
+        from drvenus.config import load_settings
+
+        settings = load_settings(tools_url=kwargs.get("tools_url"), corpus=kwargs.get("corpus"))
+        cls.tools = build_toolbox(settings)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        from drvenus.agent import ResearchAgent
+        from drvenus.train.rl.recorder import TokenRecorder
+
+        s = self.settings
+        rollout = self.config.actor_rollout_ref.rollout
+        cfg = RolloutConfig(
+            n=1, mode=s.get("mode", "deterministic"),
+            robust_max_retries=int(s.get("robust_max_retries", 3)),
+            max_turns=int(s.get("max_turns", 200)), max_turns_jitter=0,
+            temperature=float(sampling_params.get("temperature", rollout.temperature)),
+            top_p=float(sampling_params.get("top_p", rollout.top_p)),
+            top_k=int(rollout.get("top_k", -1)), seed=None,
+            max_context_tokens=context_budget(int(rollout.max_model_len)),
+            current_date=s.get("current_date"),
+        )
+        engine = VerlServerEngine(self.server_manager, self.tokenizer,
+                                  int(rollout.max_model_len), uuid4().hex)
+        recorder = TokenRecorder(engine)
+        agent = ResearchAgent(recorder, self.tools, cfg.agent_config(cfg.max_turns))
+        result = await agent.run(_question(kwargs.get("raw_prompt")))
+        record = recorder.record(result.messages)
+        if record is None:
+            raise RuntimeError(f"the rollout produced no turn: {result.error}")
+        fields = agent_loop_fields(record)
+        fields["extra_fields"]["drvenus_termination"] = result.termination
+        return AgentLoopOutput(metrics=AgentLoopMetrics(), **fields)
+
+
+__all__ = ["AGENT_NAME", "DrVenusAgentLoop", "VerlServerEngine"]

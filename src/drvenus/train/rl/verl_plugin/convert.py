@@ -1,0 +1,114 @@
+"""Data conversion between drvenus rollouts and verl batches (pure Python, no verl import).
+
+* :func:`agent_loop_fields`: a token record as verl's ``AgentLoopOutput`` fields: prompt ids,
+  response ids (sampled turns and tool responses), response mask (1 on sampled tokens), and in
+  ``extra_fields`` the per-turn data the reward manager needs (response-relative boundaries,
+  tool names, turn texts), which verl carries in ``non_tensor_batch``.
+* :func:`ig_rows`: the IG requests of one trajectory: for each kept boundary, the prefix
+  ``ids[:b]`` and the pseudo answer appended after it; the actor's log-probs of those tails give
+  the boundary scores (:func:`ig_scores`).
+* :func:`reward_rows`: the token-level rewards of a batch (IG or penalties at turn ends, the
+  outcome at the last valid response token), as :mod:`drvenus.train.rl.batch` builds them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from drvenus.train.rl.ig import Boundary, IGConfig, info_gains, kept_boundaries
+from drvenus.train.rl.rewards import apply_format_penalty, reward_row
+from drvenus.train.rl.rollout import RolloutRecord
+
+EXTRA_BOUNDARIES = "igpo_boundaries"
+EXTRA_TOOLS = "igpo_tools"
+EXTRA_TURNS = "igpo_turns"
+
+
+def agent_loop_fields(record: RolloutRecord) -> dict[str, Any]:
+    """Keyword arguments for verl's ``AgentLoopOutput`` (metrics excepted)."""
+    p = record.prompt_len
+    return {
+        "prompt_ids": list(record.input_ids[:p]),
+        "response_ids": list(record.input_ids[p:]),
+        "response_mask": list(record.loss_mask[p:]),
+        "num_turns": 2 * len(record.turns),
+        "extra_fields": {
+            EXTRA_BOUNDARIES: [b.token_len - p for b in record.boundaries],
+            EXTRA_TOOLS: [b.tool_name or "" for b in record.boundaries],
+            EXTRA_TURNS: list(record.turns),
+        },
+    }
+
+
+def boundaries_from_extra(extra: Mapping[str, Any], prompt_len: int) -> list[Boundary]:
+    """Absolute boundaries from the extra fields of one sample (prompt length unpadded)."""
+    raw_starts, raw_tools = extra.get(EXTRA_BOUNDARIES), extra.get(EXTRA_TOOLS)
+    starts = [] if raw_starts is None else list(raw_starts)
+    tools = [""] * len(starts) if raw_tools is None else list(raw_tools)
+    return [Boundary(prompt_len + int(s), t or None) for s, t in zip(starts, tools, strict=False)]
+
+
+@dataclass(frozen=True)
+class IGRow:
+    """One IG request: sample ``sample``'s boundary ``turn`` (index into its boundaries)."""
+
+    sample: int
+    turn: int
+    prefix: list[int]
+    tail: list[int]
+    span: tuple[int, int]  # ground-truth tokens within ``tail``
+
+
+def ig_rows(sample: int, ids: Sequence[int], boundaries: Sequence[Boundary], pseudo: Sequence[int],
+            span: tuple[int, int], config: IGConfig) -> list[IGRow]:
+    """The IG requests of one trajectory (its kept boundaries, see :mod:`..ig`)."""
+    rows = []
+    prev = 0
+    offsets = []
+    for b in boundaries:
+        prev = min(max(int(b.token_len), prev), len(ids))
+        offsets.append(prev)
+    for k in kept_boundaries(boundaries, config):
+        rows.append(IGRow(sample, k, list(ids[: offsets[k]]), list(pseudo), span))
+    return rows
+
+
+def ig_scores(rows: Sequence[IGRow], tail_logprobs: Sequence[Sequence[float]]
+              ) -> dict[int, dict[int, float | None]]:
+    """Per sample, the score of each kept boundary: the mean log-prob of its ground-truth
+    tokens (None when not finite)."""
+    out: dict[int, dict[int, float | None]] = {}
+    for row, lps in zip(rows, tail_logprobs, strict=True):
+        lo, hi = row.span
+        picked = [float(x) for x in lps[lo:hi]]
+        value = sum(picked) / len(picked) if picked else math.nan
+        out.setdefault(row.sample, {})[row.turn] = value if math.isfinite(value) else None
+    return out
+
+
+def sample_gains(scores: Mapping[int, float | None], n_turns: int, info_gain_type: str
+                 ) -> list[float | None]:
+    """IG per non-final turn from the kept boundary scores."""
+    return info_gains(dict(scores), max(n_turns - 1, 0), info_gain_type)
+
+
+def reward_rows(lengths: Sequence[int], turn_ends: Sequence[Sequence[int]],
+                gains: Sequence[Sequence[float | None]], turns: Sequence[Sequence[str]],
+                outcomes: Sequence[float], penalty_scale: float | None) -> list[list[float]]:
+    """Token rewards per sample (response-relative, ``lengths[i]`` valid tokens)."""
+    rows = []
+    for n, ends, g, t, o in zip(lengths, turn_ends, gains, turns, outcomes, strict=True):
+        rewarded, answer_penalty = list(g), None
+        if penalty_scale is not None:
+            rewarded, answer_penalty = apply_format_penalty(g, t, penalty_scale)
+        rows.append(reward_row(n, ends, rewarded, o, answer_penalty))
+    return rows
+
+
+__all__ = [
+    "EXTRA_BOUNDARIES", "EXTRA_TOOLS", "EXTRA_TURNS", "IGRow", "agent_loop_fields",
+    "boundaries_from_extra", "ig_rows", "ig_scores", "reward_rows", "sample_gains",
+]

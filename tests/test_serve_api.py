@@ -1,0 +1,267 @@
+"""``drvenus serve`` over real HTTP on 127.0.0.1 with a scripted model (fast): the web API and
+its event stream, reconnecting, stopping, limits, replay of saved files, /v1 through the
+``openai`` client and /mcp through the MCP SDK's client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from drvenus import protocol
+from drvenus.agent import AgentConfig, ResearchAgent, read_trace
+from drvenus.serve.agents import AgentPool
+from drvenus.serve.app import create_app
+from drvenus.serve.runs import RunRegistry
+from drvenus.serve.server import ServeThread
+from scripted import PerQuestionModel, ScriptedTools, answer, call
+
+DRACULA = "https://en.wikipedia.org/wiki/Dracula"
+
+
+def script(question: str) -> list[str]:
+    if question.startswith("direct"):
+        return [answer("42")]
+    return [
+        call("search", query=["Dracula author"]),
+        call("visit", url=[DRACULA], goal="who wrote it"),
+        answer("Bram Stoker"),
+    ]
+
+
+def delay(question: str) -> float:
+    return 0.6 if question.startswith("slow") else 0.0
+
+
+def tool_body(tool_call) -> str:
+    if tool_call.name == "search":
+        hits = [{"title": "Dracula", "url": DRACULA, "snippet": "1897 novel by Bram Stoker"}]
+        return protocol.render_search([(q, hits) for q in tool_call.arguments["query"]])
+    frames = [
+        protocol.render_visit(u, tool_call.arguments["goal"], "Bram Stoker wrote Dracula.",
+                              "Dracula is an 1897 Gothic horror novel by Bram Stoker.")
+        for u in tool_call.arguments["url"]
+    ]
+    return protocol.join_visits(frames)
+
+
+def make_registry(runs_dir: Path, **kwargs) -> RunRegistry:
+    agent = ResearchAgent(
+        PerQuestionModel(script, delay=delay), ScriptedTools(tool_body),
+        AgentConfig(max_steps=5, max_attempts=1, backoff_base=0.0),
+    )
+    return RunRegistry(AgentPool.fixed(agent, "scripted"), runs_dir, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.fixture(scope="module")
+def server(runs_dir):
+    app = create_app(make_registry(runs_dir, max_running=2, max_waiting=1))
+    with ServeThread(app) as running:
+        yield running
+
+
+@pytest.fixture()
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        yield c
+
+
+def start(client: httpx.Client, question: str, **options) -> str:
+    r = client.post("/api/runs", json={"question": question, **options})
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def read_sse(response: httpx.Response, stop_after: int | None = None) -> list[tuple[str, dict]]:
+    """(event name, data) of a server-sent event stream (trace events up to ``stop_after``)."""
+    out: list[tuple[str, dict]] = []
+    name, data = "message", []
+    traces = 0
+    for line in response.iter_lines():
+        if line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].strip())
+        elif line == "" and data:
+            out.append((name, json.loads("\n".join(data))))
+            traces += name == "trace"
+            name, data = "message", []
+            if stop_after is not None and traces >= stop_after:
+                break
+    return out
+
+
+def events_of(client: httpx.Client, run_id: str, after: int | None = None) -> list[dict]:
+    headers = {"Last-Event-ID": str(after)} if after is not None else {}
+    with client.stream("GET", f"/api/runs/{run_id}/events", headers=headers) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        return [data for name, data in read_sse(r) if name == "trace"]
+
+
+def test_the_page_and_its_files_are_served(client):
+    page = client.get("/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert 'id="question"' in page.text and "/static/app.js" in page.text
+    assert client.get("/static/app.js").status_code == 200
+    assert client.get("/static/app.css").status_code == 200
+    config = client.get("/api/config").json()
+    assert config["models"] == [{"id": "default", "label": "scripted"}]
+    assert config["max_steps"] == 5 and config["step_cap"] >= 5
+
+
+def test_a_run_streams_viewable_events_to_the_end(client, runs_dir):
+    run_id = start(client, "Who wrote Dracula?")
+    events = events_of(client, run_id)
+    assert [e["i"] for e in events] == list(range(len(events)))
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "started" and kinds[-1] == "finished"
+    search = next(e for e in events if e["type"] == "tool_result" and e["view"]["name"] == "search")
+    assert search["view"]["results"][0]["hits"][0]["title"] == "Dracula"
+    visit = next(e for e in events if e["type"] == "tool_result" and e["view"]["name"] == "visit")
+    assert "1897 Gothic" in visit["view"]["pages"][0]["evidence"]
+    thinking = next(e for e in events if e["type"] == "model_output")
+    assert thinking["view"]["thinking"] == "I should use search."
+    done = events[-1]["view"]
+    assert done["answered"] and done["prediction"] == "Bram Stoker"
+    assert done["sources"] == [DRACULA]
+    # the result is there afterwards, and the run's file is a trace like ask --trace writes
+    body = client.get(f"/api/runs/{run_id}").json()
+    assert body["status"] == "done" and body["result"]["prediction"] == "Bram Stoker"
+    [trace] = read_trace(runs_dir / f"{run_id}.jsonl")
+    assert [e["type"] for e in trace] == [
+        e["type"] for e in events
+    ] and trace[-1]["data"]["record"]["messages"]
+    assert run_id in [r["id"] for r in client.get("/api/runs").json()["runs"]]
+
+
+def test_reconnecting_resumes_after_the_last_event_seen(client):
+    run_id = start(client, "slow: who wrote Dracula?")
+    with client.stream("GET", f"/api/runs/{run_id}/events") as r:
+        first = [d for n, d in read_sse(r, stop_after=3) if n == "trace"]
+    assert len(first) == 3  # disconnected mid-run
+    assert client.get(f"/api/runs/{run_id}").json()["status"] == "running"
+    rest = events_of(client, run_id, after=first[-1]["i"])
+    assert [e["i"] for e in first + rest] == list(range(len(first) + len(rest)))
+    assert rest[-1]["type"] == "finished" and rest[-1]["view"]["prediction"] == "Bram Stoker"
+    # ?after= does the same for clients that cannot send headers
+    again = client.get(f"/api/runs/{run_id}/events?after={len(first) + len(rest) - 2}")
+    assert again.text.count("event: trace") == 1
+
+
+def test_stop_ends_a_run_as_interrupted(client):
+    run_id = start(client, "slow: stop me")
+    with client.stream("GET", f"/api/runs/{run_id}/events") as r:
+        read_sse(r, stop_after=2)
+    stopped = client.post(f"/api/runs/{run_id}/cancel", json={}).json()
+    assert stopped["stopped"] is True
+    events = events_of(client, run_id)
+    assert events[-1]["view"]["termination"] == "interrupted"
+    assert client.post(f"/api/runs/{run_id}/cancel", json={}).json()["stopped"] is False
+
+
+def test_unknown_runs_and_bad_requests(client):
+    assert client.get("/api/runs/nope").status_code == 404
+    assert client.get("/api/runs/..%2F..%2Fetc").status_code == 404
+    assert client.post("/api/runs", json={"question": "  "}).status_code == 400
+    assert client.post("/api/runs", json={"question": "q", "max_steps": 0}).status_code == 400
+    assert client.post("/api/runs", json={"question": "q", "max_steps": "3"}).status_code == 400
+    assert client.post("/api/runs", json={"question": "q", "model": "other"}).status_code == 400
+    assert client.post("/api/runs", json=["q"]).status_code == 400
+    form = client.post("/api/runs", data={"question": "q"})
+    assert form.status_code == 415  # a form (or another site's simple request) cannot start runs
+    big = client.post("/api/runs", content=b"{" + b" " * (2 << 20) + b"}",
+                      headers={"content-type": "application/json"})
+    assert big.status_code == 413
+    assert client.post("/api/runs", json={"question": "x" * 9000}).status_code == 413
+
+
+def test_concurrent_runs_are_bounded(runs_dir):
+    app = create_app(make_registry(runs_dir, max_running=1, max_waiting=1), mcp=False)
+    with ServeThread(app) as running, httpx.Client(base_url=running.url, timeout=30) as c:
+        a, b = start(c, "slow: a"), start(c, "slow: b")
+        full = c.post("/api/runs", json={"question": "slow: c"})
+        assert full.status_code == 503 and full.headers["retry-after"]
+        assert c.get(f"/api/runs/{b}").json()["status"] == "queued"
+        assert events_of(c, a)[-1]["type"] == "finished"
+        assert events_of(c, b)[-1]["view"]["answered"]
+
+
+def test_replay_reads_traces_and_result_records(client, runs_dir):
+    run_id = start(client, "direct question")
+    events_of(client, run_id)
+    trace_text = (runs_dir / f"{run_id}.jsonl").read_text()
+    [run] = client.post("/api/replay", json={"text": trace_text * 2}).json()["runs"][:1]
+    assert run["question"] == "direct question"
+    assert run["events"][-1]["view"]["prediction"] == "42"
+    # a results row (drvenus run / eval), rebuilt into events from its messages
+    answered = [r for r in client.get("/api/runs").json()["runs"]
+                if r["prediction"] == "Bram Stoker"]
+    record = read_trace(runs_dir / f"{answered[0]['id']}.jsonl")[0][-1]["data"]["record"]
+    row = {"id": "q1", **record}
+    body = client.post("/api/replay", json={"text": json.dumps(row) + "\n"}).json()
+    events = body["runs"][0]["events"]
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "started" and kinds[-1] == "finished"
+    assert [e["view"]["name"] for e in events if e["type"] == "tool_call"] == ["search", "visit"]
+    results = [e for e in events if e["type"] == "tool_result"]
+    assert results[0]["view"]["results"][0]["hits"][0]["url"] == DRACULA
+    assert events[-1]["view"]["sources"] == [DRACULA]
+    bad = client.post("/api/replay", json={"text": "not json"})
+    assert bad.status_code == 422 and "cannot replay" in bad.json()["error"]
+
+
+def test_openai_client_non_stream_and_stream(server):
+    openai = pytest.importorskip("openai")
+    oa = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    assert "drvenus" in [m.id for m in oa.models.list().data]
+    reply = oa.chat.completions.create(
+        model="drvenus",
+        messages=[{"role": "system", "content": "be brief"},
+                  {"role": "user", "content": "Who wrote Dracula?"}],
+    )
+    message = reply.choices[0].message
+    assert message.content.startswith("Bram Stoker")
+    assert f"Sources:\n- {DRACULA}" in message.content
+    assert "Searching: Dracula author" in message.model_extra["reasoning_content"]
+    chunks = list(oa.chat.completions.create(
+        model="drvenus", stream=True,
+        messages=[{"role": "user", "content": [{"type": "text", "text": "Who wrote Dracula?"}]}],
+    ))
+    reasoning = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or ""
+                        for c in chunks if c.choices)
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "Searching: Dracula author" in reasoning and "Read:" in reasoning
+    assert content.startswith("Bram Stoker") and DRACULA in content
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    with pytest.raises(openai.BadRequestError):
+        oa.chat.completions.create(model="drvenus", messages=[{"role": "system", "content": "x"}])
+
+
+def test_mcp_over_http_with_the_sdk_client(server):
+    pytest.importorskip("mcp")
+    from mcp import Client
+
+    async def go():
+        async with Client(server.url + "/mcp") as mcp_client:
+            tools = {t.name for t in (await mcp_client.list_tools()).tools}
+            found = await mcp_client.call_tool("search", {"query": "Dracula author"})
+            read = await mcp_client.call_tool("visit", {"url": DRACULA, "goal": "author"})
+            research = await mcp_client.call_tool("deep_research", {"question": "Who wrote it?"})
+            return tools, found, read, research
+
+    tools, found, read, research = asyncio.run(go())
+    assert tools == {"deep_research", "search", "visit"}
+    hits = protocol.parse_search_body(found.content[0].text)
+    assert hits[0]["web_page_info_list"][0]["url"] == DRACULA
+    assert "Bram Stoker wrote Dracula." in read.content[0].text
+    assert research.content[0].text.startswith("Bram Stoker")
+    assert DRACULA in research.content[0].text

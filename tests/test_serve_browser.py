@@ -1,0 +1,178 @@
+"""The web demo in a real headless browser (Debian's chromium driven by Playwright), on the real
+``drvenus serve`` with the embedded model and the built-in corpus: ask, watch a search step and
+the answer appear, reload mid-run (reconnect), look at it phone-wide, replay the saved trace;
+then one /v1 chat completion through the ``openai`` client on the same server.
+
+Screenshots go to ``$DRVENUS_ARTIFACTS`` (else the test's temp dir); CI keeps them as artifacts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+QUESTION = "Who wrote the novel Dracula?"
+RUN_TIMEOUT_MS = 300_000
+
+pytestmark = pytest.mark.slow
+
+
+def _chromium() -> str:
+    path = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
+    if not path:
+        if os.environ.get("DRVENUS_REQUIRE_BROWSER"):  # set by .ci/run: CI must run this test
+            pytest.fail("no chromium browser, and DRVENUS_REQUIRE_BROWSER is set")
+        pytest.skip("no chromium browser (Debian: apt-get install chromium); .ci/run installs it")
+    return path
+
+
+class Served:
+    """``drvenus serve --port 0`` in a subprocess; its URL read from the ready line."""
+
+    def __init__(self, runs_dir: Path, env: dict[str, str]) -> None:
+        self.runs_dir = runs_dir
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "drvenus", "serve", "--port", "0", "--runs-dir", str(runs_dir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        self.lines: list[str] = []
+        self.url = ""
+        ready = threading.Event()
+
+        def read() -> None:
+            assert self.proc.stderr is not None
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                found = re.search(r"serving on (http://\S+?):? ", line)
+                if found and not self.url:
+                    self.url = found.group(1)
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(300) or not self.url:
+            self.stop()
+            raise RuntimeError("drvenus serve did not start:\n" + "".join(self.lines))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, models_dir):
+    tmp = tmp_path_factory.mktemp("serve-e2e")
+    pythonpath = os.pathsep.join(
+        p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p
+    )
+    env = {**os.environ, "PYTHONPATH": pythonpath, "DRVENUS_MODELS_DIR": str(models_dir),
+           "DRVENUS_CACHE_DIR": str(tmp / "cache")}
+    env.pop("DRVENUS_SERVE_TOKEN", None)
+    server = Served(tmp / "runs", env)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> Path:
+    folder = os.environ.get("DRVENUS_ARTIFACTS")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("artifacts")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = _chromium()
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (dev extra)")
+    with sync_api.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def _answer_shown(page) -> str:
+    page.wait_for_selector("#answer:not([hidden])", timeout=RUN_TIMEOUT_MS)
+    page.wait_for_selector("#c-status.done, #c-status.failed", timeout=RUN_TIMEOUT_MS)
+    return page.inner_text("#a-text")
+
+
+def test_ask_watch_reconnect_replay_in_a_browser(served, browser, artifacts):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(served.url + "/")
+    page.wait_for_selector("#opt-model option", state="attached")  # settings from the server
+    assert page.input_value("#opt-steps") == "2"  # the embedded preset's step limit
+    page.fill("#question", QUESTION)
+    page.click("#ask-btn")
+    # a search step appears while the run goes on
+    page.wait_for_selector(".tool.search .chip", timeout=RUN_TIMEOUT_MS)
+    run_id = page.evaluate("location.hash").split("run=", 1)[1]
+    # reload mid-run: the page reconnects to the run's stream and replays what it missed
+    page.reload()
+    page.wait_for_selector(".tool.search .chip", timeout=RUN_TIMEOUT_MS)
+    answer = _answer_shown(page)
+    assert answer.strip()
+    assert page.inner_text("#v-question") == QUESTION
+    assert page.locator("#timeline .hits li a").count() >= 1  # result titles with links
+    assert int(page.inner_text("#c-steps")) >= 1
+    page.screenshot(path=str(artifacts / "serve-desktop.png"), full_page=True)
+
+    phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True,
+                             device_scale_factor=2)
+    phone.goto(f"{served.url}/#run={run_id}")
+    assert _answer_shown(phone) == answer
+    overflow = phone.evaluate("document.documentElement.scrollWidth")
+    assert overflow <= 390, f"the page is {overflow}px wide on a 390px screen"
+    phone.screenshot(path=str(artifacts / "serve-phone.png"), full_page=True)
+    phone.close()
+
+    # replay the run's saved trace step by step
+    trace = served.runs_dir / f"{run_id}.jsonl"
+    assert trace.is_file()
+    page.click("button[data-tab=replay]")
+    page.set_input_files("#replay-file", str(trace))
+    page.wait_for_selector("#player:not([hidden])")
+    assert page.locator("#answer:not([hidden])").count() == 0  # only the first event shown
+    for _ in range(3):
+        page.click("#rp-next")
+    page.click("#rp-all")
+    assert page.inner_text("#a-text") == answer
+    assert page.locator(".tool.search .chip").count() >= 1
+    page.screenshot(path=str(artifacts / "serve-replay.png"), full_page=True)
+    assert not errors, errors
+    page.close()
+
+
+def test_v1_chat_completion_on_the_embedded_model(served):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=served.url + "/v1", api_key="local", max_retries=0,
+                           timeout=400)
+    start = time.monotonic()
+    reply = client.chat.completions.create(
+        model="drvenus", messages=[{"role": "user", "content": QUESTION}]
+    )
+    message = reply.choices[0].message
+    assert message.content.strip()
+    assert "Searching:" in message.model_extra["reasoning_content"]
+    assert reply.usage.completion_tokens > 0
+    assert time.monotonic() - start < 400

@@ -1,0 +1,118 @@
+"""The run registry (ids, stored events, limits, stop, reload from disk) and the views of events
+and saved files, without HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from drvenus.agent import AgentConfig, ResearchAgent
+from drvenus.serve.agents import AgentPool, Choice, Preset
+from drvenus.serve.runs import Busy, RunRegistry
+from drvenus.serve.view import final_text, load_saved, progress_line
+from scripted import ScriptedModel, ScriptedTools, answer
+from test_serve_api import DRACULA, make_registry
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_finished_runs_are_read_back_from_their_files(tmp_path):
+    async def go():
+        registry = make_registry(tmp_path)
+        started = registry.start("Who wrote Dracula?")
+        record = await started.wait()
+        return started.id, record
+
+    run_id, record = run(go())
+    assert record["prediction"] == "Bram Stoker"
+    fresh = make_registry(tmp_path)  # a new server on the same runs folder
+    again = fresh.get(run_id)
+    assert again is not None and again.status == "done"
+    assert again.question == "Who wrote Dracula?" and again.record["prediction"] == "Bram Stoker"
+    assert [r["id"] for r in fresh.list()] == [run_id]
+    # a file cut short (the server died mid-run) is a "lost" run
+    lines = (tmp_path / f"{run_id}.jsonl").read_text().splitlines()
+    (tmp_path / "20200101-000000-dead.jsonl").write_text("\n".join(lines[:3]) + "\n")
+    lost = fresh.get("20200101-000000-dead")
+    assert lost is not None and lost.status == "lost" and lost.record is None
+    assert fresh.get("../etc/passwd") is None and fresh.get("missing") is None
+
+
+def test_limits_and_bad_choices(tmp_path):
+    async def go():
+        registry = make_registry(tmp_path, max_running=1, max_waiting=0)
+        first = registry.start("slow one")
+        with pytest.raises(Busy):
+            registry.start("slow two")
+        with pytest.raises(ValueError):
+            registry.start(" ")
+        await registry.aclose()
+        return first
+
+    first = run(go())
+    assert first.record["termination"] == "interrupted"
+    with pytest.raises(ValueError, match="unknown model preset"):
+        make_registry(tmp_path).pool.check(Choice(model="gpt"))
+    with pytest.raises(ValueError, match="max_steps"):
+        make_registry(tmp_path).pool.check(Choice(max_steps=10_000))
+
+
+def test_a_model_that_cannot_be_built_ends_the_run_with_its_error(tmp_path):
+    def broken():
+        raise OSError("no such model file: x.gguf")
+
+    pool = AgentPool({"default": Preset("broken", broken)},
+                     {"default": Preset("tools", ScriptedTools)})
+
+    async def go():
+        registry = RunRegistry(pool, tmp_path)
+        return await registry.start("anything").wait()
+
+    record = run(go())
+    assert record["termination"] == "exception" and "x.gguf" in record["error"]
+
+
+def test_the_step_limit_of_a_run_is_its_own(tmp_path):
+    model = ScriptedModel([answer("fine")])
+    agent = ResearchAgent(model, ScriptedTools(), AgentConfig(max_steps=3))
+    pool = AgentPool.fixed(agent)
+
+    async def go():
+        one = await pool.agent(Choice(max_steps=1))
+        default = await pool.agent(Choice())
+        return one.config.max_steps, default.config.max_steps
+
+    assert run(go()) == (1, 3)
+
+
+def test_load_saved_accepts_the_saved_formats():
+    record = {
+        "question": "Q?", "prediction": "A", "termination": "answered",
+        "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "Q?"},
+                     {"role": "assistant", "content": answer("A")}],
+    }
+    for text in (json.dumps(record), json.dumps([record, record]),
+                 json.dumps(record) + "\n" + json.dumps(record) + "\n"):
+        runs = load_saved(text)
+        assert runs[0]["question"] == "Q?"
+        assert [e["type"] for e in runs[0]["events"]][-2:] == ["answer", "finished"]
+    for bad in ("", "[1, 2]", '{"a": 1}', "{\nnot json"):
+        with pytest.raises(ValueError):
+            load_saved(bad)
+
+
+def test_final_text_and_progress_lines():
+    messages = [{"role": "user", "content": "<tool_response>\nnot a frame\n</tool_response>"}]
+    failed = {"termination": "llm_error", "error": "model down", "prediction": "No answer found",
+              "messages": messages}
+    assert final_text(failed) == "No answer (llm_error: model down)."
+    ok = {"termination": "answered", "prediction": "Stoker", "messages": []}
+    assert final_text(ok) == "Stoker"
+    event = {"type": "tool_call", "step": 0,
+             "data": {"name": "visit", "arguments": {"url": [DRACULA], "goal": "g"}}}
+    assert progress_line(event) == f"Visiting: {DRACULA}"
+    assert progress_line({"type": "turn", "step": 0, "data": {}}) is None
