@@ -208,7 +208,7 @@ def test_rollouts_group_and_seed_each_trajectory(tok):
 class _TokenServer:
     """A local server speaking vLLM's /v1/completions and SGLang's /generate with token ids."""
 
-    def __init__(self, tokenizer, reply_text: str):
+    def __init__(self, tokenizer, reply_text: str, logprobs=None):
         self.requests: list[tuple[str, dict]] = []
         eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
         ids = tokenizer.encode(reply_text, add_special_tokens=False) + [eos]
@@ -232,7 +232,16 @@ class _TokenServer:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append((self.path, body))
-                if self.path == "/v1/completions":
+                if self.path == "/v1/completions" and "prompt_logprobs" in body:
+                    lps = logprobs(body["prompt"])
+                    rows = [None] + [{str(t): {"logprob": lp, "rank": 1}}
+                                     for t, lp in zip(body["prompt"][1:], lps[1:], strict=True)]
+                    self._send({"choices": [{"text": "", "prompt_logprobs": rows}]})
+                elif self.path == "/generate" and body.get("return_logprob"):
+                    lps = logprobs(body["input_ids"])
+                    rows = [[lp, t, None] for t, lp in zip(body["input_ids"], lps, strict=True)]
+                    self._send({"text": "", "meta_info": {"input_token_logprobs": rows}})
+                elif self.path == "/v1/completions":
                     self._send({"choices": [{"text": reply_text, "token_ids": ids,
                                              "finish_reason": "stop"}],
                                 "usage": {"prompt_tokens": len(body["prompt"])}})
@@ -278,6 +287,42 @@ def test_server_engine_sends_token_ids_and_returns_sampled_ids(tok, flavor):
         asyncio.run(engine.aclose())
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("flavor", ["vllm", "sglang"])
+def test_ig_from_the_servers_prompt_logprobs_equals_the_trainers(tok, tiny_policy, flavor):
+    """--ig-source engine: IG from a server's prompt log-probs (vLLM and SGLang formats) equals
+    the trainer's KV-cache IG on the same trajectory."""
+    from drvenus.train.rl.ig import IGConfig, score_trajectory, score_trajectory_remote
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_policy).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(30.0)
+
+    def logprobs(ids):
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].float(), -1)
+        return [None] + [float(logp[i - 1, t]) for i, t in enumerate(ids) if i > 0]
+
+    script = [call("search", query=["dune"]), call("visit", url=["https://a.org"], goal="g"),
+              call("visit", url=["https://b.org"], goal="g"), answer("Frank Herbert")]
+    _, rec = run_agent(FakeEngine(tok, script))
+    server = _TokenServer(tok, "", logprobs)
+    try:
+        engine = ServerEngine(server.url, tok, flavor=flavor, model="policy")
+        cfg = IGConfig(ig_tool_filter="")
+        remote = asyncio.run(score_trajectory_remote(engine.prompt_logprobs, tok, rec.input_ids,
+                                                     rec.boundaries, "Frank Herbert", cfg))
+        asyncio.run(engine.aclose())
+    finally:
+        server.close()
+    local = score_trajectory(model, tok, rec.input_ids, rec.boundaries, "Frank Herbert", cfg)
+    assert len(remote.info_gains) == 3 and all(g is not None for g in remote.info_gains)
+    for a, b in zip(remote.info_gains, local.info_gains, strict=True):
+        assert abs(a - b) <= 1e-4
+    with pytest.raises(ValueError, match="temperature"):
+        asyncio.run(score_trajectory_remote(engine.prompt_logprobs, tok, rec.input_ids,
+                                            rec.boundaries, "x", IGConfig(temperature=0.7)))
 
 
 # ---------------------------------------------------------------- the real embedded model

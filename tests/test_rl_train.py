@@ -197,3 +197,28 @@ def test_questions_and_batches(rl_data):
     assert len(set(seen[0]) | set(seen[1])) == 8  # two full batches per epoch, no overlap
     assert seen[2] != seen[0]  # a new shuffle each epoch
     assert batch_indices(10, 4, 5, 0) == batch_indices(10, 4, 5, 0)
+
+
+def test_engine_ig_crosscheck_reports_the_largest_difference(tiny_policy, rl_data):
+    from types import SimpleNamespace
+
+    from drvenus.train.rl.batch import trainer_gains
+    from drvenus.train.rl.trainer import _crosscheck, load_policy
+
+    model, tok = load_policy(tiny_policy, "cpu")
+    enc = lambda t: tok.encode(t, add_special_tokens=False)  # noqa: E731
+    ids = enc("<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n")
+    bounds = [Boundary(len(ids), "visit")]
+    ids += enc("a<|im_end|>\n<|im_start|>user\nr<|im_end|>\n<|im_start|>assistant\n")
+    bounds.append(Boundary(len(ids), None))
+    ids += enc("b<|im_end|>")
+    rec = RolloutRecord(ids, bounds[0].token_len, [], [], bounds, [], [2, 4], ["a", "b"])
+    rollout = Rollout(0, 0, "q", "Frank Herbert", ResultRecord("q", [], "", "answered"), rec)
+    cfg = RLConfig(train="t", model="m", output="o", ig_crosscheck=1)
+    run = SimpleNamespace(config=cfg, model=model, tokenizer=tok)
+    exact = trainer_gains(model, tok, rollout, cfg.ig())
+    assert _crosscheck(run, [rollout], [exact])["ig/crosscheck_max_abs_diff"] == 0.0
+    off = [exact[0] + 0.5]
+    assert _crosscheck(run, [rollout], [off])["ig/crosscheck_max_abs_diff"] == pytest.approx(0.5)
+    with pytest.raises(RLConfigError, match="ig-source engine"):
+        load_config(None, train="t", model="m", output="o", ig_source="engine")

@@ -8,6 +8,7 @@ anchor), the outcome (or the final turn's penalty) at the last token.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -91,19 +92,47 @@ async def outcomes(rollouts: Sequence[Rollout], reward_type: str, judge: Judge |
     return await judge_outcomes(judge, items, concurrency=concurrency)
 
 
-def build_sample(rollout: Rollout, outcome: float, tokenizer: Any, policy: Any | None,
-                 ig: IGConfig | None, *, format_penalty: float | None) -> Sample:
-    """Score one trajectory: IG at its boundaries (``policy`` in no-grad mode; None or
-    ``ig`` None: no IG), format penalties (``format_penalty``: the scale, None = off), token
-    rewards."""
+def trainer_gains(policy: Any, tokenizer: Any, rollout: Rollout, ig: IGConfig
+                  ) -> list[float | None]:
+    """IG of each non-final turn, scored by the policy (KV cache, no grad)."""
     rec = rollout.tokens
     assert rec is not None
-    gains: list[float | None] = [None] * max(len(rec.turns) - 1, 0)
-    if policy is not None and ig is not None and len(rec.turns) > 1:
-        with torch.no_grad():
-            gt = rollout.ground_truth.split(ANSWER_SPLIT)[0]
-            gains = list(score_trajectory(policy, tokenizer, rec.input_ids, rec.boundaries, gt,
-                                          ig).info_gains)
+    with torch.no_grad():
+        gt = rollout.ground_truth.split(ANSWER_SPLIT)[0]
+        return list(score_trajectory(policy, tokenizer, rec.input_ids, rec.boundaries, gt,
+                                     ig).info_gains)
+
+
+async def engine_gains(engine: Any, tokenizer: Any, rollouts: Sequence[Rollout], ig: IGConfig
+                       ) -> list[list[float | None]]:
+    """IG of every rollout from the serving engine's prompt log-probs (concurrently)."""
+    from drvenus.train.rl.ig import score_trajectory_remote
+
+    async def one(r: Rollout) -> list[float | None]:
+        rec = r.tokens
+        assert rec is not None
+        if len(rec.turns) < 2:
+            return [None] * max(len(rec.turns) - 1, 0)
+        result = await score_trajectory_remote(
+            engine.prompt_logprobs, tokenizer, rec.input_ids, rec.boundaries,
+            r.ground_truth.split(ANSWER_SPLIT)[0], ig)
+        return list(result.info_gains)
+
+    return list(await asyncio.gather(*(one(r) for r in rollouts)))
+
+
+def build_sample(rollout: Rollout, outcome: float, tokenizer: Any, policy: Any | None,
+                 ig: IGConfig | None, *, format_penalty: float | None,
+                 gains: list[float | None] | None = None) -> Sample:
+    """Score one trajectory: IG at its boundaries (given as ``gains``, else scored with
+    ``policy`` in no-grad mode; neither, or ``ig`` None: no IG), format penalties
+    (``format_penalty``: the scale, None = off), token rewards."""
+    rec = rollout.tokens
+    assert rec is not None
+    if gains is None:
+        gains = [None] * max(len(rec.turns) - 1, 0)
+        if policy is not None and ig is not None and len(rec.turns) > 1:
+            gains = trainer_gains(policy, tokenizer, rollout, ig)
     rewarded: list[float | None] = list(gains)
     answer_penalty = None
     if format_penalty is not None:
@@ -137,4 +166,5 @@ def assign_advantages(samples: Sequence[Sample], **igpo: Any) -> dict[str, float
     return metrics
 
 
-__all__ = ["Sample", "assign_advantages", "build_sample", "outcomes", "turn_end_positions"]
+__all__ = ["Sample", "assign_advantages", "build_sample", "engine_gains", "outcomes",
+           "trainer_gains", "turn_end_positions"]

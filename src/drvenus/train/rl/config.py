@@ -75,6 +75,11 @@ class RLConfig:
                                "visit")
     ig_compute_freq: int = _opt("Score every N-th boundary.", 1)
     ig_chunk_size: int = _opt("Trajectory tokens per forward when building the IG cache.", 8192)
+    ig_source: Literal["trainer", "engine"] = _opt(
+        "trainer (KV cache on the policy) | engine (the rollout server's prompt log-probs).",
+        "trainer")
+    ig_crosscheck: int = _opt("With --ig-source engine: also score N trajectories a step on the "
+                              "trainer and log the largest difference.", 0)
     # advantages
     norm_mode: str = _opt("IG normalisation: joint | separate | scaled_separate | raw_ig.",
                           "scaled_separate")
@@ -177,6 +182,10 @@ class RLConfig:
                     raise RLConfigError(f"{flag(name)} must divide nodes x gpus-per-node ({total})")
         elif self.engine != "transformers" and not self.engine_url:
             raise RLConfigError(f"--engine {self.engine} needs --engine-url")
+        if self.ig_source == "engine" and (self.engine == "transformers"
+                                           or self.temperature != 1.0):
+            raise RLConfigError("--ig-source engine needs --engine vllm|sglang and temperature "
+                                "1.0 (servers report untempered log-probs)")
         if self.batch_size * self.n_rollouts % self.ppo_mini_batches:
             raise RLConfigError("--ppo-mini-batches must divide batch-size x n-rollouts")
         unknown = set(self.loggers()) - {"console", "tensorboard"}

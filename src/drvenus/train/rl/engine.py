@@ -290,6 +290,31 @@ class ServerEngine:
             cached_tokens=int(cached) if isinstance(cached, int) else None,
         )
 
+    async def prompt_logprobs(self, ids: list[int]) -> list[float | None]:
+        """The log-prob of each token of ``ids`` given the ones before it (None for the first),
+        as the server computes it (vLLM ``prompt_logprobs``, SGLang ``input_token_logprobs``;
+        before temperature)."""
+        if self.flavor == "sglang":
+            body = {"input_ids": list(ids), "return_logprob": True, "logprob_start_len": 0,
+                    "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+            reply = await self._post_json("POST", "/generate", body, None)
+            if isinstance(reply, list):
+                reply = reply[0] if reply else {}
+            rows = (reply.get("meta_info") or {}).get("input_token_logprobs") or []
+            out = [None if r is None or r[0] is None else float(r[0]) for r in rows]
+        else:
+            body = {"model": await self._model_name(), "prompt": list(ids), "max_tokens": 1,
+                    "temperature": 0.0, "prompt_logprobs": 0}
+            reply = await self._post_json("POST", "/v1/completions", body, None)
+            rows = (reply.get("choices") or [{}])[0].get("prompt_logprobs") or []
+            out = []
+            for tid, row in zip(ids, rows, strict=False):
+                entry = (row or {}).get(str(tid)) if isinstance(row, dict) else None
+                out.append(None if entry is None else float(entry.get("logprob")))
+        if len(out) != len(ids):
+            raise LLMError(f"{self.base}: {len(out)} prompt log-probs for {len(ids)} tokens")
+        return out
+
     async def reload_weights(self, checkpoint: str) -> None:
         """Make the server load the weights saved at ``checkpoint`` (SGLang only; a vLLM
         server has no such endpoint and is reloaded by restarting it)."""

@@ -25,7 +25,7 @@ import inspect
 import json
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -264,4 +264,38 @@ def score_trajectory(
     scores = {k: by_pos[offsets[k]] for k in kept}
     gains = info_gains(scores, max(len(boundaries) - 1, 0), config.info_gain_type)
     log.debug("IG: %d turns, %d scored, gains %s", len(boundaries) - 1, len(kept) - 1, gains)
+    return IGResult(info_gains=gains, scores=scores)
+
+
+async def score_trajectory_remote(
+    prompt_logprobs: Callable[[list[int]], Awaitable[Sequence[float | None]]],
+    tokenizer: Any,
+    ids: Sequence[int],
+    boundaries: Sequence[Boundary],
+    ground_truth: str,
+    config: IGConfig | None = None,
+) -> IGResult:
+    """:func:`score_trajectory` from a serving engine's prompt log-probabilities
+    (``prompt_logprobs(ids)`` -> the log-prob of each token given the ones before it; vLLM's
+    ``prompt_logprobs``, SGLang's ``input_token_logprobs``). Servers report untempered
+    log-probs, so this needs temperature 1.0."""
+    config = config or IGConfig()
+    if config.temperature != 1.0:
+        raise ValueError("IG from the serving engine needs temperature 1.0 (servers report "
+                         "log-probs before temperature); use the trainer's IG")
+    pseudo, (lo, hi) = pseudo_answer(tokenizer, ground_truth, config.end_of_turn)
+    kept = kept_boundaries(boundaries, config)
+    offsets, prev = [], 0
+    for b in boundaries:
+        prev = min(max(int(b.token_len), prev), len(ids))
+        offsets.append(prev)
+    scores: dict[int, float | None] = {}
+    for k in kept:
+        b = offsets[k]
+        lps = await prompt_logprobs(list(ids[:b]) + pseudo)
+        picked = [lps[b + i] for i in range(lo, hi)]
+        vals = [float(x) for x in picked if x is not None]
+        mean = sum(vals) / len(vals) if vals and len(vals) == len(picked) else math.nan
+        scores[k] = mean if math.isfinite(mean) else None
+    gains = info_gains(scores, max(len(boundaries) - 1, 0), config.info_gain_type)
     return IGResult(info_gains=gains, scores=scores)

@@ -39,7 +39,14 @@ import torch
 
 from drvenus.protocol import ANSWER_SPLIT, load_system_prompt
 from drvenus.train import options
-from drvenus.train.rl.batch import Sample, assign_advantages, build_sample, outcomes
+from drvenus.train.rl.batch import (
+    Sample,
+    assign_advantages,
+    build_sample,
+    engine_gains,
+    outcomes,
+    trainer_gains,
+)
 from drvenus.train.rl.collect import Rollout, run_rollouts
 from drvenus.train.rl.config import RLConfig, RLConfigError
 from drvenus.train.rl.policy import policy_loss, token_logprobs
@@ -444,13 +451,43 @@ async def _step_samples(run: _Run, step: int) -> tuple[list[Rollout], list[Sampl
                                          cfg.judge_concurrency)
     penalty = cfg.format_penalty_scale if cfg.use_format_penalty else None
     policy = run.model if cfg.use_info_gain else None
-    samples = [build_sample(r, o, run.tokenizer, policy, cfg.ig(), format_penalty=penalty)
-               for r, o in zip(usable, scores, strict=True)]
+    gains: list[Any] = [None] * len(usable)
+    metrics: dict[str, float] = {}
+    if cfg.use_info_gain and cfg.ig_source == "engine":
+        gains = await engine_gains(run.engine, run.tokenizer, usable, cfg.ig())
+        metrics.update(_crosscheck(run, usable, gains))
+    samples = [build_sample(r, o, run.tokenizer, policy, cfg.ig(), format_penalty=penalty,
+                            gains=g) for r, o, g in zip(usable, scores, gains, strict=True)]
     t2 = time.perf_counter()
-    metrics = {"time/rollout_s": t1 - t0, "time/reward_s": t2 - t1,
-               "judge/judged": float(judge_stats.judged), "judge/exact": float(judge_stats.exact),
-               "judge/failures": float(judge_stats.failures)}
+    metrics |= {"time/rollout_s": t1 - t0, "time/reward_s": t2 - t1,
+                "judge/judged": float(judge_stats.judged),
+                "judge/exact": float(judge_stats.exact),
+                "judge/failures": float(judge_stats.failures)}
     return rollouts, samples, metrics
+
+
+def _crosscheck(run: _Run, rollouts: Sequence[Rollout], gains: Sequence[Any]
+                ) -> dict[str, float]:
+    """Score the first ``ig_crosscheck`` multi-turn rollouts on the trainer too and report the
+    largest difference to the engine's IG."""
+    n, worst = 0, 0.0
+    for r, g in zip(rollouts, gains, strict=True):
+        if n >= run.config.ig_crosscheck:
+            break
+        if r.tokens is None or len(r.tokens.turns) < 2:
+            continue
+        mine = trainer_gains(run.model, run.tokenizer, r, run.config.ig())
+        for a, b in zip(mine, g, strict=True):
+            if (a is None) != (b is None):
+                worst = math.inf
+            elif a is not None:
+                worst = max(worst, abs(a - b))
+        n += 1
+    if not n:
+        return {}
+    if worst > 1e-2:
+        log.warning("IG cross-check: the engine and the trainer differ by up to %.4g", worst)
+    return {"ig/crosscheck_samples": float(n), "ig/crosscheck_max_abs_diff": worst}
 
 
 def _after_update(run: _Run, loop: asyncio.AbstractEventLoop) -> None:
