@@ -31,20 +31,9 @@ STEPS, STOP_AT = 16, 6
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory, embedded_tokenizer_dir) -> Path:
-    """A 2-layer, 64-wide random Llama with SmolLM2's tokenizer and chat template."""
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tok = transformers.AutoTokenizer.from_pretrained(embedded_tokenizer_dir)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-        tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+def tiny_model(tiny_policy) -> Path:
+    """A 2-layer, 64-wide random Llama with SmolLM2's tokenizer and chat template (conftest)."""
+    return tiny_policy
 
 
 @pytest.fixture(scope="session")

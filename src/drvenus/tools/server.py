@@ -469,18 +469,21 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _url(sock: socket.socket) -> str:
+def socket_url(sock: socket.socket) -> str:
+    """The http URL of a bound socket."""
     host, port = sock.getsockname()[:2]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _uvicorn_server(app: Any, sock: socket.socket) -> Any:
+def uvicorn_server(app: Any, sock: socket.socket, *, lifespan: str = "off",
+                   graceful_seconds: float | None = None) -> Any:
+    """A uvicorn server for ``app`` on a socket bound already (no logging config of its own)."""
     import uvicorn
 
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
-        app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
-        timeout_keep_alive=30,
+        app, host=host, port=port, log_config=None, access_log=False, lifespan=lifespan,
+        timeout_keep_alive=30, timeout_graceful_shutdown=graceful_seconds,
     )
     return uvicorn.Server(config)
 
@@ -505,10 +508,10 @@ def serve(
     except BaseException:
         close_quietly(toolbox)
         raise
-    server = _uvicorn_server(app, sock)
+    server = uvicorn_server(app, sock)
     if on_ready is not None:
-        on_ready(_url(sock))
-    log.info("tool server listening on %s", _url(sock))
+        on_ready(socket_url(sock))
+    log.info("tool server listening on %s", socket_url(sock))
 
     async def run() -> None:
         try:
@@ -526,7 +529,11 @@ def serve(
 
 class ServerThread:
     """An app served by uvicorn in a daemon thread, on a socket bound before it starts (port 0:
-    a free port). For tests and benchmarks: ``with ServerThread(app) as server: server.url``."""
+    a free port). For tests and benchmarks: ``with ServerThread(app) as server: server.url``.
+    Subclasses set ``lifespan`` ("on" runs the app's startup/shutdown) and ``label``."""
+
+    lifespan = "off"
+    label = "tool server"
 
     def __init__(self, app: Any, host: str = DEFAULT_HOST, port: int = 0) -> None:
         self.app, self.host, self.port = app, host, port
@@ -536,17 +543,18 @@ class ServerThread:
 
     def start(self, timeout: float = 30.0) -> Self:
         sock = bind_socket(self.host, self.port)
-        self.url = _url(sock)
-        self._server = _uvicorn_server(self.app, sock)
+        self.url = socket_url(sock)
+        self._server = uvicorn_server(self.app, sock, lifespan=self.lifespan,
+                                      graceful_seconds=5 if self.lifespan == "on" else None)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, daemon=True,
-            name="drvenus-tool-server",
+            name=f"drvenus-{self.label.replace(' ', '-')}",
         )
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the tool server at {self.url} did not start")
+                raise RuntimeError(f"the {self.label} at {self.url} did not start")
             time.sleep(0.01)
         return self
 

@@ -18,6 +18,19 @@ from typing import Annotated, Any, Literal, TypeVar
 T = TypeVar("T")
 
 
+BAD_INPUT = 2  # exit code of a usage error
+
+
+def usage_exit(exc: BaseException | str, console: Any) -> Any:
+    """Print ``exc`` as one ``error:`` line on ``console``; the ``typer.Exit`` to raise."""
+    import typer
+    from rich.markup import escape
+
+    text = str(exc) or type(exc).__name__
+    console.print(f"[red]error:[/red] {escape(text.strip().splitlines()[0])}")
+    return typer.Exit(BAD_INPUT)
+
+
 class ConfigError(ValueError):
     """An invalid setting; the message is one line naming the option."""
 
@@ -128,5 +141,5 @@ def cli_params(cls: type, extra: list[inspect.Parameter] | None = None) -> list[
     return params + list(extra or [])
 
 
-__all__ = ["ConfigError", "check_types", "cli_params", "dump", "field_help", "flag",
-           "one_line_reason", "opt", "read_values"]
+__all__ = ["BAD_INPUT", "ConfigError", "check_types", "cli_params", "dump", "field_help", "flag",
+           "one_line_reason", "opt", "read_values", "usage_exit"]

@@ -14,21 +14,17 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from drvenus.train.options import cli_params
+from drvenus.train.options import cli_params, usage_exit
 from drvenus.train.sft.config import SFTConfig, flag, load_config
 
 console = Console(stderr=True, soft_wrap=True)
 out = Console(soft_wrap=True)
-BAD_INPUT = 2
 
 
 def _fail(exc: BaseException | str) -> typer.Exit:
-    text = str(exc) or type(exc).__name__
-    console.print(f"[red]error:[/red] {escape(text.strip().splitlines()[0])}")
-    return typer.Exit(BAD_INPUT)
+    return usage_exit(exc, console)
 
 
 def _params() -> list[inspect.Parameter]:
