@@ -198,3 +198,19 @@ def test_model_export_commands_refuse_a_folder_that_is_not_a_checkpoint(command,
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "nope" in lines[0]
+
+
+def test_every_command_loads_without_the_optional_extras():
+    """`pip install drvenus` has no torch, numpy, transformers, fastapi, mcp or yaml: the CLI
+    (every mounted command, ``rl`` and ``serve`` included) must still start."""
+    import subprocess
+    import sys
+
+    blocked = ("torch", "numpy", "transformers", "fastapi", "uvicorn", "mcp", "yaml", "peft")
+    for command in ("rl", "serve", "sft", "eval", "data"):
+        code = ("import sys\n"
+                f"for m in {blocked!r}:\n    sys.modules[m] = None\n"
+                "from drvenus.cli import main\n"
+                f"sys.argv = ['drvenus', {command!r}, '--help']\nmain()")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert done.returncode == 0, (command, done.stderr[-2000:])

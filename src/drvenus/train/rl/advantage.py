@@ -36,9 +36,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from drvenus.train.rl.config import NORM_MODES
+
 log = logging.getLogger(__name__)
 
-NORM_MODES = ("joint", "separate", "scaled_separate", "raw_ig")
 STD_FLOOR = 1e-8  # added to the group variance before the square root
 SCALE_OUTCOME_FLOOR = 0.3  # scaled_separate: floor of mean |normalised outcome|
 SCALE_MAX = 10.0  # scaled_separate: cap of the IG rescaling factor

@@ -26,13 +26,13 @@ from typing import Any
 from drvenus.agent import AgentConfig, ResearchAgent
 from drvenus.agent.record import ResultRecord
 from drvenus.llm.base import SamplingParams
+from drvenus.train.rl.config import ROLLOUT_MODES
 from drvenus.train.rl.engine import TokenEngine
 from drvenus.train.rl.recorder import ChatTemplateParts, TokenRecorder
 from drvenus.train.rl.rollout import RolloutRecord
 
 log = logging.getLogger(__name__)
 
-ROLLOUT_MODES = ("deterministic", "robust")
 
 
 def context_budget(max_model_len: int) -> int:

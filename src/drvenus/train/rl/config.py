@@ -12,15 +12,20 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from drvenus.train import options
 from drvenus.train.options import ConfigError, flag
-from drvenus.train.rl.advantage import NORM_MODES
-from drvenus.train.rl.collect import ROLLOUT_MODES, RolloutConfig, context_budget
-from drvenus.train.rl.ig import INFO_GAIN_TYPES, IGConfig
+
+if TYPE_CHECKING:  # the config stays importable without torch (the CLI loads it at start)
+    from drvenus.train.rl.collect import RolloutConfig
+    from drvenus.train.rl.ig import IGConfig
 
 ENGINES = ("transformers", "vllm", "sglang")
+# the choices of the IGPO knobs (their modules import these names)
+NORM_MODES = ("joint", "separate", "scaled_separate", "raw_ig")
+INFO_GAIN_TYPES = ("log_prob_diff", "prob_diff")
+ROLLOUT_MODES = ("deterministic", "robust")
 _opt = options.opt
 
 
@@ -126,6 +131,8 @@ class RLConfig:
     # ------------------------------------------------------------------ derived
 
     def rollout(self) -> RolloutConfig:
+        from drvenus.train.rl.collect import RolloutConfig, context_budget
+
         return RolloutConfig(
             n=self.n_rollouts, mode=self.rollout_mode,
             robust_max_retries=self.robust_max_retries, max_turns=self.max_turns,
@@ -138,6 +145,8 @@ class RLConfig:
         )
 
     def ig(self) -> IGConfig:
+        from drvenus.train.rl.ig import IGConfig
+
         return IGConfig(
             info_gain_type=self.info_gain_type, ig_tool_filter=self.ig_tool_filter,
             ig_compute_freq=self.ig_compute_freq, temperature=self.temperature,
@@ -200,4 +209,5 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> RLConfig:
     return RLConfig(**values).validate()
 
 
-__all__ = ["ENGINES", "RLConfig", "RLConfigError", "load_config"]
+__all__ = ["ENGINES", "INFO_GAIN_TYPES", "NORM_MODES", "ROLLOUT_MODES", "RLConfig",
+           "RLConfigError", "load_config"]

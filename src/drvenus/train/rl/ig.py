@@ -32,10 +32,10 @@ from typing import Any
 import torch
 
 from drvenus.protocol import ANSWER_SPLIT, IG_PSEUDO_ANSWER
+from drvenus.train.rl.config import INFO_GAIN_TYPES
 
 log = logging.getLogger(__name__)
 
-INFO_GAIN_TYPES = ("log_prob_diff", "prob_diff")
 END_OF_TURN = "<|im_end|>"
 PHASE1_CHUNK = 4096  # trajectory tokens per forward when building the cache
 
