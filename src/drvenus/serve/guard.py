@@ -53,11 +53,14 @@ class Guard:
         self.bearer = f"Bearer {token}".encode() if token else None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):  # lifespan
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
         problem = self._problem(scope, path)
+        if problem is not None and scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # policy violation
+            return
         if problem is not None:
             await _plain(send, *problem)
             return
