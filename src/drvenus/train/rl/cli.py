@@ -71,6 +71,34 @@ def _run_verl(config: RLConfig, dry_run: bool) -> None:
         raise typer.Exit(code)
 
 
+class _RolloutProgress:
+    """A rich progress bar of each step's rollouts (on a terminal), the step lines above it."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        self.progress = Progress("[bold]{task.description}", BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=console, transient=True,
+                                 disable=not console.is_terminal)
+        self.task: Any = None
+
+    def __enter__(self) -> _RolloutProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def echo(self, line: str) -> None:
+        console.print(line, markup=False)
+
+    def step(self, step: int, trajectories: int) -> Any:
+        if self.task is not None:
+            self.progress.remove_task(self.task)
+        self.task = self.progress.add_task(f"step {step} rollouts", total=trajectories)
+        return lambda _rollout: self.progress.advance(self.task)
+
+
 def rl(**values: Any) -> None:
     """Improve a research agent with IGPO (information-gain turn rewards + outcome rewards)."""
     dry_run = values.pop("dry_run")
@@ -91,7 +119,8 @@ def rl(**values: Any) -> None:
         logging.getLogger("drvenus").setLevel(logging.INFO)
         from drvenus.train.rl.trainer import train
 
-        result = train(config, echo=lambda line: console.print(line, markup=False))
+        with _RolloutProgress() as progress:
+            result = train(config, echo=progress.echo, on_step=progress.step)
     except (ValueError, OSError) as exc:
         raise _fail(exc) from None
     _summary(result, config)

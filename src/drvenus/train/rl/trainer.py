@@ -351,6 +351,7 @@ class _Run:
     tools: Any
     judge: Any | None
     start_step: int
+    on_rollout: Callable[[Rollout], None] | None = None
 
 
 def _build_engine(config: RLConfig, model: Any, tokenizer: Any) -> Any:
@@ -444,7 +445,8 @@ async def _step_samples(run: _Run, step: int) -> tuple[list[Rollout], list[Sampl
         rollout_cfg = replace(rollout_cfg, system_prompt=prompt)
     items = [run.rows[i] for i in batch_indices(len(run.rows), cfg.batch_size, step, cfg.seed)]
     t0 = time.perf_counter()
-    rollouts = await run_rollouts(items, run.engine, run.tools, rollout_cfg, step=step)
+    rollouts = await run_rollouts(items, run.engine, run.tools, rollout_cfg, step=step,
+                                  on_done=run.on_rollout)
     t1 = time.perf_counter()
     usable = [r for r in rollouts if r.tokens is not None]
     scores, judge_stats = await outcomes(usable, cfg.reward_type, run.judge,
@@ -501,8 +503,11 @@ def _after_update(run: _Run, loop: asyncio.AbstractEventLoop) -> None:
         loop.run_until_complete(run.engine.reload_weights(str(weights)))
 
 
-def train(config: RLConfig, *, echo: Callable[[str], None] | None = None) -> RLResult:
-    """Run ``drvenus rl`` (see the module doc); ``echo`` prints the console lines."""
+def train(config: RLConfig, *, echo: Callable[[str], None] | None = None,
+          on_step: Callable[[int, int], Callable[[Rollout], None] | None] | None = None
+          ) -> RLResult:
+    """Run ``drvenus rl`` (see the module doc); ``echo`` prints the console lines;
+    ``on_step(step, trajectories)`` may return a callback called as each rollout finishes."""
     run = _open_run(config)
     total = steps_planned(config, len(run.rows))
     sink = MetricSink(run.output, config.loggers(), run.start_step, echo)
@@ -516,6 +521,8 @@ def train(config: RLConfig, *, echo: Callable[[str], None] | None = None) -> RLR
     try:
         for step in range(run.start_step, total):
             t0 = time.perf_counter()
+            if on_step is not None:
+                run.on_rollout = on_step(step + 1, config.batch_size * config.n_rollouts)
             rollouts, samples, metrics = loop.run_until_complete(_step_samples(run, step))
             metrics.update(rollout_metrics(rollouts, samples))
             metrics.update(assign_advantages(samples, **igpo))
