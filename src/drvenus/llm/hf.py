@@ -75,6 +75,24 @@ def default_dtype(device: str | torch.device) -> torch.dtype:
     return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
 
 
+def from_pretrained(cls: Any, path: str | os.PathLike[str], **kw: Any) -> Any:
+    """``cls.from_pretrained`` for a model folder, a hub name or a ``.gguf`` file. A model read
+    from GGUF is rebuilt as a plain one (transformers marks it quantized and refuses to save it,
+    so it could not be fine-tuned and checkpointed)."""
+    p = Path(path)
+    if p.suffix.lower() != ".gguf":
+        return cls.from_pretrained(str(path), **kw)
+    loaded = cls.from_pretrained(str(p.parent), gguf_file=p.name, **kw)
+    if getattr(loaded, "hf_quantizer", None) is None:
+        return loaded  # a tokenizer, or nothing to undo
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config).to(loaded.dtype)
+    plain.load_state_dict(loaded.state_dict())
+    return plain
+
+
 def load_pretrained(
     path: str | os.PathLike[str],
     *,
@@ -514,6 +532,7 @@ __all__ = [
     "common_prefix",
     "default_device",
     "default_dtype",
+    "from_pretrained",
     "load_pretrained",
     "logits_processors",
 ]

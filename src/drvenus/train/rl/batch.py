@@ -71,7 +71,7 @@ def turn_end_positions(sample_ids: Sequence[int], prompt_len: int, tokenizer: An
     """Response-relative reward positions of the non-final turns: DR-Venus's end-of-turn anchors
     when the template has them, else the last token before each next turn's generation."""
     response = list(sample_ids[prompt_len:])
-    ends = find_turn_ends(response, tokenizer) if "<|im_start|>" in tokenizer.get_vocab() else []
+    ends = find_turn_ends(response, tokenizer)  # none found: not a ChatML template
     wanted = len(boundaries) - 1
     if len(ends) != wanted:
         ends = [b - 1 - prompt_len for b in boundaries[1:]]
@@ -80,15 +80,21 @@ def turn_end_positions(sample_ids: Sequence[int], prompt_len: int, tokenizer: An
 
 async def outcomes(rollouts: Sequence[Rollout], reward_type: str, judge: Judge | None,
                    concurrency: int = 8) -> tuple[list[float], JudgeStats]:
-    """Outcome reward per rollout: the reference's training F1 of the final turn (-2 for a
-    malformed one), or the judge's verdict (exact match first)."""
-    finals = [r.tokens.turns[-1] if r.tokens and r.tokens.turns else "" for r in rollouts]
+    """Outcome reward per rollout (see :func:`score_outcomes`)."""
+    items = [(r.question, r.tokens.turns[-1] if r.tokens and r.tokens.turns else "",
+              r.ground_truth) for r in rollouts]
+    return await score_outcomes(items, reward_type, judge, concurrency)
+
+
+async def score_outcomes(items: Sequence[tuple[str, str, str]], reward_type: str,
+                         judge: Judge | None, concurrency: int = 8
+                         ) -> tuple[list[float], JudgeStats]:
+    """Outcome per ``(question, final turn, ground truth)``: the reference's training F1 of the
+    final turn (-2 for a malformed one), or the judge's verdict (exact match first)."""
     if reward_type == "f1":
-        scores = [f1_outcome(t, r.ground_truth) for t, r in zip(finals, rollouts, strict=True)]
-        return scores, JudgeStats()
+        return [f1_outcome(final, gt) for _, final, gt in items], JudgeStats()
     if judge is None:
         raise ValueError("reward_type llm needs a judge")
-    items = [(r.question, t, r.ground_truth) for r, t in zip(rollouts, finals, strict=True)]
     return await judge_outcomes(judge, items, concurrency=concurrency)
 
 
@@ -167,4 +173,4 @@ def assign_advantages(samples: Sequence[Sample], **igpo: Any) -> dict[str, float
 
 
 __all__ = ["Sample", "assign_advantages", "build_sample", "engine_gains", "outcomes",
-           "trainer_gains", "turn_end_positions"]
+           "score_outcomes", "trainer_gains", "turn_end_positions"]

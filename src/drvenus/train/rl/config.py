@@ -131,8 +131,11 @@ class RLConfig:
     # ------------------------------------------------------------------ derived
 
     def rollout(self) -> RolloutConfig:
+        """The rollout settings (the system prompt file is read here, once per call)."""
+        from drvenus.protocol import load_system_prompt
         from drvenus.train.rl.collect import RolloutConfig, context_budget
 
+        prompt = load_system_prompt(self.system_prompt_file) if self.system_prompt_file else None
         return RolloutConfig(
             n=self.n_rollouts, mode=self.rollout_mode,
             robust_max_retries=self.robust_max_retries, max_turns=self.max_turns,
@@ -141,7 +144,7 @@ class RLConfig:
             max_new_tokens=self.max_response_len, temperature=self.temperature,
             top_p=self.top_p, top_k=self.top_k, time_limit=self.rollout_time_limit,
             concurrency=self.rollout_concurrency, seed=self.seed,
-            current_date=self.current_date,
+            current_date=self.current_date, system_prompt=prompt,
         )
 
     def ig(self) -> IGConfig:

@@ -83,6 +83,24 @@ def trim_to_text(token_ids: Sequence[int], text: str, tokenizer: Any, eos_ids: f
     return ids[:k]
 
 
+def end_of_turn_ids(tokenizer: Any) -> frozenset[int]:
+    """The tokenizer's end-of-sequence id and ChatML's ``<|im_end|>``, where it has them."""
+    ids = [getattr(tokenizer, "eos_token_id", None), tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    return frozenset(i for i in ids if isinstance(i, int) and i >= 0 and i != unknown)
+
+
+def sampled_turn(raw: Sequence[int], tokenizer: Any, eos_ids: frozenset[int],
+                 stops: Sequence[str]) -> tuple[list[int], str]:
+    """(ids, text) of a sampled turn: the text without end-of-turn tokens, cut at the first stop
+    string, and the ids trimmed to it (:func:`trim_to_text`)."""
+    text = tokenizer.decode([t for t in raw if t not in eos_ids], skip_special_tokens=False)
+    cuts = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+    if cuts:
+        text = text[: min(cuts)]
+    return trim_to_text(raw, text, tokenizer, eos_ids), text
+
+
 class HFEngine:
     """Rollouts from a :class:`~drvenus.llm.hf.TransformersModel` (token ids in and out)."""
 
@@ -107,12 +125,8 @@ class HFEngine:
                 f"({self.model.window})", context_overflow=True,
             )
         gen = self.model.generate_ids(prompt_ids, params, cancel)
-        raw = list(gen.extra.get("token_ids", []))
-        text = self.model._decode_text([t for t in raw if t not in self.eos_ids])
-        cuts = [i for i in (text.find(s) for s in params.stop if s) if i >= 0]
-        if cuts:
-            text = text[: min(cuts)]
-        ids = trim_to_text(raw, text, self.tokenizer, self.eos_ids)
+        ids, text = sampled_turn(list(gen.extra.get("token_ids", [])), self.tokenizer,
+                                 self.eos_ids, params.stop)
         return TokenGeneration(
             token_ids=ids, text=text, finish_reason=gen.finish_reason,
             prompt_tokens=len(prompt_ids), cached_tokens=gen.cached_tokens,
@@ -174,8 +188,7 @@ class ServerEngine:
         self.timeout = timeout
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = client or httpx.AsyncClient(headers=headers, timeout=timeout)
-        eos = getattr(tokenizer, "eos_token_id", None)
-        self.eos_ids = frozenset([eos] if isinstance(eos, int) else [])
+        self.eos_ids = end_of_turn_ids(tokenizer)
 
     async def _model_name(self) -> str:
         if self.model is None:
@@ -340,5 +353,7 @@ __all__ = [
     "ServerEngine",
     "TokenEngine",
     "TokenGeneration",
+    "end_of_turn_ids",
+    "sampled_turn",
     "trim_to_text",
 ]

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from drvenus.protocol import ANSWER_SPLIT, load_system_prompt
+from drvenus.protocol import ANSWER_SPLIT
 from drvenus.train import options
 from drvenus.train.rl.batch import (
     Sample,
@@ -47,7 +47,7 @@ from drvenus.train.rl.batch import (
     outcomes,
     trainer_gains,
 )
-from drvenus.train.rl.collect import Rollout, run_rollouts
+from drvenus.train.rl.collect import Rollout, RolloutConfig, run_rollouts
 from drvenus.train.rl.config import RLConfig, RLConfigError
 from drvenus.train.rl.policy import policy_loss, token_logprobs
 
@@ -98,32 +98,16 @@ def steps_planned(config: RLConfig, n_rows: int) -> int:
     return max(1, n_rows // config.batch_size) * config.epochs
 
 
-def _plain_model(model: Any) -> Any:
-    """A model loaded from GGUF is marked quantized and cannot be saved: rebuild it plainly."""
-    from transformers import AutoModelForCausalLM
-
-    if getattr(model, "hf_quantizer", None) is None:
-        return model
-    config = model.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config)
-    plain.load_state_dict(model.state_dict())
-    return plain
-
-
 def load_policy(path: str | Path, device: str) -> tuple[Any, Any]:
     """(model in fp32 on ``device``, tokenizer) from a model folder or a ``.gguf`` file."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    p = Path(path)
-    kw: dict[str, Any] = {"gguf_file": p.name} if p.suffix.lower() == ".gguf" else {}
-    where = str(p.parent) if kw else str(path)
-    tokenizer = AutoTokenizer.from_pretrained(where, **kw)
+    from drvenus.llm.hf import from_pretrained
+
+    tokenizer = from_pretrained(AutoTokenizer, path)
     if not getattr(tokenizer, "chat_template", None):
         raise RLConfigError(f"{path}: the tokenizer has no chat template")
-    model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kw)
-    model = _plain_model(model).to(device)
+    model = from_pretrained(AutoModelForCausalLM, path, dtype=torch.float32).to(device)
     model.eval()  # no dropout: rollouts, IG and the loss see the same function
     return model, tokenizer
 
@@ -351,6 +335,7 @@ class _Run:
     tools: Any
     judge: Any | None
     start_step: int
+    rollout: RolloutConfig  # built once
     on_rollout: Callable[[Rollout], None] | None = None
 
 
@@ -376,15 +361,14 @@ def _build_tools(config: RLConfig) -> Any:
     return build_toolbox(settings)
 
 
-def _build_judge(config: RLConfig) -> Any | None:
-    if config.reward_type != "llm":
-        return None
+def make_judge(judge_url: str | None, judge_model: str | None, concurrency: int = 8) -> Any:
+    """The outcome judge: BrowseComp's HLE-style verdict on an OpenAI-compatible model
+    (options, else ``DRVENUS_JUDGE_*``); :class:`RLConfigError` when none is configured."""
     from drvenus.data.judge import JudgeClient, JudgeConfig
     from drvenus.eval.benchmarks import EvalItem
     from drvenus.eval.judges import grade_browsecomp
 
-    cfg = JudgeConfig.from_options(config.judge_url, config.judge_model,
-                                   concurrency=config.judge_concurrency)
+    cfg = JudgeConfig.from_options(judge_url, judge_model, concurrency=concurrency)
     if cfg is None:
         raise RLConfigError("--reward-type llm needs a judge: --judge-url and --judge-model (or "
                             "DRVENUS_JUDGE_BASE_URL / DRVENUS_JUDGE_MODEL), or --reward-type f1")
@@ -399,6 +383,12 @@ def _build_judge(config: RLConfig) -> Any | None:
         return bool(grade.correct)
 
     return judge
+
+
+def _build_judge(config: RLConfig) -> Any | None:
+    if config.reward_type != "llm":
+        return None
+    return make_judge(config.judge_url, config.judge_model, config.judge_concurrency)
 
 
 def _open_run(config: RLConfig) -> _Run:
@@ -427,25 +417,15 @@ def _open_run(config: RLConfig) -> _Run:
     options.dump(config, output / "config.yaml")
     return _Run(config, output, rows, model, tokenizer, ref, optimizer,
                 _build_engine(config, model, tokenizer), _build_tools(config),
-                _build_judge(config), start)
-
-
-def _system_prompt(config: RLConfig) -> str | None:
-    return load_system_prompt(config.system_prompt_file) if config.system_prompt_file else None
+                _build_judge(config), start, config.rollout())
 
 
 async def _step_samples(run: _Run, step: int) -> tuple[list[Rollout], list[Sample],
                                                          dict[str, float]]:
     cfg = run.config
-    rollout_cfg = cfg.rollout()
-    prompt = _system_prompt(cfg)
-    if prompt is not None:
-        from dataclasses import replace
-
-        rollout_cfg = replace(rollout_cfg, system_prompt=prompt)
     items = [run.rows[i] for i in batch_indices(len(run.rows), cfg.batch_size, step, cfg.seed)]
     t0 = time.perf_counter()
-    rollouts = await run_rollouts(items, run.engine, run.tools, rollout_cfg, step=step,
+    rollouts = await run_rollouts(items, run.engine, run.tools, run.rollout, step=step,
                                   on_done=run.on_rollout)
     t1 = time.perf_counter()
     usable = [r for r in rollouts if r.tokens is not None]
@@ -556,6 +536,7 @@ async def _close(run: _Run) -> None:
 
 
 __all__ = [
-    "RLResult", "Updater", "batch_indices", "checkpoints", "load_policy", "read_questions",
+    "RLResult", "Updater", "batch_indices", "checkpoints", "load_policy", "make_judge",
+    "read_questions",
     "rollout_metrics", "save_checkpoint", "save_traces", "steps_planned", "train",
 ]

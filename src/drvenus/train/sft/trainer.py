@@ -78,10 +78,9 @@ def _precision(config: SFTConfig) -> str:
 
 def _from_pretrained(cls: Any, path: str, **kw: Any) -> Any:
     """``cls.from_pretrained`` for a model folder, a hub name or a ``.gguf`` file."""
-    p = Path(path)
-    if p.suffix.lower() == ".gguf":
-        return cls.from_pretrained(str(p.parent), gguf_file=p.name, **kw)
-    return cls.from_pretrained(path, **kw)
+    from drvenus.llm.hf import from_pretrained
+
+    return from_pretrained(cls, path, **kw)
 
 
 def load_tokenizer(config: SFTConfig) -> Any:

@@ -27,8 +27,8 @@ from verl.experimental.agent_loop.agent_loop import (
 
 from drvenus.llm.base import LLMError, SamplingParams
 from drvenus.train.rl.collect import RolloutConfig, context_budget
-from drvenus.train.rl.engine import TokenGeneration, trim_to_text
-from drvenus.train.rl.verl_plugin.convert import agent_loop_fields
+from drvenus.train.rl.engine import TokenGeneration, end_of_turn_ids, sampled_turn
+from drvenus.train.rl.verl_plugin.convert import agent_loop_fields, question_of
 
 log = logging.getLogger(__name__)
 AGENT_NAME = "drvenus_agent"
@@ -43,8 +43,7 @@ class VerlServerEngine:
         self.name = "verl-rollout"
         self.window = window
         self.request_id = request_id
-        eos = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")]
-        self.eos_ids = frozenset(i for i in eos if isinstance(i, int) and i >= 0)
+        self.eos_ids = end_of_turn_ids(tokenizer)
 
     async def generate_tokens(self, prompt_ids: list[int], params: SamplingParams, *,
                               timeout: float | None = None) -> TokenGeneration:
@@ -55,13 +54,8 @@ class VerlServerEngine:
                     "include_stop_str_in_output": False}
         out = await self.server_manager.generate(self.request_id, prompt_ids=list(prompt_ids),
                                                  sampling_params=sampling)
-        raw = [int(t) for t in out.token_ids]
-        text = self.tokenizer.decode([t for t in raw if t not in self.eos_ids],
-                                     skip_special_tokens=False)
-        cuts = [i for i in (text.find(s) for s in params.stop if s) if i >= 0]
-        if cuts:
-            text = text[: min(cuts)]
-        ids = trim_to_text(raw, text, self.tokenizer, self.eos_ids)
+        ids, text = sampled_turn([int(t) for t in out.token_ids], self.tokenizer, self.eos_ids,
+                                 params.stop)
         return TokenGeneration(ids, text, "stop", len(prompt_ids))
 
     async def context_window(self) -> int | None:
@@ -69,15 +63,6 @@ class VerlServerEngine:
 
     async def aclose(self) -> None:
         return None
-
-
-def _question(raw_prompt: Any) -> str:
-    """The question of an RL row's prompt (its last user message)."""
-    messages = list(raw_prompt) if raw_prompt is not None else []
-    for m in reversed(messages):
-        if isinstance(m, dict) and m.get("role") == "user":
-            return str(m.get("content", ""))
-    raise ValueError("the row's prompt has no user message")
 
 
 @register(AGENT_NAME)
@@ -120,7 +105,7 @@ class DrVenusAgentLoop(AgentLoopBase):
                                   int(rollout.max_model_len), uuid4().hex)
         recorder = TokenRecorder(engine)
         agent = ResearchAgent(recorder, self.tools, cfg.agent_config(cfg.max_turns))
-        result = await agent.run(_question(kwargs.get("raw_prompt")))
+        result = await agent.run(question_of(kwargs.get("raw_prompt")))
         record = recorder.record(result.messages)
         if record is None:
             raise RuntimeError(f"the rollout produced no turn: {result.error}")

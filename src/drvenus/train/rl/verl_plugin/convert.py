@@ -43,6 +43,16 @@ def agent_loop_fields(record: RolloutRecord) -> dict[str, Any]:
     }
 
 
+def question_of(raw_prompt: Any) -> str:
+    """The question of an RL row's prompt (its last user message; a string as it is)."""
+    if isinstance(raw_prompt, str):
+        return raw_prompt
+    for m in reversed(list(raw_prompt) if raw_prompt is not None else []):
+        if isinstance(m, Mapping) and m.get("role") == "user":
+            return str(m.get("content", ""))
+    raise ValueError("the row's prompt has no user message")
+
+
 def boundaries_from_extra(extra: Mapping[str, Any], prompt_len: int) -> list[Boundary]:
     """Absolute boundaries from the extra fields of one sample (prompt length unpadded)."""
     raw_starts, raw_tools = extra.get(EXTRA_BOUNDARIES), extra.get(EXTRA_TOOLS)
@@ -110,5 +120,6 @@ def reward_rows(lengths: Sequence[int], turn_ends: Sequence[Sequence[int]],
 
 __all__ = [
     "EXTRA_BOUNDARIES", "EXTRA_TOOLS", "EXTRA_TURNS", "IGRow", "agent_loop_fields",
-    "boundaries_from_extra", "ig_rows", "ig_scores", "reward_rows", "sample_gains",
+    "boundaries_from_extra", "ig_rows", "ig_scores", "question_of", "reward_rows",
+    "sample_gains",
 ]

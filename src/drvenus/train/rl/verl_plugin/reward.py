@@ -24,15 +24,16 @@ from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 from verl.workers.reward_manager import register
 
 from drvenus.protocol import ANSWER_SPLIT
-from drvenus.train.rl.batch import turn_end_positions
+from drvenus.train.rl.batch import score_outcomes, turn_end_positions
 from drvenus.train.rl.ig import IGConfig, pseudo_answer
-from drvenus.train.rl.rewards import JudgeStats, f1_outcome, judge_outcomes
+from drvenus.train.rl.rewards import JudgeStats
 from drvenus.train.rl.verl_plugin.convert import (
     EXTRA_TURNS,
     IGRow,
     boundaries_from_extra,
     ig_rows,
     ig_scores,
+    question_of,
     reward_rows,
     sample_gains,
 )
@@ -44,6 +45,14 @@ REWARD_MANAGER = "drvenus_igpo"
 def _ground_truth(row: Any) -> str:
     rm = row.get("reward_model") if isinstance(row, dict) else None
     return str((rm or {}).get("ground_truth", ""))
+
+
+def _question(extra: dict[str, Any]) -> str:
+    """The question for the judge (empty when the batch has no raw prompt: F1 needs none)."""
+    try:
+        return question_of(extra.get("raw_prompt"))
+    except ValueError:
+        return ""
 
 
 def _items(value: Any) -> list[Any]:
@@ -89,12 +98,9 @@ class IGPORewardManager:
         )
         self.judge = None
         if kwargs.get("reward_type", "f1") == "llm":
-            from drvenus.train.rl.config import RLConfig
-            from drvenus.train.rl.trainer import _build_judge
+            from drvenus.train.rl.trainer import make_judge
 
-            self.judge = _build_judge(RLConfig(train="-", model="-", output="-",
-                                               reward_type="llm", judge_url=kwargs.get("judge_url"),
-                                               judge_model=kwargs.get("judge_model")))
+            self.judge = make_judge(kwargs.get("judge_url"), kwargs.get("judge_model"))
 
     def attach_actor(self, actor_wg: Any) -> None:
         """The IG scoring hook (see the module doc)."""
@@ -139,13 +145,9 @@ class IGPORewardManager:
                 if i in scores else empty[i] for i, s in enumerate(samples)]
 
     def _outcomes(self, samples: list[dict[str, Any]]) -> tuple[list[float], JudgeStats]:
-        finals = [s["turns"][-1] if s["turns"] else "" for s in samples]
-        if self.judge is None:
-            return [f1_outcome(f, s["gt"]) for f, s in zip(finals, samples, strict=True)], \
-                JudgeStats()
-        items = [(str(s["extra"].get("raw_prompt", "")), f, s["gt"])
-                 for f, s in zip(finals, samples, strict=True)]
-        return asyncio.run(judge_outcomes(self.judge, items))
+        items = [(_question(s["extra"]), s["turns"][-1] if s["turns"] else "", s["gt"])
+                 for s in samples]
+        return asyncio.run(score_outcomes(items, "llm" if self.judge else "f1", self.judge))
 
     # -- verl's interface ----------------------------------------------------------------
 
