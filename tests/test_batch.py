@@ -11,14 +11,13 @@ import pytest
 from drvenus.agent import AgentConfig, ResearchAgent
 from drvenus.batch import (
     BatchRun,
-    Item,
     OutputLockedError,
     ResultsFile,
-    load_questions,
     plan,
     read_results,
     run_batch,
 )
+from drvenus.questions import Question, read_questions
 from scripted import PerQuestionModel, ScriptedTools, answer, call, llm_down
 
 FAST = AgentConfig(backoff_base=0.0, max_attempts=2)
@@ -47,7 +46,7 @@ def write(path, lines):
 def questions(tmp_path, n, name="q.jsonl"):
     f = tmp_path / name
     write(f, [json.dumps({"id": i, "question": f"Question {i}?", "answer": str(i)}) for i in range(n)])
-    return load_questions(f).items
+    return read_questions(f).items
 
 
 def rows(path):
@@ -69,7 +68,7 @@ def test_load_questions_counts_malformed_lines(tmp_path):
         json.dumps("Plain string question?"),
         json.dumps({"id": {"x": 1}, "question": "Bad id?"}),
     ])
-    rep = load_questions(f)
+    rep = read_questions(f)
     assert [it.question for it in rep.items] == ["Who?", "What?", "Plain string question?"]
     assert rep.items[0].id == "1" and rep.items[0].answer == "me"
     assert rep.malformed == 4 and rep.duplicates == 1
@@ -86,7 +85,7 @@ def test_int_and_string_ids_collide_and_the_warning_names_lines(tmp_path):
         json.dumps({"id": "a", "question": "Again a?"}),
         json.dumps({"id": "7", "question": "Seven as a string?"}),
     ])
-    rep = load_questions(f)
+    rep = read_questions(f)
     assert [it.id for it in rep.items] == ["a", "7", "b"]
     assert rep.items[1].question == "Seven?"
     assert rep.duplicates == 2
@@ -99,13 +98,13 @@ def test_int_and_string_ids_collide_and_the_warning_names_lines(tmp_path):
 def test_plain_text_questions(tmp_path):
     f = tmp_path / "q.txt"
     write(f, ["Who wrote Dracula?", "", "Who wrote Emma?"])
-    rep = load_questions(f)
+    rep = read_questions(f)
     assert len(rep.items) == 2 and rep.items[0].id.startswith("q-")
 
 
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="questions file not found"):
-        load_questions(tmp_path / "nope.jsonl")
+        read_questions(tmp_path / "nope.jsonl")
 
 
 # ---------------------------------------------------------------------------- results
@@ -186,7 +185,7 @@ def test_one_items_exception_is_its_row_and_the_others_finish(tmp_path):
     write(f, [json.dumps({"id": i, "question": q}) for i, q in enumerate(
         ["Question 1?", "Question 2 boom?", "Question 3?", "Question 4 unsaveable?", "Question 0?"]
     )])
-    items = load_questions(f).items
+    items = read_questions(f).items
     out = tmp_path / "results.jsonl"
     agent = ExplodingAgent(PerQuestionModel(script), ScriptedTools(), FAST)
     seen = []
@@ -305,7 +304,7 @@ def test_cancelling_keeps_finished_rows_writes_nothing_in_flight_and_unlocks(tmp
 
 
 def test_a_second_writer_fails_at_once_with_a_clear_message(tmp_path):
-    items = [Item("1", "Question 1?")]
+    items = [Question("1", "Question 1?")]
     out = tmp_path / "results.jsonl"
     with ResultsFile(out):
         with pytest.raises(OutputLockedError, match="locked by another drvenus run") as info:

@@ -53,7 +53,9 @@ from drvenus.data.cli import data_app
 from drvenus.data.correctness import exact_match, f1_score, normalize_answer
 from drvenus.data.judge import JudgeConfig
 from drvenus.data.normalize import clean_answer_turn, clean_tool_call_turn, normalize_row
-from drvenus.data.pipeline import CleanOptions, NothingReadError, run_clean
+from drvenus.data.options import CleanOptions
+from drvenus.data.pipeline import run_clean
+from drvenus.data.plan import NothingReadError
 from drvenus.data.resample import ResamplePolicy
 from drvenus.data.shuffle import legacy_permutation
 from drvenus.data.stages import (

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -27,106 +26,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from drvenus.agent import FAILED_TERMINATIONS, ResearchAgent, ResultRecord
-from drvenus.jsonl import parse_line, read_jsonl
+from drvenus.jsonl import read_jsonl
+from drvenus.questions import Question, normalize_id
 
 log = logging.getLogger(__name__)
-
-QUESTION_KEYS = ("question", "prompt", "Question", "query", "input")
-ANSWER_KEYS = ("answer", "gt", "ground_truth", "Answer", "golden_answers")
-
-
-# ---------------------------------------------------------------------------- input questions
-@dataclass(frozen=True)
-class Item:
-    id: str
-    question: str
-    answer: Any = None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class LoadReport:
-    items: list[Item]
-    malformed: int = 0
-    duplicates: int = 0
-    problems: list[str] = field(default_factory=list)
-    duplicate_notes: list[str] = field(default_factory=list)
-
-
-def _question_id(question: str) -> str:
-    return "q-" + hashlib.sha1(question.encode("utf-8")).hexdigest()[:12]
-
-
-def normalize_id(raw: Any) -> str | None:
-    """The id as a string (``7`` and ``"7"`` are the same id); None when it cannot be an id."""
-    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
-        return None
-    text = raw.strip() if isinstance(raw, str) else str(raw)
-    return text or None
-
-
-def load_questions(path: Path) -> LoadReport:
-    """Questions from JSONL (objects with ``question`` or ``prompt``, optional ``id``, ``answer``)
-    or a plain text file with one question per line. Malformed lines are counted, not fatal;
-    a repeated id keeps its first line and is reported with both line numbers."""
-    if not path.is_file():
-        raise FileNotFoundError(f"questions file not found: {path}")
-    report = LoadReport(items=[])
-    first_line: dict[str, int] = {}
-    with path.open("rb") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            item = _parse_line(line, lineno, path.suffix.lower() == ".txt", report)
-            if item is None:
-                continue
-            if item.id in first_line:
-                report.duplicates += 1
-                report.duplicate_notes.append(
-                    f"duplicate id {item.id!r} on line {lineno} "
-                    f"(first on line {first_line[item.id]}), skipped"
-                )
-                continue
-            first_line[item.id] = lineno
-            report.items.append(item)
-    return report
-
-
-def _parse_line(line: bytes, lineno: int, plain: bool, report: LoadReport) -> Item | None:
-    if plain:
-        try:
-            q = line.decode("utf-8").strip()
-        except UnicodeDecodeError:
-            report.malformed += 1
-            report.problems.append(f"line {lineno}: not valid UTF-8")
-            return None
-        return Item(_question_id(q), q)
-    obj, error = parse_line(line, objects_only=False)
-    if error is not None:
-        report.malformed += 1
-        report.problems.append(f"line {lineno}: {error}")
-        return None
-    if isinstance(obj, str):
-        obj = {"question": obj}
-    if not isinstance(obj, dict):
-        report.malformed += 1
-        report.problems.append(f"line {lineno}: not a JSON object")
-        return None
-    question = next((obj[k] for k in QUESTION_KEYS if isinstance(obj.get(k), str)), None)
-    if question is None or not question.strip():
-        report.malformed += 1
-        report.problems.append(f"line {lineno}: no question field ({', '.join(QUESTION_KEYS)})")
-        return None
-    answer = next((obj[k] for k in ANSWER_KEYS if k in obj), None)
-    raw_id = obj.get("id", obj.get("question_id"))
-    if raw_id is None:
-        qid = _question_id(question)
-    elif (qid := normalize_id(raw_id)) is None:
-        report.malformed += 1
-        report.problems.append(f"line {lineno}: the id must be a non-empty string or a number")
-        return None
-    meta = {k: v for k, v in obj.items() if k not in (*QUESTION_KEYS, *ANSWER_KEYS, "id")}
-    return Item(qid, question, answer, meta)
 
 
 # ---------------------------------------------------------------------------- the output file
@@ -325,12 +228,12 @@ class ResultsFile:
 class Plan:
     """Which items a run does: ``todo`` (new and ``retry`` failed ones) and how many are done."""
 
-    todo: list[Item]
+    todo: list[Question]
     done: int = 0
     retry: int = 0
 
 
-def plan(items: Iterable[Item], state: ResultsState) -> Plan:
+def plan(items: Iterable[Question], state: ResultsState) -> Plan:
     result = Plan(todo=[])
     for item in items:
         if state.is_done(item.id):
@@ -364,7 +267,7 @@ def exception_record(question: str, exc: BaseException, context: str = "") -> Re
     )
 
 
-def _row(item: Item, record: ResultRecord) -> dict[str, Any]:
+def _row(item: Question, record: ResultRecord) -> dict[str, Any]:
     row: dict[str, Any] = {"id": item.id, **record.to_dict()}
     row.setdefault("question", item.question)
     if item.answer is not None:
@@ -374,7 +277,7 @@ def _row(item: Item, record: ResultRecord) -> dict[str, Any]:
     return row
 
 
-OnDone = Callable[[Item, ResultRecord], None]
+OnDone = Callable[[Question, ResultRecord], None]
 
 
 class BatchRun:
@@ -387,7 +290,7 @@ class BatchRun:
     def __init__(
         self,
         agent: ResearchAgent,
-        todo: Plan | list[Item],
+        todo: Plan | list[Question],
         output: ResultsFile,
         *,
         workers: int = 4,
@@ -406,7 +309,7 @@ class BatchRun:
         self.in_flight: set[str] = set()
 
     async def run(self) -> BatchSummary:
-        queue: asyncio.Queue[Item] = asyncio.Queue()
+        queue: asyncio.Queue[Question] = asyncio.Queue()
         for item in self.plan.todo:
             queue.put_nowait(item)
         n = min(self.workers, len(self.plan.todo))
@@ -419,7 +322,7 @@ class BatchRun:
             await asyncio.gather(*tasks, return_exceptions=True)
         return self.summary
 
-    async def _worker(self, queue: asyncio.Queue[Item]) -> None:
+    async def _worker(self, queue: asyncio.Queue[Question]) -> None:
         while True:
             try:
                 item = queue.get_nowait()
@@ -430,14 +333,14 @@ class BatchRun:
             self._save(item, record)
             self.in_flight.discard(item.id)
 
-    async def _research(self, item: Item) -> ResultRecord:
+    async def _research(self, item: Question) -> ResultRecord:
         try:
             return await self.agent.run(item.question)
         except Exception as exc:  # one item's failure is its row, not the batch's
             log.exception("question %s failed", item.id)
             return exception_record(item.question, exc)
 
-    def _save(self, item: Item, record: ResultRecord) -> None:
+    def _save(self, item: Question, record: ResultRecord) -> None:
         try:
             self.output.write(_row(item, record))
         except Exception as exc:  # e.g. a value JSON cannot encode, a full disk
@@ -465,7 +368,7 @@ class BatchRun:
 
 async def run_batch(
     agent: ResearchAgent,
-    items: list[Item],
+    items: list[Question],
     output: Path,
     *,
     workers: int = 4,

@@ -316,7 +316,8 @@ def _notice(message: str) -> None:
 
 # ---------------------------------------------------------------- run (batch)
 if TYPE_CHECKING:
-    from drvenus.batch import Item, LoadReport, ResultsFile
+    from drvenus.batch import ResultsFile
+    from drvenus.questions import Question, QuestionFile
 
 
 @app.command()
@@ -337,10 +338,11 @@ def run(
     0 when no question of this run failed, 1 when some did, 2 for bad input or a locked output,
     130 when interrupted (Ctrl-C; finished results are kept).
     """
-    from drvenus.batch import OutputLockedError, ResultsFile, load_questions
+    from drvenus.batch import OutputLockedError, ResultsFile
+    from drvenus.questions import read_questions
 
     try:
-        report = load_questions(questions)
+        report = read_questions(questions)
     except _known_errors() as exc:
         raise _fail(exc) from None
     _report_input_problems(report)
@@ -361,7 +363,7 @@ def run(
         raise typer.Exit(code)
 
 
-def _report_input_problems(report: LoadReport) -> None:
+def _report_input_problems(report: QuestionFile) -> None:
     if report.malformed:
         err.print(f"[yellow]{report.malformed} malformed line(s) skipped[/]")
         for problem in report.problems[:5]:
@@ -375,7 +377,7 @@ def _report_input_problems(report: LoadReport) -> None:
 
 
 def _run_locked(
-    items: list[Item],
+    items: list[Question],
     results: ResultsFile,
     workers: int,
     agent: AgentOptions,

@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,19 +37,11 @@ import pyarrow.parquet as pq
 
 from drvenus.data.judge import filter_correct
 from drvenus.data.options import CleanOptions
-from drvenus.data.reading import (
-    Chunk,
-    DataInputError,
-    InputCheck,
-    check_inputs,
-    ipc_batch,
-    list_input_files,
-    read_chunks,
-    stage_schemas,
-)
+from drvenus.data.plan import RunPlan, nothing_read_error, plan_run
+from drvenus.data.reading import Chunk, ipc_batch, read_chunks
 from drvenus.data.report import RunCounts, stats_document
 from drvenus.data.resample import resample
-from drvenus.data.rows import ChunkStats, RowOptions
+from drvenus.data.rows import ChunkStats
 from drvenus.data.workers import ChunkTask, WorkerPool
 from drvenus.data.writing import (
     FINAL_PARQUET,
@@ -61,7 +52,6 @@ from drvenus.data.writing import (
     write_final,
     write_stats,
 )
-from drvenus.protocol import build_system_prompt, load_system_prompt
 
 log = logging.getLogger(__name__)
 
@@ -70,72 +60,9 @@ STAGES = ("read", "normalise", "prune", "dedup", "validate", "judge", "resample"
 ProgressFn = Callable[[int, int | None], None]
 
 
-class NothingReadError(DataInputError):
-    """No input file could be found or read."""
-
-
 def log_stage(stage: str, msg: str, *args: Any) -> None:
     """An INFO line prefixed with the stage's number and name, e.g. ``[3/8 prune]``."""
     log.info("[%d/%d %s] " + msg, STAGES.index(stage) + 1, len(STAGES), stage, *args)
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """Everything a run needs, resolved and checked before anything is written."""
-
-    opts: CleanOptions
-    mode: str
-    input_path: Path
-    out_dir: Path
-    files: list[Path]
-    inputs: InputCheck
-    row_options: RowOptions
-    stage1_schema: pa.Schema
-    valid_schema: pa.Schema
-    current_date: str | None
-    workers: int
-
-
-def _system_prompt(opts: CleanOptions) -> tuple[str, str | None]:
-    if opts.system_prompt_file is not None:
-        return load_system_prompt(opts.system_prompt_file), opts.current_date
-    date = opts.current_date or time.strftime("%Y-%m-%d")
-    return build_system_prompt(date), date
-
-
-def _nothing_read(errors: dict[str, str]) -> NothingReadError:
-    return NothingReadError(
-        "no input file could be read: " + "; ".join(f"{k}: {v}" for k, v in errors.items())
-    )
-
-
-def plan_run(opts: CleanOptions) -> RunPlan:
-    """Stage 1 up to the first row: the input files, their schemas and row counts, the system
-    prompt. Raises :class:`NothingReadError` (no usable input) or ``OSError``/``ValueError`` (a
-    bad system prompt file); writes nothing."""
-    input_path = Path(opts.input).expanduser().resolve()
-    files = list_input_files(input_path, opts.file_pattern)
-    if not files:
-        raise NothingReadError(
-            f"no input files found under {input_path} with pattern {opts.file_pattern!r}"
-        )
-    inputs = check_inputs(files)
-    if len(inputs.errors) == len(files):
-        raise _nothing_read(inputs.errors)
-    system_prompt, current_date = _system_prompt(opts)
-    stage1_schema, valid_schema = stage_schemas(inputs.message_type)
-    row_options = RowOptions(
-        system_prompt_mode=opts.system_prompt_mode,
-        system_prompt=system_prompt,
-        allowed_tools=frozenset(t.lower() for t in opts.allowed_tools),
-        strict_format=opts.strict_format,
-        keep_stage1=opts.keep_intermediate,
-    )
-    return RunPlan(
-        opts, opts.correctness_mode, input_path, Path(opts.output_dir).expanduser().resolve(),
-        files, inputs, row_options, stage1_schema, valid_schema, current_date,
-        opts.worker_count,
-    )
 
 
 def run_clean(opts: CleanOptions, progress: ProgressFn | None = None) -> dict[str, Any]:
@@ -154,7 +81,7 @@ def run_clean(opts: CleanOptions, progress: ProgressFn | None = None) -> dict[st
         valid_path = out.scratch("valid.arrow")
         clean_rows(plan, out, valid_path, counts, progress)
         if counts.nothing_read():
-            raise _nothing_read(counts.file_errors)
+            raise nothing_read_error(counts.file_errors)
         _log_row_stages(counts.totals)
         with pa.memory_map(str(valid_path), "r") as source:
             stats = finish(plan, pa.ipc.open_file(source).read_all(), out, counts)

@@ -14,13 +14,9 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from orjson import loads as _loads
 
-try:
-    import orjson as _orjson
-
-    _loads: Any = _orjson.loads
-except ImportError:  # pragma: no cover - orjson is a dependency
-    _loads = json.loads
+from drvenus.records import json_layout, parse_json_text
 
 log = logging.getLogger(__name__)
 
@@ -235,11 +231,10 @@ def _parquet_chunks(path: Path, chunk_rows: int) -> Iterator[Chunk]:
 def _json_chunks(path: Path, chunk_rows: int) -> Iterator[Chunk]:
     """A ``.json`` file holding one object or an array of them; otherwise JSONL."""
     with path.open("rb") as fh:
-        head = fh.read(1).lstrip()
+        head = fh.read(4096)
         fh.seek(0)
-        if path.suffix.lower() == ".json" and head in (b"{", b"["):
-            data = _loads(fh.read())
-            rows = data if isinstance(data, list) else [data]
+        if path.suffix.lower() == ".json" and json_layout(head) == "document":
+            rows = parse_json_text(fh.read(), str(path))
             lines = [json.dumps(r, ensure_ascii=False).encode("utf-8") for r in rows]
             for i in range(0, len(lines), chunk_rows):
                 part = lines[i : i + chunk_rows]

@@ -17,7 +17,7 @@ from drvenus.data.writing import FINAL_JSONL, FINAL_PARQUET, STAGE1_PARQUET, STA
 
 if TYPE_CHECKING:
     from drvenus.data.judge import Correctness
-    from drvenus.data.pipeline import RunPlan
+    from drvenus.data.plan import RunPlan
     from drvenus.data.resample import Resampled
 
 log = logging.getLogger(__name__)

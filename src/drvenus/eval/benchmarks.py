@@ -9,19 +9,17 @@ and the runner never writes their questions or answers to disk.
 from __future__ import annotations
 
 import base64
-import csv
 import hashlib
 import json
 import logging
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from drvenus.corpus.urls import pseudo_url, wikipedia_url
-from drvenus.jsonl import read_jsonl
-from drvenus.protocol import ANSWER_SPLIT
+from drvenus.questions import read_questions
+from drvenus.records import read_records
 
 log = logging.getLogger(__name__)
 
@@ -71,60 +69,6 @@ def decrypt(field_b64: str, key: bytes) -> str:
 def encrypt(text: str, key: bytes) -> str:
     """The inverse of :func:`decrypt` (for tests and synthetic files)."""
     return base64.b64encode(_xor(text.encode("utf-8"), key)).decode("ascii")
-
-
-# ---------------------------------------------------------------------------- reading records
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """The rows of a CSV, XLSX, JSON, JSONL(.gz) or parquet file as dicts."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"benchmark file not found: {path}")
-    name = path.name.lower()
-    if name.endswith((".jsonl", ".jsonl.gz")):
-        rows, bad = [], 0
-        for row in read_jsonl(path):
-            if row.ok:
-                rows.append(row.value)
-            else:
-                bad += 1
-        if bad:
-            log.warning("%s: %d unreadable line(s) skipped", path, bad)
-        return rows
-    if name.endswith(".json"):
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(data, dict):
-            data = next((data[k] for k in ("data", "examples", "rows") if k in data), [data])
-        return [r for r in data if isinstance(r, dict)]
-    if name.endswith(".csv"):
-        csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-        with path.open(encoding="utf-8-sig", newline="") as fh:
-            return list(csv.DictReader(fh))
-    if name.endswith(".xlsx"):
-        return _read_xlsx(path)
-    if name.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    raise ValueError(f"unsupported file type: {path.name} (csv, xlsx, json, jsonl, parquet)")
-
-
-def _read_xlsx(path: Path) -> list[dict[str, Any]]:
-    try:
-        import openpyxl
-    except ImportError:
-        raise ValueError("reading .xlsx needs openpyxl: pip install openpyxl") from None
-    book = openpyxl.load_workbook(path, read_only=True, data_only=True)
-    try:
-        rows = book.worksheets[0].iter_rows(values_only=True)
-        header = [str(h).strip() if h is not None else "" for h in next(rows, ())]
-        out = []
-        for values in rows:
-            if values is None or all(v is None for v in values):
-                continue
-            out.append({h: v for h, v in zip(header, values, strict=False) if h})
-        return out
-    finally:
-        book.close()
 
 
 def _need(rows: list[dict[str, Any]], columns: Iterable[str], name: str) -> None:
@@ -225,50 +169,22 @@ def load_simpleqa(path: Path) -> list[EvalItem]:
 
 
 # ---------------------------------------------------------------------------- generic QA
-QUESTION_COLUMNS = ("question", "Question", "problem", "prompt", "query", "input")
-ANSWER_COLUMNS = ("answer", "answers", "Answer", "gt", "ground_truth", "golden_answers")
-
-
-def _split_answers(value: Any) -> list[str]:
-    if isinstance(value, list | tuple):
-        return [str(v) for v in value]
-    if value is None:
-        return []
-    return str(value).split(ANSWER_SPLIT)
-
-
-def generic_item(row: dict[str, Any], index: int) -> EvalItem | None:
-    """A question/answer row, or an RL row (``prompt`` = [{role: user, content}],
-    ``reward_model.ground_truth`` with alternatives joined by ANSWER_SPLIT); None if neither."""
-    prompt, reward = row.get("prompt"), row.get("reward_model")
-    if isinstance(prompt, list | tuple) and isinstance(reward, dict):
-        users = [m.get("content") for m in prompt
-                 if isinstance(m, dict) and m.get("role") == "user"]
-        extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
-        item_id = extra.get("index") or row.get("id") or index
-        answers = _split_answers(reward.get("ground_truth"))
-        return _item(item_id, users[-1] if users else "", answers,
-                     data_source=row.get("data_source"))
-    question = next((row[k] for k in QUESTION_COLUMNS if isinstance(row.get(k), str)), None)
-    answer = next((row[k] for k in ANSWER_COLUMNS if row.get(k) is not None), None)
-    if question is None or answer is None:
-        return None
-    meta = {k: row[k] for k in ("level", "data_source", "answer_type") if k in row}
-    return _item(row.get("id", index), question, _split_answers(answer), **meta)
+GENERIC_META = ("level", "data_source", "answer_type")
 
 
 def load_generic(path: Path) -> list[EvalItem]:
-    """JSONL / parquet / JSON / CSV with question/answer columns, or RL-format rows."""
-    items, skipped = [], 0
-    for i, row in enumerate(read_records(path), 1):
-        item = generic_item(row, i)
-        if item is None or not item.question:
-            skipped += 1
-        else:
-            items.append(item)
+    """Any question file with answers (:func:`drvenus.questions.read_questions`: JSONL /
+    parquet / JSON / CSV question/answer rows, or RL-format rows); rows without a question
+    and an answer are skipped and counted."""
+    report = read_questions(path, need_answer=True)
+    skipped = report.malformed + report.duplicates
     if skipped:
-        log.warning("%s: %d row(s) without a question and answer skipped", path, skipped)
-    return items
+        log.warning("%s: %d row(s) without a question and answer, or repeated, skipped%s",
+                    path, skipped, f" ({report.problems[0]})" if report.problems else "")
+    return [
+        _item(q.id, q.question, q.answers, **{k: q.meta[k] for k in GENERIC_META if k in q.meta})
+        for q in report.items
+    ]
 
 
 # ---------------------------------------------------------------------------- HotpotQA (offline)
@@ -392,7 +308,6 @@ __all__ = [
     "browsecomp_key",
     "decrypt",
     "encrypt",
-    "generic_item",
     "get_spec",
     "hotpotqa_corpus",
     "load",

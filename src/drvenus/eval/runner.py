@@ -22,7 +22,6 @@ from drvenus.agent import ResearchAgent, ResultRecord
 from drvenus.batch import (
     BatchRun,
     BatchSummary,
-    Item,
     Plan,
     ResultsFile,
     exception_record,
@@ -33,6 +32,7 @@ from drvenus.data.judge import JudgeClient, JudgeConfig
 from drvenus.eval.benchmarks import BenchmarkSpec, EvalItem, get_spec, load, write_corpus
 from drvenus.eval.judges import grade
 from drvenus.eval.metrics import RunResult, gold_recall, tool_use
+from drvenus.questions import Question
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +59,10 @@ class EvalSetup:
     def results_path(self) -> Path:
         return self.out / RESULTS
 
-    def pairs(self) -> list[Item]:
+    def pairs(self) -> list[Question]:
         """One batch item per (item, run), run by run (so early runs complete first)."""
         return [
-            Item(pair_id(item.id, run), item.question, meta={"item": item.id, "run": run})
+            Question(pair_id(item.id, run), item.question, meta={"item": item.id, "run": run})
             for run in range(self.runs) for item in self.items
         ]
 
@@ -132,7 +132,7 @@ class EvalBatchRun(BatchRun):
         self.redact = redact
         self._turn = 0
 
-    async def _research(self, item: Item) -> ResultRecord:
+    async def _research(self, item: Question) -> ResultRecord:
         agent = self.agents[self._turn % len(self.agents)]
         self._turn += 1
         try:
@@ -164,7 +164,7 @@ async def run_pairs(
     results: ResultsFile,
     *,
     workers: int = 4,
-    on_done: Callable[[Item, ResultRecord], None] | None = None,
+    on_done: Callable[[Question, ResultRecord], None] | None = None,
 ) -> BatchSummary:
     """Research the pending pairs concurrently (spread over ``agents`` round-robin), appending
     each row to ``results``."""

@@ -6,9 +6,9 @@ import datetime as _dt
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from drvenus.protocol.tools import TOOL_NAMES, TOOL_SPECS
+from drvenus.records import TRAJECTORY_SUFFIXES, first_trajectory_messages
 
 INSTRUCTIONS = (
     "You are a deep research assistant. Investigate every question thoroughly: search several "
@@ -51,7 +51,6 @@ def build_system_prompt(
     return f"{instructions}\n\n{tools_section(tools)}\n\nCurrent date: {date_text}\n"
 
 
-TRAJECTORY_SUFFIXES = (".json", ".jsonl", ".parquet")
 
 
 def load_system_prompt(path: str | Path) -> str:
@@ -63,7 +62,7 @@ def load_system_prompt(path: str | Path) -> str:
     prompt text itself. Raises ``ValueError`` (one readable line) when there is no prompt.
     """
     path = Path(path)
-    if path.suffix.lower() in TRAJECTORY_SUFFIXES:
+    if path.name.lower().endswith(TRAJECTORY_SUFFIXES):
         text = _trajectory_system_prompt(path)
     else:
         text = path.read_text(encoding="utf-8")
@@ -73,41 +72,11 @@ def load_system_prompt(path: str | Path) -> str:
 
 
 def _trajectory_system_prompt(path: Path) -> str:
-    messages = _first_messages(path)
+    messages = first_trajectory_messages(path)
     for message in messages or ():
         if isinstance(message, dict) and message.get("role") == "system":
             return str(message.get("content") or "")
     raise ValueError(f"{path}: the first trajectory has no system message")
-
-
-def _first_messages(path: Path) -> Any:
-    """The ``messages`` of the first row of a trajectory file (None when there are none)."""
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            file = pq.ParquetFile(path)
-            if "messages" not in file.schema_arrow.names or file.num_row_groups == 0:
-                raise ValueError("no 'messages' column")
-            rows = file.read_row_group(0, columns=["messages"]).slice(0, 1).to_pylist()
-        except (ValueError, OSError) as exc:
-            raise ValueError(f"{path}: not a trajectory parquet with a 'messages' column") from exc
-        return rows[0]["messages"] if rows else None
-    try:
-        with path.open(encoding="utf-8") as fh:
-            if suffix == ".jsonl":
-                first = next((line for line in fh if line.strip()), "null")
-                data = json.loads(first)
-            else:
-                data = json.load(fh)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    if isinstance(data, list) and data and isinstance(data[0], dict) and "role" in data[0]:
-        return data  # a bare message list
-    if isinstance(data, list):
-        data = data[0] if data else None
-    return data.get("messages") if isinstance(data, dict) else None
 
 
 def initial_messages(question: str, system_prompt: str) -> list[dict[str, str]]:

@@ -9,13 +9,13 @@ whose events are rebuilt from the conversation.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from drvenus import protocol
 from drvenus.agent import TraceEvent
 from drvenus.protocol.render import VISIT_FAILED_SUMMARY
+from drvenus.records import parse_json_text
 from drvenus.text import one_line
 
 EventDict = dict[str, Any]
@@ -250,29 +250,10 @@ def load_saved(text: str) -> list[dict[str, Any]]:
 
 
 def _json_rows(text: str) -> list[dict[str, Any]]:
-    stripped = text.strip()
-    if stripped.startswith("["):
-        data = json.loads(stripped)
-        if not isinstance(data, list):
-            raise ValueError("expected a JSON array of records")
-        rows = data
-    else:
-        try:
-            rows = [json.loads(stripped)] if stripped.startswith("{") else []
-        except ValueError:  # not one object: JSON lines
-            rows = []
-        if not rows:
-            rows = [_line(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    rows = parse_json_text(text, "the file")
     if not all(isinstance(row, dict) for row in rows):
         raise ValueError("every record must be a JSON object")
     return rows
-
-
-def _line(n: int, line: str) -> Any:
-    try:
-        return json.loads(line)
-    except ValueError as exc:
-        raise ValueError(f"line {n} is not JSON: {exc}") from None
 
 
 def _split_runs(rows: list[dict[str, Any]]) -> list[list[EventDict]]:

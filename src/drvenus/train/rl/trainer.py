@@ -73,10 +73,10 @@ def read_questions(path: str | Path) -> list[tuple[str, str]]:
     """``(question, ground truth)`` rows: RL-format parquet / JSONL (``prompt``,
     ``reward_model.ground_truth``) or question/answer columns; accepted answers joined by
     ``<|answer_split|>``. Rows without both are skipped and counted."""
-    from drvenus.eval.benchmarks import load_generic
+    from drvenus.questions import read_questions
 
-    items = load_generic(Path(path))
-    rows = [(it.question, ANSWER_SPLIT.join(it.answers)) for it in items if it.answers]
+    items = read_questions(path, need_answer=True).items
+    rows = [(it.question, ANSWER_SPLIT.join(it.answers)) for it in items]
     if not rows:
         raise RLConfigError(f"{path}: no rows with a question and a ground truth")
     return rows

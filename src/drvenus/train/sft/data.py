@@ -16,7 +16,6 @@ the next row's first token.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from collections.abc import Iterable, Iterator, Sequence
@@ -56,40 +55,23 @@ def _conversation(row: dict[str, Any], where: str) -> Conversation:
     raise SFTDataError(f"{where}: no messages (or conversations) column (found: {found})")
 
 
-def _parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def _rows(path: Path) -> Iterator[dict[str, Any]]:
+    from drvenus.records import RecordsError, iter_trajectories, parquet_columns
 
     try:
-        pf = pq.ParquetFile(path)
-    except (OSError, pa.ArrowException) as exc:
-        raise SFTDataError(f"{path}: not a readable parquet file ({exc})") from None
-    names = pf.schema_arrow.names
-    cols = [c for c in ("messages", "conversations", "system") if c in names]
-    if not {"messages", "conversations"} & set(cols):
-        found = ", ".join(names) or "none"
-        raise SFTDataError(f"{path}: no messages (or conversations) column (found: {found})")
-    for batch in pf.iter_batches(batch_size=256, columns=cols):
-        yield from batch.to_pylist()
-
-
-def _json_rows(path: Path) -> Iterator[dict[str, Any]]:
-    from drvenus.jsonl import read_jsonl
-
-    if path.name.lower().endswith(".json"):
-        try:
-            value = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SFTDataError(f"{path}: not valid JSON ({exc})") from None
-        values = value if isinstance(value, list) else [value]
-        if not all(isinstance(v, dict) for v in values):
-            raise SFTDataError(f"{path}: expected a JSON object or a list of objects")
-        yield from values
-        return
-    for row in read_jsonl(path):
-        if not row.ok:
-            raise SFTDataError(f"{path}: line {row.lineno}: {row.error}")
-        yield row.value
+        if path.suffix.lower() in (".parquet", ".pq"):
+            names = parquet_columns(path)
+            if not {"messages", "conversations"} & set(names):
+                found = ", ".join(names) or "none"
+                raise SFTDataError(
+                    f"{path}: no messages (or conversations) column (found: {found})"
+                )
+        for row in iter_trajectories(path, ["messages", "conversations", "system"]):
+            if not isinstance(row, dict):
+                raise SFTDataError(f"{path}: expected a JSON object or a list of objects")
+            yield row
+    except RecordsError as exc:
+        raise SFTDataError(str(exc)) from None
 
 
 def data_files(path: Path) -> list[Path]:
@@ -109,8 +91,7 @@ def read_conversations(path: str | Path) -> list[Conversation]:
     """All conversations of a file or folder; :class:`SFTDataError` for unusable input."""
     rows: list[Conversation] = []
     for file in data_files(Path(path)):
-        reader = _parquet_rows if file.suffix.lower() in (".parquet", ".pq") else _json_rows
-        for i, row in enumerate(reader(file)):
+        for i, row in enumerate(_rows(file)):
             try:
                 rows.append(_conversation(row, str(file)))
             except (KeyError, TypeError) as exc:

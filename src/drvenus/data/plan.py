@@ -1,0 +1,85 @@
+"""The plan of one ``drvenus data clean`` run: the input files, their schemas, the system prompt
+and the row options, resolved and checked before anything is written (stage 1 up to its first
+row). The pipeline carries it out; the report reads it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from drvenus.data.options import CleanOptions
+from drvenus.data.reading import (
+    DataInputError,
+    InputCheck,
+    check_inputs,
+    list_input_files,
+    stage_schemas,
+)
+from drvenus.data.rows import RowOptions
+from drvenus.protocol import build_system_prompt, load_system_prompt
+
+
+class NothingReadError(DataInputError):
+    """No input file could be found or read."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything a run needs, resolved and checked before anything is written."""
+
+    opts: CleanOptions
+    mode: str
+    input_path: Path
+    out_dir: Path
+    files: list[Path]
+    inputs: InputCheck
+    row_options: RowOptions
+    stage1_schema: pa.Schema
+    valid_schema: pa.Schema
+    current_date: str | None
+    workers: int
+
+
+def _system_prompt(opts: CleanOptions) -> tuple[str, str | None]:
+    if opts.system_prompt_file is not None:
+        return load_system_prompt(opts.system_prompt_file), opts.current_date
+    date = opts.current_date or time.strftime("%Y-%m-%d")
+    return build_system_prompt(date), date
+
+
+def nothing_read_error(errors: dict[str, str]) -> NothingReadError:
+    return NothingReadError(
+        "no input file could be read: " + "; ".join(f"{k}: {v}" for k, v in errors.items())
+    )
+
+
+def plan_run(opts: CleanOptions) -> RunPlan:
+    """Stage 1 up to the first row: the input files, their schemas and row counts, the system
+    prompt. Raises :class:`NothingReadError` (no usable input) or ``OSError``/``ValueError`` (a
+    bad system prompt file); writes nothing."""
+    input_path = Path(opts.input).expanduser().resolve()
+    files = list_input_files(input_path, opts.file_pattern)
+    if not files:
+        raise NothingReadError(
+            f"no input files found under {input_path} with pattern {opts.file_pattern!r}"
+        )
+    inputs = check_inputs(files)
+    if len(inputs.errors) == len(files):
+        raise nothing_read_error(inputs.errors)
+    system_prompt, current_date = _system_prompt(opts)
+    stage1_schema, valid_schema = stage_schemas(inputs.message_type)
+    row_options = RowOptions(
+        system_prompt_mode=opts.system_prompt_mode,
+        system_prompt=system_prompt,
+        allowed_tools=frozenset(t.lower() for t in opts.allowed_tools),
+        strict_format=opts.strict_format,
+        keep_stage1=opts.keep_intermediate,
+    )
+    return RunPlan(
+        opts, opts.correctness_mode, input_path, Path(opts.output_dir).expanduser().resolve(),
+        files, inputs, row_options, stage1_schema, valid_schema, current_date,
+        opts.worker_count,
+    )
