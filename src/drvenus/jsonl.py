@@ -1,4 +1,5 @@
-"""The one JSONL reader: questions, batch results, corpora and traces all go through it.
+"""The one JSONL line reader: batch results, corpora and traces read through it, and so do the
+file readers of :mod:`drvenus.records` and :mod:`drvenus.questions`.
 
 Blank lines are skipped; every other line yields a :class:`JsonlRow` with its 1-based line
 number and either the parsed value or the reason it could not be used (invalid UTF-8, invalid

@@ -77,14 +77,22 @@ def replay_messages(events: Iterable[TraceEvent | Mapping[str, Any]]) -> list[di
     return messages
 
 
+def split_runs(events: Iterable[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Event dicts grouped into runs: each ``started`` event opens one."""
+    runs: list[list[dict[str, Any]]] = []
+    for event in events:
+        if event.get("type") == "started" or not runs:
+            runs.append([])
+        runs[-1].append(event)
+    return runs
+
+
 def read_trace(path: str | Path) -> list[list[dict[str, Any]]]:
     """The runs in a trace file (JSONL of events, as ``drvenus ask --trace`` writes), each a
     list of event dicts from ``started`` to ``finished``."""
-    runs: list[list[dict[str, Any]]] = []
+    events = []
     for row in read_jsonl(path):
         if not row.ok:
             raise ValueError(f"{path}, line {row.lineno}: {row.error}")
-        if row.value.get("type") == "started" or not runs:
-            runs.append([])
-        runs[-1].append(row.value)
-    return runs
+        events.append(row.value)
+    return split_runs(events)

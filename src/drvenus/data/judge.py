@@ -93,8 +93,7 @@ class JudgeConfig:
         model = model or settings.judge_model
         if not base_url or not model:
             return None
-        key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
-        return cls(base_url=base_url, model=model, api_key=key, **kwargs)
+        return cls(base_url=base_url, model=model, api_key=settings.judge_api_key_value(), **kwargs)
 
 
 @dataclass(frozen=True)

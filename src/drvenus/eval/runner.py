@@ -243,14 +243,6 @@ def judge_config(
     return replace(cfg, cache_path=out / JUDGE_CACHE)
 
 
-def expected_pairs(setup: EvalSetup) -> int:
-    return len(setup.items) * setup.runs
-
-
-def missing_pairs(setup: EvalSetup, results: Sequence[RunResult]) -> int:
-    return expected_pairs(setup) - len(results)
-
-
 __all__ = [
     "CORPUS",
     "MANIFEST",

@@ -49,10 +49,7 @@ def make_model(
     window: int | None = None,
     parallel: int = 1,
     n_threads: int | None = None,
-    grammar_mode: str | None = None,
-    prefilled_think: bool | None = None,
     timeout: float = 600.0,
-    extra_body: dict[str, Any] | None = None,
     models_dir: Path | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> ChatModel:
@@ -60,12 +57,11 @@ def make_model(
 
     ``window``: tokens of context per conversation for a GGUF (None: its trained length, capped
     to memory; the embedded model uses 8192). ``parallel``: conversations a GGUF serves at once
-    (one slot each, one copy of the weights). ``grammar_mode`` (HTTP): how the server takes a
-    grammar (default ``"auto"``: ask the server what it is when a grammar is first needed).
-    ``model_name``: the served model name (HTTP; None takes the server's first) or a display
-    name (GGUF, checkpoint). ``models_dir``: where the embedded model is cached (pulled on
-    first use). A checkpoint takes ``window`` (None: its config's), ``parallel`` (how many
-    conversations keep their KV caches), ``model_name`` and ``timeout``; nothing else.
+    (one slot each, one copy of the weights). ``model_name``: the served model name (HTTP; None
+    takes the server's first) or a display name (GGUF, checkpoint). ``models_dir``: where the
+    embedded model is cached (pulled on first use). A checkpoint takes ``window`` (None: its
+    config's), ``parallel`` (how many conversations keep their KV caches), ``model_name`` and
+    ``timeout``; nothing else.
     """
     if model_path is not None and base_url is not None:
         raise ValueError(
@@ -73,15 +69,7 @@ def make_model(
             "not both"
         )
     if base_url is not None:
-        return OpenAICompatModel(
-            base_url,
-            model_name,
-            api_key,
-            timeout=timeout,
-            grammar_mode=grammar_mode or "auto",
-            prefilled_think=bool(prefilled_think),
-            extra_body=extra_body,
-        )
+        return OpenAICompatModel(base_url, model_name, api_key, timeout=timeout)
 
     from drvenus.llm import embedded
     from drvenus.llm.local import local_model

@@ -14,6 +14,7 @@ from typing import Any
 
 from drvenus import protocol
 from drvenus.agent import TraceEvent
+from drvenus.agent.events import split_runs
 from drvenus.protocol.render import VISIT_FAILED_SUMMARY
 from drvenus.records import parse_json_text
 from drvenus.text import one_line
@@ -239,7 +240,7 @@ def load_saved(text: str) -> list[dict[str, Any]]:
     if not rows:
         raise ValueError("the file holds no JSON records")
     if all("type" in row and "data" in row for row in rows):
-        runs = _split_runs(rows)
+        runs = split_runs(rows)
     elif all(isinstance(row.get("messages"), list) for row in rows):
         runs = [events_from_record(row) for row in rows]
     else:
@@ -254,15 +255,6 @@ def _json_rows(text: str) -> list[dict[str, Any]]:
     if not all(isinstance(row, dict) for row in rows):
         raise ValueError("every record must be a JSON object")
     return rows
-
-
-def _split_runs(rows: list[dict[str, Any]]) -> list[list[EventDict]]:
-    runs: list[list[EventDict]] = []
-    for row in rows:
-        if row.get("type") == "started" or not runs:
-            runs.append([])
-        runs[-1].append(row)
-    return runs
 
 
 def _question_of(events: list[EventDict]) -> str:

@@ -50,8 +50,6 @@ class ToolCache:
     def __init__(self, path: str | Path, *, default_ttl: float = DEFAULT_TTL) -> None:
         self.path = Path(path)
         self.default_ttl = default_ttl
-        self.hits = 0
-        self.misses = 0
         self._lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False)
@@ -77,9 +75,7 @@ class ToolCache:
             log.warning("tool cache %s unreadable: %s", self.path, exc)
             row = None
         if row is None or time.time() - row[1] > ttl:
-            self.misses += 1
             return None
-        self.hits += 1
         return str(row[0])
 
     def put(self, namespace: str, key: str, value: str) -> None:
@@ -92,18 +88,6 @@ class ToolCache:
                 self._db.commit()
         except sqlite3.Error as exc:
             log.warning("tool cache %s not writable: %s", self.path, exc)
-
-    def purge(self, older_than: float) -> int:
-        """Delete entries stored more than ``older_than`` seconds ago; returns how many."""
-        with self._lock:
-            cutoff = time.time() - older_than
-            cur = self._db.execute("DELETE FROM entries WHERE stored < ?", (cutoff,))
-            self._db.commit()
-        return cur.rowcount
-
-    def hit_rate(self) -> float:
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
 
     def close(self) -> None:
         with self._lock:
