@@ -106,7 +106,7 @@ def test_stack_closes_what_it_opened():
             await stack.model.generate(messages, SamplingParams(max_tokens=8))
             extractor = stack.tools["visit"].extractor.model
             await extractor.generate(messages, SamplingParams(max_tokens=8))
-            clients = [stack.model.transport._client, extractor.transport._client]
+            clients = [stack.model.transport._clients.current, extractor.transport._clients.current]
             await stack.aclose()
             return clients
 

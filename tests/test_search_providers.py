@@ -623,10 +623,10 @@ def test_aclose_closes_the_client(serper: FakeSearchServer) -> None:
 
     async def go() -> None:
         await provider.search("x", 10)
-        client = provider._client
+        client = provider._clients.current
         assert client is not None
         await provider.aclose()
-        assert client.is_closed and provider._client is None
+        assert client.is_closed and provider._clients.current is None
         await provider.aclose()  # twice is fine
 
     run(go())

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from drvenus.net.guard import COOKIE, host_of
 from drvenus.serve.app import create_app
-from drvenus.serve.guard import COOKIE, host_of
 from drvenus.serve.server import ServeThread
 from test_serve_api import DRACULA, make_registry
 

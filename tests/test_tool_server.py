@@ -18,16 +18,11 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from drvenus.agent import AgentConfig, ResearchAgent  # noqa: E402
+from drvenus.net import RetryPolicy  # noqa: E402
+from drvenus.net.server import ServerThread, check_bind, is_loopback  # noqa: E402
 from drvenus.protocol import ToolCall, normalize_tool_call  # noqa: E402
-from drvenus.retry import RetryPolicy  # noqa: E402
 from drvenus.tools.remote import RemoteToolbox  # noqa: E402
-from drvenus.tools.server import (  # noqa: E402
-    ServerThread,
-    check_bind,
-    create_app,
-    is_loopback,
-    serve,
-)
+from drvenus.tools.server import create_app, serve  # noqa: E402
 from drvenus.tools.toolbox import Toolbox, offline_toolbox  # noqa: E402
 from scripted import ScriptedModel, answer, call  # noqa: E402
 
@@ -131,7 +126,8 @@ def test_bad_arguments_are_422_with_the_protocol_error(open_server):
         assert r.json()["content"] == "ERROR: search needs 'query': a list of search queries"
         r = client.post("/visit", json={"url": [DRACULA]})
         assert r.status_code == 422 and r.json()["content"].startswith("ERROR: ")
-        assert client.post("/search", content=b"{not json").status_code == 400
+        json_type = {"Content-Type": "application/json"}
+        assert client.post("/search", content=b"{not json", headers=json_type).status_code == 400
         assert client.post("/search", json=["Dracula"]).status_code == 400
 
 
@@ -175,7 +171,8 @@ def test_huge_bodies_are_413(open_server):
         assert r.status_code == 413
         # no Content-Length (chunked): cut off while reading
         chunks = (b'{"query": ["' + b"y" * 65536 for _ in range(20))
-        assert client.post("/search", content=chunks).status_code == 413
+        json_type = {"Content-Type": "application/json"}
+        assert client.post("/search", content=chunks, headers=json_type).status_code == 413
         assert client.post("/search", json={"query": ["Dracula"]}).status_code == 200
 
 

@@ -23,30 +23,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import httpx
 
 from drvenus.llm.base import Generation, GrammarKind, LLMError, SamplingParams
+from drvenus.net import (
+    LoopClient,
+    RetryPolicy,
+    is_context_overflow,
+    is_retryable_status,
+    parse_retry_after,
+    redact_url,
+    with_retries,
+)
 from drvenus.protocol import assistant_text
 from drvenus.protocol.grammar import grammar_for_kind
-from drvenus.retry import RetryPolicy, parse_retry_after, with_retries
 from drvenus.text import estimate_tokens, one_line
 
 log = logging.getLogger(__name__)
 
 GRAMMAR_MODES: tuple[str, ...] = ("none", "gbnf-field", "vllm", "vllm-legacy", "sglang", "auto")
 
-_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-# How servers say the prompt no longer fits (llama-server, vLLM, SGLang, gateways).
-_OVERFLOW = re.compile(
-    r"context (?:length|size|window)|maximum model length|exceed_context|too many tokens"
-    r"|prompt is too long|longer than the model",
-    re.IGNORECASE,
-)
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -71,20 +71,6 @@ def normalize_base_url(base_url: str) -> str:
     except ValueError:
         raise ValueError(f"bad port in server URL: {redact_url(base_url)!r}") from None
     return url if url.endswith("/v1") else url + "/v1"
-
-
-def redact_url(url: str) -> str:
-    """``url`` without a ``user:password@`` part, safe for logs, records and traces."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, "***@" + host, parts.path, parts.query, parts.fragment))
 
 
 def grammar_fields(mode: str, grammar: str) -> dict[str, Any]:
@@ -112,14 +98,15 @@ def error_detail(body: Any, fallback: str = "") -> str:
 
 
 def status_error(
-    where: str, status: int, detail: str, retry_after: float | None = None
+    where: str, status: int, detail: str, retry_after: float | None = None, body: Any = None
 ) -> LLMError:
-    """The :class:`LLMError` for an HTTP-style error status from a model server."""
+    """The :class:`LLMError` for an HTTP-style error status from a model server (``body``: the
+    whole error reply, whose ``type`` / ``code`` may say more than ``detail``)."""
     return LLMError(
         f"{where}: HTTP {status}: {detail}",
-        retryable=status in _RETRY_STATUS,
+        retryable=is_retryable_status(status),
         retry_after=retry_after,
-        context_overflow=status in (400, 413) and bool(_OVERFLOW.search(detail)),
+        context_overflow=is_context_overflow(status, detail, body),
     )
 
 
@@ -156,20 +143,13 @@ class HttpTransport:
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._clients = LoopClient(lambda: httpx.AsyncClient(headers=self._headers))
 
     def __repr__(self) -> str:  # never shows the key or URL credentials
         return f"HttpTransport({redact_url(self.base_url)!r})"
 
     def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            # A pooled connection cannot move between loops: the old client belongs to a loop
-            # that is gone, so it is dropped (its sockets close with that loop).
-            self._client = httpx.AsyncClient(headers=self._headers)
-            self._client_loop = loop
-        return self._client
+        return self._clients.get()
 
     async def request(
         self, method: str, path: str, body: dict[str, Any] | None, timeout: float | None
@@ -194,11 +174,13 @@ class HttpTransport:
             raise LLMError(f"{self.where}: transport error: {reason}", retryable=True) from None
         if response.status_code >= 400:
             try:
-                detail = error_detail(response.json())
+                answer = response.json()
+                detail = error_detail(answer)
             except ValueError:
+                answer = None
                 detail = one_line(response.text) or response.reason_phrase
             retry_after = parse_retry_after(response.headers.get("retry-after"))
-            raise status_error(self.where, response.status_code, detail, retry_after)
+            raise status_error(self.where, response.status_code, detail, retry_after, answer)
         try:
             return response.json()
         except ValueError:
@@ -207,12 +189,7 @@ class HttpTransport:
             ) from None
 
     async def aclose(self) -> None:
-        client, self._client, self._client_loop = self._client, None, None
-        if client is not None:
-            try:
-                await client.aclose()
-            except RuntimeError:  # its event loop is already closed: nothing left to release
-                pass
+        await self._clients.aclose()
 
 
 class OpenAICompatModel:
@@ -445,6 +422,5 @@ __all__ = [
     "error_detail",
     "grammar_fields",
     "normalize_base_url",
-    "redact_url",
     "status_error",
 ]

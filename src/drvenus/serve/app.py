@@ -10,6 +10,9 @@
 - ``/mcp``: MCP over Streamable HTTP (:mod:`drvenus.serve.mcp_server`).
 - ``/health``: liveness, the only route without the token.
 
+Access control is :class:`drvenus.net.guard.Guard` (the tool server's too), with the browser
+login on (the token cookie, ``/?token=``) and JSON-only POSTs under ``/api/`` and ``/v1/``.
+
 Limits: JSON bodies up to ``max_body_bytes`` (replayed files up to ``max_replay_bytes``),
 questions up to :data:`MAX_QUESTION_CHARS`, runs bounded by the registry.
 """
@@ -24,11 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from drvenus import __version__
+from drvenus.net.guard import Guard
+from drvenus.net.server import MAX_BODY_BYTES, Busy, Reject, read_json_body, require_serve_extra
 from drvenus.serve.agents import Choice
-from drvenus.serve.guard import Guard
-from drvenus.serve.runs import Busy, Run, RunRegistry
+from drvenus.serve.runs import Run, RunRegistry
 from drvenus.serve.view import finished_view, for_client, load_saved
-from drvenus.tools.server import Reject, read_json_body, require_serve_extra
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
@@ -37,9 +40,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
-MAX_BODY_BYTES = 1 << 20
 MAX_REPLAY_BYTES = 32 << 20
 MAX_QUESTION_CHARS = 8000
+JSON_ONLY_PREFIXES = ("/api/", "/v1/")  # POSTs there must be JSON (MCP checks its own)
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
@@ -280,7 +283,7 @@ def create_app(
         return _json(500, {"error": "internal error"})
 
     app.state.registry = registry
-    app.add_middleware(Guard, token=token)
+    app.add_middleware(Guard, token=token, json_prefixes=JSON_ONLY_PREFIXES, browser_login=True)
     return app
 
 

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from drvenus.agent import TraceEvent, read_trace
 from drvenus.agent.record import ResultRecord
 from drvenus.console import TraceWriter
+from drvenus.net.server import Busy  # every run slot taken and the waiting line full
 from drvenus.serve.agents import AgentPool, Choice
 from drvenus.serve.server import DEFAULT_MAX_RUNNING, DEFAULT_MAX_WAITING
 
@@ -31,10 +32,6 @@ RunStatus = Literal["queued", "running", "done", "lost"]
 RUN_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]{0,63}$")
 DEFAULT_KEEP = 200
 HEARTBEAT_SECONDS = 15.0
-
-
-class Busy(Exception):
-    """Every run slot is taken and the waiting line is full."""
 
 
 def new_run_id() -> str:

@@ -8,11 +8,16 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from drvenus.tools.server import ServerThread, bind_socket, socket_url, uvicorn_server
+from drvenus.net.server import (
+    DEFAULT_HOST,
+    ServerThread,
+    bind_socket,
+    socket_url,
+    uvicorn_server,
+)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_MAX_RUNNING = 2  # research runs going on at once
 DEFAULT_MAX_WAITING = 8  # runs that may wait for a free slot
@@ -43,7 +48,7 @@ class ServeThread(ServerThread):
 
 
 __all__ = [
-    "DEFAULT_HOST",
+    "DEFAULT_HOST",  # re-exported from drvenus.net.server for the CLI module
     "DEFAULT_MAX_RUNNING",
     "DEFAULT_MAX_WAITING",
     "DEFAULT_PORT",

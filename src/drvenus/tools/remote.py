@@ -4,22 +4,29 @@
 :class:`~drvenus.tools.toolbox.Toolbox` (``names``, ``in``, ``call``, ``aclose``) and returns the
 same text for the same call. It never raises for a failed call: an unreachable server, a timeout
 or an HTTP error comes back as the protocol's tool error text. Transient failures (connection
-refused, connect timeout, HTTP 429/502/503/504) are retried under :mod:`drvenus.retry`.
+refused, connect timeout, the HTTP statuses :func:`drvenus.net.is_retryable_status` accepts) are
+retried under :class:`drvenus.net.RetryPolicy`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
 
+from drvenus.net import (
+    LoopClient,
+    RetryPolicy,
+    is_retryable_status,
+    parse_retry_after,
+    redact_url,
+    with_retries,
+)
+from drvenus.net.server import is_loopback
 from drvenus.protocol import TOOL_NAMES, ToolCall, tool_error_message, unknown_tool_message
-from drvenus.retry import RetryPolicy, parse_retry_after, with_retries
 from drvenus.tools.base import ProviderError
-from drvenus.tools.server import is_loopback
 
 if TYPE_CHECKING:
     from drvenus.config import Settings
@@ -28,7 +35,6 @@ log = logging.getLogger(__name__)
 
 # The server's own tool timeout (Toolbox's 300 s) plus room for the queue and the network.
 DEFAULT_REMOTE_TIMEOUT = 330.0
-RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
 
 
 class RemoteToolbox:
@@ -51,8 +57,11 @@ class RemoteToolbox:
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"tool server URL must be http(s)://host:port, got {base_url!r}")
+            raise ValueError(
+                f"tool server URL must be http(s)://host:port, got {redact_url(base_url)!r}"
+            )
         self.base_url = base_url.rstrip("/")
+        self.where = redact_url(self.base_url)  # for messages and logs: no credentials
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -61,10 +70,11 @@ class RemoteToolbox:
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._clients = LoopClient(lambda: httpx.AsyncClient(
+            headers=self._headers, limits=self._limits, transport=self._transport,
+        ))
         if token and parts.scheme == "http" and not is_loopback(parts.hostname or ""):
-            log.warning("the tool server token is sent unencrypted to %s (use https)", parts.netloc)
+            log.warning("the tool server token is sent unencrypted to %s (use https)", self.where)
 
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: Any) -> RemoteToolbox:
@@ -74,7 +84,7 @@ class RemoteToolbox:
         return cls(settings.tools_url, settings.tools_token_value(), **kwargs)
 
     def __repr__(self) -> str:
-        return f"RemoteToolbox({self.base_url!r})"
+        return f"RemoteToolbox({self.where!r})"
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -84,13 +94,7 @@ class RemoteToolbox:
         return name in TOOL_NAMES
 
     def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
-            self._client = httpx.AsyncClient(
-                headers=self._headers, limits=self._limits, transport=self._transport,
-            )
-            self._loop = loop
-        return self._client
+        return self._clients.get()
 
     async def call(self, tool_call: ToolCall) -> str:
         name = tool_call.name
@@ -105,10 +109,10 @@ class RemoteToolbox:
                 attempt, self.retry, timeout=self.timeout, what=f"tool server {name}"
             )
         except ProviderError as exc:
-            log.warning("%s via %s failed: %s", name, self.base_url, exc)
+            log.warning("%s via %s failed: %s", name, self.where, exc)
             return tool_error_message(name, str(exc))
         except Exception as exc:  # never raise into the agent loop
-            log.exception("%s via %s failed", name, self.base_url)
+            log.exception("%s via %s failed", name, self.where)
             return tool_error_message(name, str(exc) or type(exc).__name__)
 
     async def _post(self, name: str, arguments: dict[str, Any], timeout: float | None) -> str:
@@ -117,16 +121,16 @@ class RemoteToolbox:
             response = await self._http().post(url, json=arguments, timeout=timeout)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise ProviderError(
-                f"tool server {self.base_url} unreachable: {exc or type(exc).__name__}",
+                f"tool server {self.where} unreachable: {exc or type(exc).__name__}",
                 retryable=True,
             ) from None
         except httpx.TimeoutException:
             raise ProviderError(
-                f"tool server {self.base_url} gave no answer within {timeout or 0:g}s"
+                f"tool server {self.where} gave no answer within {timeout or 0:g}s"
             ) from None
         except httpx.TransportError as exc:  # the connection broke mid-request
             raise ProviderError(
-                f"tool server {self.base_url}: {exc or type(exc).__name__}", retryable=True
+                f"tool server {self.where}: {exc or type(exc).__name__}", retryable=True
             ) from None
         return self._content(response)
 
@@ -144,16 +148,16 @@ class RemoteToolbox:
         if status == 401:
             why = "wrong token" if self._has_token else "no token given"
             raise ProviderError(
-                f"tool server {self.base_url} refused the request (401, {why}): "
+                f"tool server {self.where} refused the request (401, {why}): "
                 "set DRVENUS_TOOLS_TOKEN to the server's token"
             )
         if status == 413:
-            raise ProviderError(f"tool server {self.base_url}: request too large (413)")
+            raise ProviderError(f"tool server {self.where}: request too large (413)")
         detail = body.get("error") if isinstance(body, dict) else None
         detail = detail or response.text[:200] or response.reason_phrase
         raise ProviderError(
-            f"tool server {self.base_url} answered HTTP {status}: {detail}",
-            retryable=status in RETRYABLE_STATUS,
+            f"tool server {self.where} answered HTTP {status}: {detail}",
+            retryable=is_retryable_status(status),
             retry_after=parse_retry_after(response.headers.get("retry-after")),
         )
 
@@ -164,12 +168,10 @@ class RemoteToolbox:
             response.raise_for_status()
             return response.json()
         except (httpx.HTTPError, ValueError) as exc:
-            raise ProviderError(f"tool server {self.base_url} is not up: {exc}") from None
+            raise ProviderError(f"tool server {self.where} is not up: {exc}") from None
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None and self._loop is asyncio.get_running_loop():
-            await client.aclose()
+        await self._clients.aclose()
 
 
 __all__ = ["DEFAULT_REMOTE_TIMEOUT", "RemoteToolbox"]

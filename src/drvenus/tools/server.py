@@ -13,10 +13,14 @@ Routes (all JSON in and out unless said otherwise):
 - ``GET /health``: ``{"status": "ok", "tools": [...]}``. It is the only route that needs no
   token, so that load balancers and supervisors can probe liveness; it tells nothing else.
 
-Security: the server binds 127.0.0.1 by default and refuses any other address without a token.
-With a token every route but ``/health`` needs ``Authorization: Bearer <token>`` (compared in
-constant time) and answers 401 without it. Bodies are bounded (413), running tool calls are
-bounded by a semaphore with a bounded queue behind it (503 with ``Retry-After`` when full).
+Security (:class:`drvenus.net.guard.Guard`, the guard of ``drvenus serve`` too): the server binds
+127.0.0.1 by default and refuses any other address without a token. With a token every route but
+``/health`` needs ``Authorization: Bearer <token>`` (compared in constant time) and answers 401
+without it. Without a token only requests addressed to a loopback host are answered (421 for any
+other ``Host``: no DNS rebinding), and with or without one a POST must be JSON (415 otherwise), so
+a web page the user opens cannot make the server search or read pages. Bodies are bounded (413),
+running tool calls are bounded by a semaphore with a bounded queue behind it (503 with
+``Retry-After`` when full).
 Identical calls are answered from a small in-memory cache (and concurrent ones share one call).
 
 fastapi and uvicorn are optional: ``pip install 'drvenus[serve]'``.
@@ -25,20 +29,29 @@ fastapi and uvicorn are optional: ``pip install 'drvenus[serve]'``.
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
 import logging
-import os
-import socket
 import threading
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from drvenus.net.guard import Guard
+from drvenus.net.server import (
+    DEFAULT_HOST,
+    MAX_BODY_BYTES,
+    Busy,
+    Reject,
+    bind_socket,
+    check_bind,
+    read_json_body,
+    require_serve_extra,
+    socket_url,
+    uvicorn_server,
+)
 from drvenus.protocol import TOOL_NAMES, ToolCall, ToolCallError, normalize_tool_call
 from drvenus.protocol import tool_error_message as _tool_error
 from drvenus.protocol.render import VISIT_FAILED_SUMMARY
@@ -50,9 +63,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
-MAX_BODY_BYTES = 1 << 20
 DEFAULT_MAX_CONCURRENCY = 32
 DEFAULT_MAX_QUEUE = 1024
 DEFAULT_CACHE_SIZE = 4096
@@ -69,34 +80,6 @@ class ToolRunner(Protocol):
     def names(self) -> tuple[str, ...]: ...
 
     async def call(self, tool_call: ToolCall) -> str: ...
-
-
-def require_serve_extra() -> None:
-    """Raise ImportError with the install hint when fastapi or uvicorn is missing."""
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(SERVE_EXTRA_HINT) from exc
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or ``localhost``) only accepts connections from this host."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_bind(host: str, token: str | None) -> None:
-    """Raise ValueError when serving on ``host`` would expose the tools without a token."""
-    if not token and not is_loopback(host):
-        raise ValueError(
-            f"refusing to serve tools on {host or 'all interfaces'} without a token: "
-            "set DRVENUS_TOOLS_TOKEN (or pass --token), or bind 127.0.0.1"
-        )
 
 
 # ------------------------------------------------------------------------ pieces of the app
@@ -148,10 +131,6 @@ class RouteMetrics:
                 f"drvenus_tool_server_calls_in_flight {self.in_flight}",
             ]
         return "\n".join(lines) + "\n"
-
-
-class Busy(Exception):
-    """Every slot is taken and the queue is full."""
 
 
 class Slots:
@@ -239,13 +218,12 @@ class ResponseCache:
         return content, False
 
 
-class Guard:
-    """ASGI middleware: the bearer token on every route but ``/health``, and route metrics."""
+class RouteTimer:
+    """ASGI middleware counting every HTTP request by route and status, with its latency (the
+    guard's refusals included: it sits outside the :class:`~drvenus.net.guard.Guard`)."""
 
-    def __init__(self, app: Any, token: str | None, routes: RouteMetrics) -> None:
-        self.app = app
-        self.expected = f"Bearer {token}".encode() if token else None
-        self.routes = routes
+    def __init__(self, app: Any, routes: RouteMetrics) -> None:
+        self.app, self.routes = app, routes
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -263,40 +241,9 @@ class Guard:
             await send(message)
 
         try:
-            if self.expected is not None and path not in OPEN_ROUTES and not self._authorized(
-                scope
-            ):
-                await _send_json(send_status, 401, {"error": "missing or wrong bearer token"},
-                                 ((b"www-authenticate", b"Bearer"),))
-            else:
-                await self.app(scope, receive, send_status)
+            await self.app(scope, receive, send_status)
         finally:
             self.routes.observe(route, status, time.perf_counter() - start)
-
-    def _authorized(self, scope: dict[str, Any]) -> bool:
-        given = b""
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                given = value
-                break
-        assert self.expected is not None
-        return hmac.compare_digest(given, self.expected)
-
-
-async def _send_json(
-    send: Any, status: int, body: dict[str, Any], headers: tuple[tuple[bytes, bytes], ...] = ()
-) -> None:
-    data = _dumps(body)
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(data)).encode()),
-            *headers,
-        ],
-    })
-    await send({"type": "http.response.body", "body": data})
 
 
 def _dumps(body: dict[str, Any]) -> bytes:
@@ -306,36 +253,6 @@ def _dumps(body: dict[str, Any]) -> bytes:
         import json
 
         return json.dumps(body).encode()
-
-
-class Reject(Exception):
-    """A request answered with an HTTP error (status, JSON body)."""
-
-    def __init__(self, status: int, body: dict[str, Any], retry_after: int | None = None) -> None:
-        super().__init__(body.get("error", ""))
-        self.status, self.body, self.retry_after = status, body, retry_after
-
-
-async def read_json_body(request: Any, limit: int) -> dict[str, Any]:
-    """The request's JSON object; Reject 413 past ``limit`` bytes, 400 when not an object."""
-    length = request.headers.get("content-length")
-    if length is not None:
-        if not length.isdigit():
-            raise Reject(400, {"error": "bad Content-Length"})
-        if int(length) > limit:
-            raise Reject(413, {"error": f"request body over {limit} bytes"})
-    data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > limit:
-            raise Reject(413, {"error": f"request body over {limit} bytes"})
-    try:
-        body = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise Reject(400, {"error": f"the body is not JSON: {exc}"}) from None
-    if not isinstance(body, dict):
-        raise Reject(400, {"error": "the body must be a JSON object of the tool's arguments"})
-    return body
 
 
 # ------------------------------------------------------------------------------- the app
@@ -392,7 +309,7 @@ def create_app(
 ) -> FastAPI:
     """The FastAPI app serving ``toolbox`` (see the module doc). ``metrics``: the toolbox's
     (its ``metrics`` attribute when it has one), else a new one."""
-    require_serve_extra()
+    require_serve_extra(SERVE_EXTRA_HINT)
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
 
@@ -445,47 +362,12 @@ def create_app(
         return json_response(500, {"error": "internal error in the tool server"})
 
     app.state.metrics, app.state.routes, app.state.service = metrics, routes, service
-    app.add_middleware(Guard, token=token, routes=routes)
+    app.add_middleware(Guard, token=token, open_paths=OPEN_ROUTES, json_errors=True)
+    app.add_middleware(RouteTimer, routes=routes)  # outermost: counts the guard's refusals too
     return app
 
 
 # ----------------------------------------------------------------------------- running it
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host``:``port`` (port 0: a free one); OSError when taken."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto must say TCP: asyncio only turns Nagle off (TCP_NODELAY) on connections accepted
-    # from such a socket, and with Nagle on every response waits ~40 ms for a delayed ACK
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        if os.name == "posix":
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), port))
-        sock.listen(2048)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def socket_url(sock: socket.socket) -> str:
-    """The http URL of a bound socket."""
-    host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def uvicorn_server(app: Any, sock: socket.socket, *, lifespan: str = "off",
-                   graceful_seconds: float | None = None) -> Any:
-    """A uvicorn server for ``app`` on a socket bound already (no logging config of its own)."""
-    import uvicorn
-
-    host, port = sock.getsockname()[:2]
-    config = uvicorn.Config(
-        app, host=host, port=port, log_config=None, access_log=False, lifespan=lifespan,
-        timeout_keep_alive=30, timeout_graceful_shutdown=graceful_seconds,
-    )
-    return uvicorn.Server(config)
 
 
 def serve(
@@ -527,60 +409,17 @@ def serve(
         sock.close()
 
 
-class ServerThread:
-    """An app served by uvicorn in a daemon thread, on a socket bound before it starts (port 0:
-    a free port). For tests and benchmarks: ``with ServerThread(app) as server: server.url``.
-    Subclasses set ``lifespan`` ("on" runs the app's startup/shutdown) and ``label``."""
-
-    lifespan = "off"
-    label = "tool server"
-
-    def __init__(self, app: Any, host: str = DEFAULT_HOST, port: int = 0) -> None:
-        self.app, self.host, self.port = app, host, port
-        self.url = ""
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    def start(self, timeout: float = 30.0) -> Self:
-        sock = bind_socket(self.host, self.port)
-        self.url = socket_url(sock)
-        self._server = uvicorn_server(self.app, sock, lifespan=self.lifespan,
-                                      graceful_seconds=5 if self.lifespan == "on" else None)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True,
-            name=f"drvenus-{self.label.replace(' ', '-')}",
-        )
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the {self.label} at {self.url} did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
 __all__ = [
-    "DEFAULT_HOST",
+    "DEFAULT_CACHE_SIZE",
+    "DEFAULT_MAX_CONCURRENCY",
     "DEFAULT_PORT",
-    "MAX_BODY_BYTES",
     "ResponseCache",
     "RouteMetrics",
-    "ServerThread",
-    "bind_socket",
-    "check_bind",
+    "RouteTimer",
     "create_app",
-    "is_loopback",
-    "require_serve_extra",
     "serve",
+    # re-exported from drvenus.net.server for the CLI modules that still import them from here
+    "DEFAULT_HOST",
+    "check_bind",
+    "require_serve_extra",
 ]

@@ -16,8 +16,9 @@ model that chooses the URLs. It
 - streams the body and stops past ``max_bytes`` on the wire or ``max_decoded_bytes`` after
   decompression (a compression bomb), and refuses content types it cannot read (images, audio,
   video, archives, executables);
-- bounds every attempt by ``timeout`` seconds and retries timeouts, connection errors and HTTP
-  408/429/5xx under :class:`~drvenus.retry.RetryPolicy`, each request inside the provider's
+- bounds every attempt by ``timeout`` seconds and retries timeouts, connection errors and the
+  statuses :func:`drvenus.net.is_retryable_status` accepts under
+  :class:`~drvenus.net.RetryPolicy`, each request inside the provider's
   :class:`~drvenus.tools.limits.Limiter`.
 
 Errors are :class:`~drvenus.tools.base.ProviderError` (``refused`` for the security policy,
@@ -37,7 +38,13 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from drvenus.retry import RetryPolicy, parse_retry_after, with_retries
+from drvenus.net import (
+    LoopClient,
+    RetryPolicy,
+    is_retryable_status,
+    parse_retry_after,
+    with_retries,
+)
 from drvenus.text import one_line
 from drvenus.tools.base import ProviderError
 from drvenus.tools.limits import Limiter, Limits
@@ -54,7 +61,6 @@ DEFAULT_ACCEPT = (
     "application/json;q=0.7,application/xml;q=0.7,*/*;q=0.1"
 )
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 # Cloud instance metadata services (most also fall in blocked ranges; named for clear errors).
 METADATA_ADDRESSES = frozenset(
@@ -303,23 +309,21 @@ class SafeFetcher:
         self.resolver: Resolver = resolver or system_resolver
         self.verify = verify
         self._headers = {"User-Agent": user_agent, "Accept": DEFAULT_ACCEPT, **(headers or {})}
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._clients = LoopClient(self._new_client)
 
     def __repr__(self) -> str:  # headers may hold keys: never shown
         return f"SafeFetcher(allow_private={self.allow_private}, timeout={self.timeout:g})"
 
+    def _new_client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            follow_redirects=False,
+            trust_env=False,  # no proxy or netrc from the environment: connect as checked
+            verify=self.verify,
+            limits=httpx.Limits(max_keepalive_connections=0),
+        )
+
     def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client = httpx.AsyncClient(
-                follow_redirects=False,
-                trust_env=False,  # no proxy or netrc from the environment: connect as checked
-                verify=self.verify,
-                limits=httpx.Limits(max_keepalive_connections=0),
-            )
-            self._client_loop = loop
-        return self._client
+        return self._clients.get()
 
     async def fetch(self, url: str, *, headers: Mapping[str, str] | None = None) -> FetchResult:
         """GET ``url`` (redirects followed and checked); raises :class:`ProviderError`."""
@@ -375,7 +379,7 @@ class SafeFetcher:
         if status >= 400:
             raise ProviderError(
                 f"HTTP {status} from {target.host}",
-                retryable=status in RETRY_STATUSES,
+                retryable=is_retryable_status(status),
                 retry_after=parse_retry_after(response.headers.get("retry-after")),
             )
         kind, charset = media_type(response.headers.get("content-type"))
@@ -409,12 +413,7 @@ class SafeFetcher:
         return b"".join(chunks)
 
     async def aclose(self) -> None:
-        client, self._client, self._client_loop = self._client, None, None
-        if client is not None:
-            try:
-                await client.aclose()
-            except RuntimeError:  # its event loop is gone
-                pass
+        await self._clients.aclose()
 
 
 __all__ = [

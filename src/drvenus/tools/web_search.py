@@ -11,10 +11,11 @@ returns at most ``k`` dicts ``{title, url, snippet[, date]}`` or raises
 - :class:`SearxngSearch` calls a self-hosted SearXNG: ``GET {base_url}/search?q=...&format=json``
   (plus ``language=zh-CN`` for CJK queries); its ``results`` list gives the results.
 
-Each provider owns one ``httpx.AsyncClient`` (per event loop; ``aclose`` closes it) and one
-:class:`~drvenus.tools.limits.Limiter`, entered by every request, retries included. Every
-request has a timeout. Connection errors, timeouts, HTTP 408/429 and 5xx are retried under the
-:class:`~drvenus.retry.RetryPolicy` (a ``Retry-After`` header is honoured); other HTTP errors
+Each provider owns one ``httpx.AsyncClient`` (per event loop, :class:`drvenus.net.LoopClient`;
+``aclose`` closes it) and one :class:`~drvenus.tools.limits.Limiter`, entered by every request,
+retries included. Every request has a timeout. Connection errors, timeouts and the HTTP statuses
+:func:`drvenus.net.is_retryable_status` accepts (408, 425, 429, 5xx) are retried under the
+:class:`~drvenus.net.RetryPolicy` (a ``Retry-After`` header is honoured); other HTTP errors
 (400, 401, 403, ...) are not. Nothing here reads the environment: the caller passes the key and
 URLs (see :func:`make_search_providers`), and the key never appears in reprs, logs or errors.
 The HTTP clients ignore proxy variables in the environment (``trust_env=False``) for the same
@@ -30,8 +31,14 @@ from typing import Any
 
 import httpx
 
-from drvenus.llm.openai_compat import redact_url
-from drvenus.retry import RetryPolicy, parse_retry_after, with_retries
+from drvenus.net import (
+    LoopClient,
+    RetryPolicy,
+    is_retryable_status,
+    parse_retry_after,
+    redact_url,
+    with_retries,
+)
 from drvenus.text import one_line
 from drvenus.tools.base import ProviderError
 from drvenus.tools.limits import Limiter, Limits
@@ -77,9 +84,11 @@ class _HttpProvider:
         self.timeout = timeout
         self._headers = dict(headers or {})
         self._secret = secret
-        self._client: httpx.AsyncClient | None = None
         self._limiter: Limiter | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._clients = LoopClient(
+            lambda: httpx.AsyncClient(headers=self._headers, trust_env=False),
+            on_new=self._new_limiter,
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({redact_url(self.base_url)!r})"
@@ -88,15 +97,15 @@ class _HttpProvider:
         """``text`` with the secret (if any) masked, for messages quoting a server's reply."""
         return text.replace(self._secret, "***") if self._secret else text
 
+    def _new_limiter(self) -> None:
+        self._limiter = Limiter(self.limits)  # its locks belong to one event loop, too
+
     def _bind(self) -> tuple[httpx.AsyncClient, Limiter]:
         """The client and limiter of the running event loop (a loop that is gone takes its
         pooled connections with it, so they are made afresh)."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._limiter is None or self._loop is not loop:
-            self._client = httpx.AsyncClient(headers=self._headers, trust_env=False)
-            self._limiter = Limiter(self.limits)
-            self._loop = loop
-        return self._client, self._limiter
+        client = self._clients.get()
+        assert self._limiter is not None
+        return client, self._limiter
 
     async def _request_json(self, method: str, path: str, **kwargs: Any) -> Any:
         """One request with retries; the decoded JSON body."""
@@ -131,7 +140,7 @@ class _HttpProvider:
             ) from None
         status = response.status_code
         if status >= 400:
-            retryable = status in (408, 429) or status >= 500
+            retryable = is_retryable_status(status)
             after = parse_retry_after(response.headers.get("retry-after")) if retryable else None
             hint = " (check the API key)" if status in (401, 403) else ""
             raise ProviderError(
@@ -146,12 +155,7 @@ class _HttpProvider:
             raise ProviderError(f"{self.name}: response is not JSON: {text}") from None
 
     async def aclose(self) -> None:
-        client, self._client, self._loop = self._client, None, None
-        if client is not None:
-            try:
-                await client.aclose()
-            except RuntimeError:  # its event loop is closed: nothing left to release
-                pass
+        await self._clients.aclose()
 
 
 def _text(value: Any) -> str:

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import httpx
 
 from drvenus.llm.base import LLMError, SamplingParams
+from drvenus.net import is_context_overflow, is_retryable_status
 
 log = logging.getLogger(__name__)
 
@@ -210,11 +211,10 @@ class ServerEngine:
             raise LLMError(f"{self.base}{path}: {exc}", retryable=True) from None
         if resp.status_code >= 400:
             text = resp.text[:300]
-            overflow = resp.status_code == 400 and "context" in text.lower()
             raise LLMError(
                 f"{self.base}{path}: HTTP {resp.status_code}: {text}",
-                retryable=resp.status_code == 429 or resp.status_code >= 500,
-                context_overflow=overflow,
+                retryable=is_retryable_status(resp.status_code),
+                context_overflow=is_context_overflow(resp.status_code, resp.text),
             )
         try:
             return resp.json()
