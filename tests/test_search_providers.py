@@ -20,8 +20,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from drvenus.corpus import Hit
+from drvenus.net.retry import RetryPolicy
 from drvenus.protocol import MISSING_ARGUMENT, SEARCH, parse_search_body, tool_error_message
-from drvenus.retry import RetryPolicy
 from drvenus.tools.cache import ToolCache
 from drvenus.tools.limits import Limits
 from drvenus.tools.metrics import Metrics

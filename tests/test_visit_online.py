@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from drvenus.llm.openai_compat import OpenAICompatModel
+from drvenus.net.retry import RetryPolicy
 from drvenus.protocol import join_visits, parse_visit_body, render_visit_failure
-from drvenus.retry import RetryPolicy
 from drvenus.tools.cache import ToolCache, normalize_url
 from drvenus.tools.extract import Extraction, ExtractiveExtractor, LLMExtractor
 from drvenus.tools.metrics import Metrics

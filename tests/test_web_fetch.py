@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from drvenus.retry import RetryPolicy
+from drvenus.net.retry import RetryPolicy
 from drvenus.tools import web
 from drvenus.tools.base import ProviderError
 from drvenus.tools.pages import FetchReader, JinaReader, html_to_page

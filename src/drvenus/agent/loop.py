@@ -30,8 +30,8 @@ from drvenus import protocol
 from drvenus.agent.events import EventCallback, TraceEvent
 from drvenus.agent.record import ResultRecord, Termination
 from drvenus.llm.base import ChatModel, Generation, GrammarKind, LLMError, SamplingParams
+from drvenus.net.retry import RetryPolicy
 from drvenus.protocol import ParsedTurn, ToolCall
-from drvenus.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 

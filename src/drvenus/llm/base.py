@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+from drvenus.net.retry import TransientError
 from drvenus.protocol import STOP_STRINGS
-from drvenus.retry import TransientError
 
 # The turns a grammar-constrained generation may produce: any well-formed turn, or only one
 # kind (a tool call, a search call, or an answer: the agent forces an answer at its limits).
@@ -18,7 +18,7 @@ class LLMError(TransientError):
     """A model call failed (server down, timeout, bad response, unloadable model file).
 
     ``retryable``: a transient failure (connection, timeout, HTTP 429/5xx) worth another try
-    under :mod:`drvenus.retry`. ``retry_after``: the server's requested wait, in seconds.
+    under :mod:`drvenus.net.retry`. ``retry_after``: the server's requested wait, in seconds.
     ``context_overflow``: the prompt no longer fits the model's window; the agent then ends the
     run with a forced answer instead of failing.
     """

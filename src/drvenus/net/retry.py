@@ -126,10 +126,6 @@ class Deadline:
     def remaining(self) -> float | None:
         return None if self.at is None else max(0.0, self.at - time.monotonic())
 
-    def expired(self) -> bool:
-        left = self.remaining()
-        return left is not None and left <= 0
-
     def clamp(self, seconds: float | None) -> float | None:
         """``seconds`` shortened to what is left (None: no limit at all)."""
         left = self.remaining()

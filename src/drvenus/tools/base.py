@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from drvenus.retry import TransientError
+from drvenus.net.retry import TransientError
 
 
 @runtime_checkable
@@ -24,8 +24,8 @@ class Tool(Protocol):
 
 class ProviderError(TransientError):
     """A search or page provider failed for one query or URL. ``retryable`` (connection
-    error, timeout, HTTP 429/5xx) is retried under :mod:`drvenus.retry`; the tool then falls
-    back to the next provider or answers with a readable note. ``refused``: the URL was blocked
+    error, timeout, a status :func:`drvenus.net.retry.is_retryable_status` accepts) is retried
+    under :mod:`drvenus.net.retry`; the tool then falls back to the next provider or answers with a readable note. ``refused``: the URL was blocked
     by the security policy (never retried, never sent anywhere)."""
 
     def __init__(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from drvenus.corpus import Document
-from drvenus.retry import RetryPolicy
+from drvenus.net.retry import RetryPolicy
 from drvenus.tools.base import ProviderError
 from drvenus.tools.limits import Limits
 from drvenus.tools.web import FetchResult, Resolver, SafeFetcher, blocked_reason, refused
