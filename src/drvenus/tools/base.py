@@ -25,8 +25,9 @@ class Tool(Protocol):
 class ProviderError(TransientError):
     """A search or page provider failed for one query or URL. ``retryable`` (connection
     error, timeout, a status :func:`drvenus.net.retry.is_retryable_status` accepts) is retried
-    under :mod:`drvenus.net.retry`; the tool then falls back to the next provider or answers with a readable note. ``refused``: the URL was blocked
-    by the security policy (never retried, never sent anywhere)."""
+    under :mod:`drvenus.net.retry`; the tool then falls back to the next provider or answers
+    with a readable note. ``refused``: the URL was blocked by the security policy (never
+    retried, never sent anywhere)."""
 
     def __init__(
         self,
