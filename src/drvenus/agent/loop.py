@@ -167,7 +167,7 @@ class _Attempt:
     overflow: bool = False  # the prompt no longer fits the model's window
 
 
-class _Run:
+class _QuestionRun:
     """State of one question. Not shared between questions, so runs are independent."""
 
     def __init__(
@@ -473,7 +473,7 @@ class ResearchAgent:
         if not question or not question.strip():
             raise ValueError("the question is empty")
         config = await self.effective_config()
-        state = _Run(self, config, question, on_event)
+        state = _QuestionRun(self, config, question, on_event)
         try:
             record = await asyncio.wait_for(state.run(), timeout=config.time_limit)
         except TimeoutError:
@@ -515,7 +515,7 @@ class ResearchAgent:
                 await asyncio.gather(task, return_exceptions=True)
 
 
-async def _shielded_emit(state: _Run, record: ResultRecord) -> None:
+async def _shielded_emit(state: _QuestionRun, record: ResultRecord) -> None:
     """Emit ``finished`` for an interrupted run (the callback may be async)."""
     try:
         await asyncio.shield(state.emit("finished", record=record.to_dict()))
