@@ -1,6 +1,6 @@
-"""``drvenus sft`` (fine-tune a model on agent trajectories) and ``drvenus rl`` (IGPO training on
-one machine; the verl launch for many GPUs is ``python -m drvenus.train.rl.verl launch``,
-docs/RL.md).
+"""``drvenus sft`` (fine-tune a model on agent trajectories) and ``drvenus rl`` (IGPO training:
+on one machine, or with ``--trainer verl`` on many GPUs, whose ``--dry-run`` writes the launch
+script of ``python -m drvenus.train.rl.verl_plugin.main``; docs/RL.md).
 
 One option per field of :class:`~drvenus.train.sft.config.SFTConfig` /
 :class:`~drvenus.train.rl.config.RLConfig`; ``--config file.yaml`` gives them as a file and flags
