@@ -95,6 +95,8 @@ def notice(message: str) -> None:
     err.print(f"[dim]{escape(message)}[/]")
 
 
+# ---------------------------------------------------------------- the servers' options
+PortOption = Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port.")]
 SHORT_TOKEN = 16  # a server's token shorter than this gets a warning
 
 
@@ -148,7 +150,8 @@ def _class_fields(cls: type) -> list[_Field]:
     if infos is not None:
         return [
             _Field(name, info.annotation,
-                   inspect.Parameter.empty if info.is_required() else info.default,
+                   inspect.Parameter.empty if info.is_required()
+                   else info.get_default(call_default_factory=True),
                    info.description,
                    next((m for m in info.metadata if isinstance(m, Cli)), Cli()))
             for name, info in infos.items()
@@ -217,17 +220,18 @@ def field_options(cls: type, *, layered: bool = False, prefix: str = "",
         flags[f.name] = (f.spec.flags or (flag_of(pname),))[0]
         tp = _cli_type(f.annotation) if f.spec.type is KEEP else f.spec.type
         help = f.help or ""
+        shown: Any = True
         if layered:
-            default = None
-            tp = tp | None
+            default, tp, shown = None, tp | None, False
             if f.default not in (None, "", inspect.Parameter.empty):
                 help += f" [default: {f.default}]"
-            shown: Any = False
         else:
             default = f.default if f.spec.default is KEEP else f.spec.default
-            shown = ",".join(f.default) if isinstance(f.default, tuple) else True
-        # no explicit flags: typer's own name, which gives a bool its --x/--no-x pair
-        option = typer.Option(*f.spec.flags, help=help, show_default=shown)
+            if isinstance(f.default, tuple):
+                shown = ",".join(f.default)
+        # no explicit flags: typer's own name, which gives a bool its --x/--no-x pair; the help
+        # is plain text, not rich markup ("[default: 8]", "drvenus[train]")
+        option = typer.Option(*f.spec.flags, help=escape(help), show_default=shown)
         parameter = inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY,
                                       annotation=Annotated[tp, option], default=default)
         options.append(_Option((*path, f.name), flags[f.name], parameter))
@@ -278,9 +282,10 @@ def with_options(param: str, cls: type, *, layered: bool = False,
                 params += [o.parameter for o in options]
             else:
                 params.append(p.replace(annotation=hints.get(name, p.annotation)))
-        if param not in signature.parameters:
-            raise TypeError(f"{command.__name__} has no parameter {param!r}")
         own = {o.parameter.name for o in options}
+        if param not in signature.parameters or own & set(signature.parameters):
+            clash = sorted(own & set(signature.parameters))
+            raise TypeError(f"{command.__name__}: no parameter {param!r} or a clash: {clash}")
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:
@@ -295,6 +300,7 @@ def with_options(param: str, cls: type, *, layered: bool = False,
     return decorate
 
 
-__all__ = ["BAD_INPUT", "INTERRUPTED", "CliError", "build", "describe_validation_error", "err",
-           "fail", "field_options", "flag_of", "known_errors", "log_progress", "name_flags",
-           "nest", "notice", "out", "setup_logging", "warn_short_token", "with_options"]
+__all__ = ["BAD_INPUT", "INTERRUPTED", "CliError", "PortOption", "build",
+           "describe_validation_error", "err", "fail", "field_options", "flag_of", "known_errors",
+           "log_progress", "name_flags", "nest", "notice", "out", "setup_logging",
+           "warn_short_token", "with_options"]

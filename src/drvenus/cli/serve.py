@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from drvenus.cli.common import err, fail, known_errors, notice, warn_short_token, with_options
+from drvenus.cli.common import (
+    PortOption,
+    err,
+    fail,
+    known_errors,
+    notice,
+    warn_short_token,
+    with_options,
+)
 from drvenus.cli.options import AgentOptions
 from drvenus.serve.server import (
     DEFAULT_HOST,
@@ -57,7 +65,7 @@ def serve(
     host: Annotated[
         str, typer.Option("--host", help="Address to bind; any but loopback needs --token.")
     ] = DEFAULT_HOST,
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port.")] = DEFAULT_PORT,
+    port: PortOption = DEFAULT_PORT,
     token: Annotated[
         str | None,
         typer.Option(

@@ -10,7 +10,14 @@ from typing import Annotated
 
 import typer
 
-from drvenus.cli.common import err, fail, known_errors, warn_short_token, with_options
+from drvenus.cli.common import (
+    PortOption,
+    err,
+    fail,
+    known_errors,
+    warn_short_token,
+    with_options,
+)
 from drvenus.cli.options import ToolOptions
 from drvenus.tools.server import (
     DEFAULT_CACHE_SIZE,
@@ -33,7 +40,7 @@ def serve(
     host: Annotated[
         str, typer.Option("--host", help="Address to bind; any but loopback needs a token.")
     ] = DEFAULT_HOST,
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port.")] = DEFAULT_PORT,
+    port: PortOption = DEFAULT_PORT,
     token: Annotated[
         str | None,
         typer.Option(
