@@ -40,6 +40,11 @@ class Cli:
     hidden: bool = False
 
 
+def flag(name: str) -> str:
+    """The command-line flag of a field: ``--`` and its name with ``-`` for ``_``."""
+    return "--" + name.replace("_", "-")
+
+
 def option(help: str, default: Any = None) -> Any:
     """A dataclass field with its command-line help text."""
     return dataclasses.field(default=default, metadata={"help": help})

@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
 
-from drvenus.flags import KEEP, Cli
+from drvenus.flags import KEEP, Cli, flag
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -83,7 +83,7 @@ def describe_validation_error(exc: ValidationError, names: Mapping[str, str]) ->
     loc = [str(p) for p in first["loc"]]
     if not loc:
         return msg
-    where = names.get(loc[0]) or flag_of(loc[0])
+    where = names.get(loc[0]) or flag(loc[0])
     got = first.get("input")
     plain = first["type"] != "value_error" and not isinstance(got, dict | BaseModel | None)
     shown = f" (got {got!r})" if plain else ""
@@ -122,11 +122,6 @@ def log_progress() -> None:
 # ---------------------------------------------------------------- options from config fields
 # class name (pydantic's ValidationError.title) -> field -> its flag, for fail()
 _FLAGS: dict[str, dict[str, str]] = {}
-
-
-def flag_of(name: str) -> str:
-    """The default flag of a field: ``--`` and the name with ``-`` for ``_``."""
-    return "--" + name.replace("_", "-")
 
 
 def name_flags(title: str, flags: Mapping[str, str]) -> None:
@@ -195,7 +190,6 @@ class _Option:
     """One command-line option, derived from one field of a config class."""
 
     path: tuple[str, ...]  # the nested fields holding the field, then its name
-    flag: str
     parameter: inspect.Parameter
 
 
@@ -217,7 +211,7 @@ def field_options(cls: type, *, layered: bool = False, prefix: str = "",
                                      prefix=f.spec.expand, path=(*path, f.name))
             continue
         pname = prefix + f.name
-        flags[f.name] = (f.spec.flags or (flag_of(pname),))[0]
+        flags[f.name] = (f.spec.flags or (flag(pname),))[0]
         tp = _cli_type(f.annotation) if f.spec.type is KEEP else f.spec.type
         help = f.help or ""
         shown: Any = True
@@ -234,7 +228,7 @@ def field_options(cls: type, *, layered: bool = False, prefix: str = "",
         option = typer.Option(*f.spec.flags, help=escape(help), show_default=shown)
         parameter = inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY,
                                       annotation=Annotated[tp, option], default=default)
-        options.append(_Option((*path, f.name), flags[f.name], parameter))
+        options.append(_Option((*path, f.name), parameter))
     name_flags(cls.__name__, flags)
     return options
 
@@ -301,6 +295,6 @@ def with_options(param: str, cls: type, *, layered: bool = False,
 
 
 __all__ = ["BAD_INPUT", "INTERRUPTED", "CliError", "PortOption", "build",
-           "describe_validation_error", "err", "fail", "field_options", "flag_of", "known_errors",
+           "describe_validation_error", "err", "fail", "field_options", "known_errors",
            "log_progress", "name_flags", "nest", "notice", "out", "setup_logging",
            "warn_short_token", "with_options"]

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from drvenus.cli.common import flag_of, name_flags
-from drvenus.flags import Cli, option
+from drvenus.cli.common import name_flags
+from drvenus.flags import Cli, flag, option
 
 if TYPE_CHECKING:
     from drvenus.config import Settings
@@ -87,6 +87,6 @@ class AgentOptions:
 
 
 # a bad setting from an option is named by the option's flag
-name_flags("Settings", {setting: flag_of(name) for name, setting in _SETTING.items()})
+name_flags("Settings", {setting: flag(name) for name, setting in _SETTING.items()})
 
 __all__ = ["AgentOptions", "ToolOptions"]

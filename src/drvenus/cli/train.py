@@ -18,7 +18,7 @@ import typer
 from rich.table import Table
 
 from drvenus.cli.common import err, fail, log_progress, out, with_options
-from drvenus.train.options import flag
+from drvenus.flags import flag
 from drvenus.train.rl.config import RLConfig
 from drvenus.train.sft.config import SFTConfig
 

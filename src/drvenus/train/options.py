@@ -14,6 +14,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from drvenus.flags import flag
+
 T = TypeVar("T")
 
 
@@ -24,11 +26,6 @@ class ConfigError(ValueError):
 def opt(help: str, default: Any = None, **kw: Any) -> Any:
     """A config field with its help text."""
     return dataclasses.field(default=default, metadata={"help": help, **kw})
-
-
-def flag(name: str) -> str:
-    """The command-line flag of a field."""
-    return "--" + name.replace("_", "-")
 
 
 def field_help(cls: type) -> dict[str, str]:
