@@ -36,8 +36,7 @@ from drvenus.flags import KEEP, Cli, flag
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-# long lines (answers, paths, launch commands) are not broken: a terminal wraps them itself
-out = Console(soft_wrap=True)
+out = Console()
 err = Console(stderr=True, soft_wrap=True)
 
 BAD_INPUT = 2  # exit code of bad input / a usage error

@@ -28,6 +28,11 @@ ConfigOption = Annotated[
 ]
 
 
+def _say(text: str, **kwargs: Any) -> None:
+    """A line on stdout, never broken (launch commands, paths and values are copied from it)."""
+    out.print(text, soft_wrap=True, **kwargs)
+
+
 def _check_config_file(config_file: Path | None) -> None:
     if config_file is not None and not config_file.is_file():
         raise fail(f"{config_file}: no such config file")
@@ -40,27 +45,27 @@ def _print_plan(config: SFTConfig) -> None:
     from drvenus.train.sft.trainer import plan_launch
 
     plan = plan_launch(config)
-    out.print("[bold]resolved config[/bold]")
+    _say("[bold]resolved config[/bold]")
     for key, value in config.as_dict().items():
-        out.print(f"  {key}: {value!r}", markup=False)
+        _say(f"  {key}: {value!r}", markup=False)
     world = config.num_processes
     kind = "verl (FSDP2)" if config.engine == "verl" else config.resolved_distributed()
-    out.print(f"  (gradient accumulation: {config.grad_accumulation(world)} with {world} "
+    _say(f"  (gradient accumulation: {config.grad_accumulation(world)} with {world} "
               f"process(es), data parallel {config.data_parallel_size(world)} x sequence "
               f"parallel {config.sequence_parallel}, distributed: {kind})", markup=False)
-    out.print(f"[bold]config file[/bold]: {plan.config_file}")
+    _say(f"[bold]config file[/bold]: {plan.config_file}")
     if plan.accelerate_file is not None:
-        out.print(f"[bold]accelerate config[/bold]: {plan.accelerate_file}")
-        out.print(plan.accelerate_file.read_text(encoding="utf-8"), markup=False)
+        _say(f"[bold]accelerate config[/bold]: {plan.accelerate_file}")
+        _say(plan.accelerate_file.read_text(encoding="utf-8"), markup=False)
     if plan.parallelism is not None:
-        out.print("[bold]sequence parallelism[/bold] (TrainingArguments.parallelism_config, "
+        _say("[bold]sequence parallelism[/bold] (TrainingArguments.parallelism_config, "
                   "built in the training process):")
-        out.print(yaml.safe_dump(plan.parallelism, sort_keys=False), markup=False)
+        _say(yaml.safe_dump(plan.parallelism, sort_keys=False), markup=False)
     for path in plan.files:
-        out.print(f"[bold]written[/bold]: {path}")
+        _say(f"[bold]written[/bold]: {path}")
     where = " (on every machine, with its own --machine_rank)" if config.num_machines > 1 else ""
-    out.print(f"[bold]launch command{where}[/bold]:")
-    out.print(plan.shell(), markup=False)
+    _say(f"[bold]launch command{where}[/bold]:")
+    _say(plan.shell(), markup=False)
 
 
 def _print_summary(result: Any) -> None:
@@ -149,9 +154,9 @@ def _run_verl(config: RLConfig, dry_run: bool) -> None:
 
     launch = plan(config)
     for path in launch.files:
-        out.print(f"[bold]written[/bold]: {path}")
-    out.print("[bold]launch command[/bold]:")
-    out.print(launch.shell(), markup=False)
+        _say(f"[bold]written[/bold]: {path}")
+    _say("[bold]launch command[/bold]:")
+    _say(launch.shell(), markup=False)
     if dry_run:
         return
     if importlib.util.find_spec("verl") is None:
@@ -209,9 +214,9 @@ def rl(
             _run_verl(settings, dry_run)
             return
         if dry_run:
-            out.print("[bold]resolved config[/bold]")
+            _say("[bold]resolved config[/bold]")
             for key, value in settings.as_dict().items():
-                out.print(f"  {key}: {value!r}", markup=False)
+                _say(f"  {key}: {value!r}", markup=False)
             return
         log_progress()
         from drvenus.train.rl.trainer import train
