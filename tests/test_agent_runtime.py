@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from drvenus import protocol as P
 from drvenus.agent import AgentConfig, ResearchAgent, fit_to_window, read_trace, replay_messages
-from drvenus.console import TraceWriter
+from drvenus.agent.events import TraceWriter
 from drvenus.llm.base import Generation, LLMError
 from scripted import ScriptedModel, ScriptedTools, answer, call, llm_down
 

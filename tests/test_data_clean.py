@@ -49,7 +49,7 @@ from data_fixtures import (
     write_clean_parquet,
     write_raw_parquet,
 )
-from drvenus.data.cli import data_app
+from drvenus.cli.data import data_app
 from drvenus.data.correctness import exact_match, f1_score, normalize_answer
 from drvenus.data.judge import JudgeConfig
 from drvenus.data.normalize import clean_answer_turn, clean_tool_call_turn, normalize_row

@@ -12,7 +12,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from data_fixtures import tiny_clean_row, write_parquet
-from drvenus.data.cli import data_app
+from drvenus.cli.data import data_app
 from drvenus.data.judge import JudgeConfig
 from drvenus.data.options import CleanOptions
 from drvenus.data.resample import ResamplePolicy

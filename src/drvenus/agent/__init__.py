@@ -1,6 +1,12 @@
 """The research agent loop, its result record and its trace events."""
 
-from drvenus.agent.events import EventCallback, TraceEvent, read_trace, replay_messages
+from drvenus.agent.events import (
+    EventCallback,
+    TraceEvent,
+    TraceWriter,
+    read_trace,
+    replay_messages,
+)
 from drvenus.agent.loop import (
     AgentConfig,
     ResearchAgent,
@@ -20,6 +26,7 @@ __all__ = [
     "Termination",
     "ToolExecutor",
     "TraceEvent",
+    "TraceWriter",
     "fit_to_window",
     "is_repetitive",
     "read_trace",

@@ -20,6 +20,7 @@ event belongs to (0 for the first model turn); a forced answer at the step limit
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -96,3 +97,18 @@ def read_trace(path: str | Path) -> list[list[dict[str, Any]]]:
             raise ValueError(f"{path}, line {row.lineno}: {row.error}")
         events.append(row.value)
     return split_runs(events)
+
+
+class TraceWriter:
+    """Writes every event as one JSON line to a file (``drvenus ask --trace``, the run traces of
+    ``drvenus serve``); :func:`read_trace` reads them back."""
+
+    def __init__(self, path: str) -> None:
+        self._fh = open(path, "a", encoding="utf-8")  # closed in close()
+
+    def __call__(self, event: TraceEvent) -> None:
+        self._fh.write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()

@@ -27,7 +27,7 @@ import pyarrow as pa
 from pydantic import Field
 from pydantic.dataclasses import dataclass as options_dataclass
 
-from drvenus.data.cli_meta import Cli
+from drvenus.flags import Cli
 from drvenus.llm.base import LLMError, SamplingParams
 from drvenus.llm.openai_compat import OpenAICompatModel
 from drvenus.protocol import ANSWER_SPLIT

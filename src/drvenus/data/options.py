@@ -4,22 +4,22 @@ Each option is one field of :class:`CleanOptions` (or of the nested
 :class:`~drvenus.data.resample.ResamplePolicy` and :class:`~drvenus.data.judge.JudgeConfig`):
 type, default, constraints and help text. Making a ``CleanOptions`` validates them (a
 ``pydantic.ValidationError``, which is a ``ValueError``); ``drvenus data clean`` derives its
-command-line options from the same fields (see :mod:`drvenus.data.cli_meta`).
+command-line options from the same fields (see :mod:`drvenus.flags`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from drvenus.data.cli_meta import Cli
 from drvenus.data.judge import JudgeConfig
 from drvenus.data.resample import ResamplePolicy
+from drvenus.flags import Cli
 
 CORRECTNESS_MODES = ("off", "em", "f1", "judge")
 CorrectnessMode = Literal["off", "em", "f1", "judge"]
@@ -138,18 +138,3 @@ class CleanOptions(BaseModel):
     @property
     def worker_count(self) -> int:
         return self.workers or os.cpu_count() or 1
-
-
-def describe_validation_error(exc: ValidationError, names: Mapping[str, str]) -> str:
-    """The first problem of ``exc`` as one line, the field shown by ``names[field]`` (e.g. its
-    command-line flag) when it has one."""
-    err = exc.errors()[0]
-    msg = err["msg"].removeprefix("Value error, ")
-    loc = [str(p) for p in err["loc"]]
-    if not loc:
-        return msg
-    where = names.get(loc[0], loc[0])
-    got = err.get("input")
-    plain = err["type"] != "value_error" and not isinstance(got, dict | BaseModel | None)
-    shown = f" (got {got!r})" if plain else ""
-    return f"{where}: {msg}{shown}"

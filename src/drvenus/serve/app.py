@@ -287,4 +287,4 @@ def create_app(
     return app
 
 
-__all__ = ["MAX_BODY_BYTES", "MAX_QUESTION_CHARS", "MAX_REPLAY_BYTES", "STATIC_DIR", "create_app"]
+__all__ = ["MAX_QUESTION_CHARS", "MAX_REPLAY_BYTES", "STATIC_DIR", "create_app"]

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from drvenus.agent import TraceEvent, read_trace
+from drvenus.agent import TraceEvent, TraceWriter, read_trace
 from drvenus.agent.record import ResultRecord
-from drvenus.console import TraceWriter
 from drvenus.net.server import Busy  # every run slot taken and the waiting line full
 from drvenus.serve.agents import AgentPool, Choice
 from drvenus.serve.server import DEFAULT_MAX_RUNNING, DEFAULT_MAX_WAITING

@@ -48,7 +48,6 @@ class ServeThread(ServerThread):
 
 
 __all__ = [
-    "DEFAULT_HOST",  # re-exported from drvenus.net.server for the CLI module
     "DEFAULT_MAX_RUNNING",
     "DEFAULT_MAX_WAITING",
     "DEFAULT_PORT",

@@ -418,8 +418,4 @@ __all__ = [
     "RouteTimer",
     "create_app",
     "serve",
-    # re-exported from drvenus.net.server for the CLI modules that still import them from here
-    "DEFAULT_HOST",
-    "check_bind",
-    "require_serve_extra",
 ]

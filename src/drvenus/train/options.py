@@ -2,33 +2,21 @@
 
 Shared by ``drvenus sft`` and ``drvenus rl``: a config class declares its fields with
 :func:`opt` (help text in the metadata); :func:`load` reads a YAML file, applies command-line
-overrides (None = not given) and checks every value against its type hint; :func:`cli_params`
-turns the fields into typer options (``--<field-name>``, ``--x/--no-x`` for booleans) for a
-command whose ``__signature__`` they become.
+overrides (None = not given) and checks every value against its type hint. The command line
+derives one option per field (``--<field-name>``, help from the field's metadata) in
+:mod:`drvenus.cli.common`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
+
+from drvenus.flags import flag
 
 T = TypeVar("T")
-
-
-BAD_INPUT = 2  # exit code of a usage error
-
-
-def usage_exit(exc: BaseException | str, console: Any) -> Any:
-    """Print ``exc`` as one ``error:`` line on ``console``; the ``typer.Exit`` to raise."""
-    import typer
-    from rich.markup import escape
-
-    text = str(exc) or type(exc).__name__
-    console.print(f"[red]error:[/red] {escape(text.strip().splitlines()[0])}")
-    return typer.Exit(BAD_INPUT)
 
 
 class ConfigError(ValueError):
@@ -38,11 +26,6 @@ class ConfigError(ValueError):
 def opt(help: str, default: Any = None, **kw: Any) -> Any:
     """A config field with its help text."""
     return dataclasses.field(default=default, metadata={"help": help, **kw})
-
-
-def flag(name: str) -> str:
-    """The command-line flag of a field."""
-    return "--" + name.replace("_", "-")
 
 
 def field_help(cls: type) -> dict[str, str]:
@@ -112,34 +95,5 @@ def dump(config: Any, path: Path) -> Path:
     return path
 
 
-def _cli_type(tp: Any) -> Any:
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) is Literal:
-        return str
-    return args[0] if args else tp
-
-
-def cli_params(cls: type, extra: list[inspect.Parameter] | None = None) -> list[inspect.Parameter]:
-    """``--config FILE``, then a typer option per field of ``cls`` (every default None = not
-    given on the line), then ``extra``."""
-    import typer
-
-    hints = typing.get_type_hints(cls)
-    helps = field_help(cls)
-    params = [inspect.Parameter(
-        "config", inspect.Parameter.KEYWORD_ONLY, default=None,
-        annotation=Annotated[Path | None, typer.Option(
-            "--config", help="YAML file of options (keys = option names with _).")])]
-    for f in dataclasses.fields(cls):
-        tp = _cli_type(hints[f.name])
-        default = f.default
-        shown = f" [default: {default}]" if default not in (None, "") else ""
-        decls = (flag(f.name) + "/--no-" + flag(f.name)[2:],) if tp is bool else (flag(f.name),)
-        option = typer.Option(*decls, help=helps[f.name] + shown, show_default=False)
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None,
-                                        annotation=Annotated[tp | None, option]))
-    return params + list(extra or [])
-
-
-__all__ = ["BAD_INPUT", "ConfigError", "check_types", "cli_params", "dump", "field_help", "flag",
-           "one_line_reason", "opt", "read_values", "usage_exit"]
+__all__ = ["ConfigError", "check_types", "dump", "field_help", "flag", "one_line_reason", "opt",
+           "read_values"]

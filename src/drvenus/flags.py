@@ -1,18 +1,20 @@
-"""How an option field appears on the ``drvenus data clean`` command line.
+"""How a config field appears on the command line.
 
-The options of a run are declared once, as fields of :class:`drvenus.data.options.CleanOptions`
-(and of the nested :class:`~drvenus.data.resample.ResamplePolicy` and
-:class:`~drvenus.data.judge.JudgeConfig`): type, default, constraints and help text
-(``Field(description=...)``). ``drvenus.data.cli`` derives each typer option from its field; a
+A command's options are declared once, as the fields of a config class (a pydantic model, a
+pydantic dataclass or a plain dataclass): type, default, constraints and help text (pydantic's
+``Field(description=...)``, or ``metadata={"help": ...}`` on a dataclass field, see
+:func:`option`). The CLI (:mod:`drvenus.cli.common`) derives each typer option from its field; a
 :class:`Cli` marker in the field's ``Annotated`` metadata only says where the command line
 differs from the default derivation (flag ``--<prefix><field-name>``, the field's type and
 default).
 
-This module is a leaf (no imports from the package) so that every options class can use it.
+This module is a leaf (no imports from the package) so that every config class can use it
+without importing the CLI.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,3 +38,13 @@ class Cli:
     default: Any = KEEP
     expand: str | None = None
     hidden: bool = False
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a field: ``--`` and its name with ``-`` for ``_``."""
+    return "--" + name.replace("_", "-")
+
+
+def option(help: str, default: Any = None) -> Any:
+    """A dataclass field with its command-line help text."""
+    return dataclasses.field(default=default, metadata={"help": help})

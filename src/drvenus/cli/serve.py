@@ -1,8 +1,8 @@
 """``drvenus serve`` (web demo + /v1 + /mcp) and ``drvenus mcp`` (MCP over stdio).
 
-Mounted by :mod:`drvenus.cli` (import that module, not this one, first). Both take the model and
-tool options of ``drvenus ask``. Bad input (a public address without a token, a taken port, a
-missing extra, a bad model or corpus) is one line on stderr and exit code 2.
+Both take the model and tool options of ``drvenus ask``. Bad input (a public address without a
+token, a taken port, a missing extra, a bad model or corpus) is one line on stderr and exit
+code 2.
 """
 
 from __future__ import annotations
@@ -12,23 +12,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from drvenus.cli import AgentOptions, _fail, _known_errors, _notice, agent_options
-from drvenus.serve.server import (
-    DEFAULT_HOST,
-    DEFAULT_MAX_RUNNING,
-    DEFAULT_MAX_WAITING,
-    DEFAULT_PORT,
+from drvenus.cli.common import (
+    PortOption,
+    err,
+    fail,
+    known_errors,
+    notice,
+    warn_short_token,
+    with_options,
 )
+from drvenus.cli.options import AgentOptions
+from drvenus.net.server import DEFAULT_HOST
+from drvenus.serve.server import DEFAULT_MAX_RUNNING, DEFAULT_MAX_WAITING, DEFAULT_PORT
 
 if TYPE_CHECKING:
     from drvenus.config import Settings
     from drvenus.serve.agents import AgentPool
-
-err = Console(stderr=True, soft_wrap=True)
-SHORT_TOKEN = 16
 
 RunsDirOption = Annotated[
     Path | None,
@@ -39,19 +40,13 @@ MaxRunsOption = Annotated[
 ]
 
 
-def _errors() -> tuple[type[BaseException], ...]:
-    from pydantic import ValidationError
-
-    return (*_known_errors(), ImportError, ValidationError)
-
-
 def _pool(agent: AgentOptions, max_runs: int) -> tuple[Settings, AgentPool]:
     """Settings and the agent pool, with the default model and tools built (fail fast)."""
     from drvenus.serve.agents import pool_from_settings
 
     settings = agent.settings()
     pool = pool_from_settings(
-        settings, system_prompt_file=agent.prompt_file, parallel=max_runs, notify=_notice
+        settings, system_prompt_file=agent.prompt_file, parallel=max_runs, notify=notice
     )
     pool.prebuild()
     return settings, pool
@@ -61,13 +56,12 @@ def _runs_dir(settings: Settings, runs_dir: Path | None) -> Path:
     return runs_dir.expanduser() if runs_dir else settings.cache_root() / "runs"
 
 
-@agent_options
+@with_options("agent", AgentOptions)
 def serve(
-    agent: AgentOptions,
     host: Annotated[
         str, typer.Option("--host", help="Address to bind; any but loopback needs --token.")
     ] = DEFAULT_HOST,
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port.")] = DEFAULT_PORT,
+    port: PortOption = DEFAULT_PORT,
     token: Annotated[
         str | None,
         typer.Option(
@@ -81,13 +75,15 @@ def serve(
         int, typer.Option("--max-waiting", min=0, help="Runs that may wait for a free slot.")
     ] = DEFAULT_MAX_WAITING,
     runs_dir: RunsDirOption = None,
+    *,
+    agent: AgentOptions,
 ) -> None:
     """Serve the research agent: web demo at /, OpenAI-compatible API at /v1, MCP at /mcp."""
+    from drvenus.net.server import check_bind, require_serve_extra
     from drvenus.serve.app import create_app
     from drvenus.serve.mcp_server import require_mcp
     from drvenus.serve.runs import RunRegistry
     from drvenus.serve.server import serve_app
-    from drvenus.tools.server import check_bind, require_serve_extra
 
     try:
         if token is None:
@@ -98,10 +94,9 @@ def serve(
         require_serve_extra()
         require_mcp()
         settings, pool = _pool(agent, max_runs)
-    except _errors() as exc:
-        raise _fail(exc) from None
-    if token is not None and len(token) < SHORT_TOKEN:
-        err.print(f"[yellow]warning:[/] the token is short (< {SHORT_TOKEN} characters)")
+    except known_errors(ImportError) as exc:
+        raise fail(exc) from None
+    warn_short_token(token)
     registry = RunRegistry(
         pool, _runs_dir(settings, runs_dir), max_running=max_runs, max_waiting=max_waiting
     )
@@ -114,17 +109,18 @@ def serve(
 
     try:
         serve_app(app, host, port, on_ready=ready)
-    except _errors() as exc:
-        raise _fail(exc) from None
+    except known_errors(ImportError) as exc:
+        raise fail(exc) from None
     except KeyboardInterrupt:
         pass
 
 
-@agent_options
+@with_options("agent", AgentOptions)
 def mcp(
-    agent: AgentOptions,
     max_runs: MaxRunsOption = 1,
     runs_dir: RunsDirOption = None,
+    *,
+    agent: AgentOptions,
 ) -> None:
     """Serve the MCP tools (deep_research, search, visit) over stdio, for MCP clients."""
     from drvenus.serve.mcp_server import require_mcp, serve_stdio
@@ -133,8 +129,8 @@ def mcp(
     try:
         require_mcp()
         settings, pool = _pool(agent, max_runs)
-    except _errors() as exc:
-        raise _fail(exc) from None
+    except known_errors(ImportError) as exc:
+        raise fail(exc) from None
     registry = RunRegistry(pool, _runs_dir(settings, runs_dir), max_running=max_runs)
 
     async def go() -> None:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markdown import Markdown
 from rich.markup import escape
 from rich.progress import (
@@ -26,6 +25,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from drvenus.cli.common import CliError, err, fail, known_errors, notice, out, with_options
+from drvenus.cli.options import AgentOptions
 from drvenus.eval.benchmarks import BENCHMARKS
 
 if TYPE_CHECKING:
@@ -40,13 +41,6 @@ eval_app = typer.Typer(
     invoke_without_command=True,
     add_completion=False,
 )
-out = Console()
-err = Console(stderr=True, soft_wrap=True)
-
-# The shared agent options live in drvenus.cli, which mounts this app; eval_app exists before
-# this import, so the two modules may be imported in either order.
-from drvenus.cli import AgentOptions, CliError, _fail, _known_errors, _notice, agent_options  # noqa: E402, I001
-
 BENCHMARK_HELP = "Benchmark: " + ", ".join(BENCHMARKS) + "."
 
 
@@ -58,10 +52,9 @@ def _progress(label: str) -> Progress:
 
 
 @eval_app.callback()
-@agent_options
+@with_options("agent", AgentOptions)
 def evaluate(
     ctx: typer.Context,
-    agent: AgentOptions,
     benchmark: Annotated[str | None, typer.Option("--benchmark", "-b", help=BENCHMARK_HELP)] = None,
     data: Annotated[Path | None, typer.Option("--data", help="The benchmark's local file.")] = None,
     output: Annotated[
@@ -83,6 +76,8 @@ def evaluate(
     no_judge: Annotated[
         bool, typer.Option("--no-judge", help="Deterministic scorers even if a judge is set.")
     ] = False,
+    *,
+    agent: AgentOptions,
 ) -> None:
     """Run BENCHMARK from --data with the agent, --runs times per item, grade and report."""
     if ctx.invoked_subcommand is not None:
@@ -94,10 +89,10 @@ def evaluate(
 
         setup = prepare(benchmark, data, output, runs=runs, limit=limit)
         judge = None if no_judge else judge_config(output, judge_base_url, judge_model)
-    except _known_errors() as exc:
-        raise _fail(exc) from None
+    except known_errors() as exc:
+        raise fail(exc) from None
     if endpoints and agent.base_url is None:
-        raise _fail(CliError("--endpoint needs --base-url (the first server)"))
+        raise fail(CliError("--endpoint needs --base-url (the first server)"))
     code = _run_agent(setup, agent, workers, endpoints or [])
     if code == 130:
         raise typer.Exit(130)
@@ -119,7 +114,7 @@ def _run_agent(
     try:
         results = ResultsFile(setup.results_path)
     except (OutputLockedError, OSError) as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     try:
         todo = pending(setup, results)
         if not todo.todo:
@@ -145,22 +140,22 @@ def _run_locked(
     from drvenus.eval.runner import run_pairs, save_manifest
 
     if setup.corpus is not None:
-        if agent.corpus is not None:
+        if agent.tools.corpus is not None:
             err.print(f"[yellow]--corpus ignored: {setup.spec.name} uses its own corpus[/]")
-        agent = replace(agent, corpus=setup.corpus)
+        agent = replace(agent, tools=replace(agent.tools, corpus=setup.corpus))
     try:
         settings = agent.settings()
         stack = build_stack(settings, system_prompt_file=agent.prompt_file,
-                            progress=True, parallel=workers, notify=_notice)
-    except _known_errors() as exc:
-        raise _fail(exc) from None
+                            progress=True, parallel=workers, notify=notice)
+    except known_errors() as exc:
+        raise fail(exc) from None
     agents = [stack.agent]
     for url in endpoints:  # one agent per extra server, sharing the tools and budgets
         try:
             model = build_model(settings.model_copy(update={"base_url": url}), parallel=workers)
-        except _known_errors() as exc:
+        except known_errors() as exc:
             asyncio.run(_close(stack, agents[1:]))
-            raise _fail(exc) from None
+            raise fail(exc) from None
         agents.append(ResearchAgent(model, stack.tools, stack.agent.config))
     save_manifest(setup, model=stack.model.name, endpoints=1 + len(endpoints))
     progress = _progress("research")
@@ -206,8 +201,8 @@ def _grade_and_report(setup: EvalSetup, judge: JudgeConfig | None) -> None:
         report = build_report(setup.manifest, results, setup.spec.grader,
                               judge.model if judge else None)
         paths = write_report(setup.out, report)
-    except _known_errors() as exc:
-        raise _fail(exc) from None
+    except known_errors() as exc:
+        raise fail(exc) from None
     out.print(Markdown(render_markdown(report).split("\n## Per run")[0]))
     if report["metrics"]["judge_errors"]:
         err.print(f"[yellow]{report['metrics']['judge_errors']} judge error(s)[/]: not counted; "
@@ -233,8 +228,8 @@ def compare_runs(
         text = render_comparison(diff, str(run_a), str(run_b))
         if output is not None:
             output.write_text(text, encoding="utf-8")
-    except _known_errors() as exc:
-        raise _fail(exc) from None
+    except known_errors() as exc:
+        raise fail(exc) from None
     if as_json:
         sys.stdout.write(json.dumps(diff, ensure_ascii=False) + "\n")
     else:

@@ -1,8 +1,8 @@
-"""Readable live display of a research run (consumes the agent's trace events)."""
+"""The terminal rendering of the CLI: a research run live (from the agent's trace events) and
+the summary of a batch."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich.console import Console
@@ -107,20 +107,6 @@ class LiveTrace:
             if r.get("error"):
                 self.console.print(f"[red]reason:[/] {escape(r['error'])}")
             self.console.print(f"[dim]last output:[/] {escape(_short(r['prediction'], 300))}")
-
-
-class TraceWriter:
-    """Writes every event as one JSON line to a file (``--trace``)."""
-
-    def __init__(self, path: str) -> None:
-        self._fh = open(path, "a", encoding="utf-8")  # closed in close()
-
-    def __call__(self, event: TraceEvent) -> None:
-        self._fh.write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")
-        self._fh.flush()
-
-    def close(self) -> None:
-        self._fh.close()
 
 
 def summary_table(terminations: dict[str, int], elapsed: list[float], skipped: int) -> Table:

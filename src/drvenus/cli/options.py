@@ -1,0 +1,92 @@
+"""The agent and tool options, declared once: the fields below are the flags of every command that
+builds an agent (``ask``, ``run``, ``eval``, ``serve``, ``mcp``) or runs tools (``tools serve``),
+each setting the :class:`~drvenus.config.Settings` field of the same name (``--model``:
+``model_path``). Unset (None) options leave the environment's / ``.env``'s settings alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from drvenus.cli.common import name_flags
+from drvenus.flags import Cli, flag, option
+
+if TYPE_CHECKING:
+    from drvenus.config import Settings
+
+# option field -> the Settings field it sets, where the names differ
+_SETTING = {"model": "model_path"}
+# option fields that are not settings
+_NOT_SETTINGS = frozenset({"system_prompt_file"})
+
+
+def _setting_values(options: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if dataclasses.is_dataclass(value):
+            values.update(_setting_values(value))
+        elif f.name not in _NOT_SETTINGS:
+            values[_SETTING.get(f.name, f.name)] = value
+    return values
+
+
+@dataclass(frozen=True)
+class ToolOptions:
+    """The options of the search and visit tools."""
+
+    corpus: Path | None = option("Corpus JSONL/parquet (id,title,url,text). Default: built-in.")
+    search: str | None = option(
+        "Search providers in fallback order: serper, searxng, local (default: local).")
+    visit: str | None = option(
+        "Page readers in fallback order: jina, fetch, local (default: local with local search, "
+        "else fetch).")
+    allow_private_urls: bool | None = option(
+        "Let visit read loopback, private and link-local addresses (default: refused).")
+
+    def setting_values(self) -> dict[str, Any]:
+        """The settings these options set (None: not given)."""
+        return _setting_values(self)
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """The model, tool and budget options of a command that runs the agent."""
+
+    model: Path | None = option(
+        "A GGUF file (llama.cpp) or a Hugging Face checkpoint / LoRA adapter folder "
+        "(transformers; needs drvenus[train]) to run in process.")
+    base_url: str | None = option(
+        "OpenAI-compatible server (vLLM, SGLang, llama-server, Ollama).")
+    model_name: str | None = option("Model served at --base-url (default: its first).")
+    tools: Annotated[ToolOptions, Cli(expand="")] = field(default_factory=ToolOptions)
+    tools_url: str | None = option(
+        "Use the tools of a tool server (drvenus tools serve) instead of in-process ones; its "
+        "token from DRVENUS_TOOLS_TOKEN.")
+    max_steps: int | None = option("Tool-call step limit.")
+    max_context: int | None = option("Context budget in tokens.")
+    time_limit: float | None = option("Wall-clock limit per question (seconds).")
+    system_prompt_file: Path | None = option(
+        "Replace the system prompt with this file's text, or with the system message of the "
+        "first trajectory in a .json / .jsonl / .parquet file.")
+    constrained: bool | None = option(
+        "Grammar-constrained decoding (default: on for the embedded model only).")
+
+    def settings(self) -> Settings:
+        """The run's settings: the environment's, with these options on top."""
+        from drvenus.config import load_settings
+
+        return load_settings(**_setting_values(self))
+
+    @property
+    def prompt_file(self) -> str | None:
+        return str(self.system_prompt_file) if self.system_prompt_file else None
+
+
+# a bad setting from an option is named by the option's flag
+name_flags("Settings", {setting: flag(name) for name, setting in _SETTING.items()})
+
+__all__ = ["AgentOptions", "ToolOptions"]
