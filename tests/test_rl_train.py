@@ -20,11 +20,12 @@ pq = pytest.importorskip("pyarrow.parquet")
 from drvenus.agent.record import ResultRecord  # noqa: E402
 from drvenus.cli import app  # noqa: E402
 from drvenus.train.rl.batch import build_sample, outcomes  # noqa: E402
-from drvenus.train.rl.collect import Rollout  # noqa: E402
+from drvenus.train.rl.collect import Rollout, RolloutConfig  # noqa: E402
 from drvenus.train.rl.config import RLConfig, RLConfigError, load_config  # noqa: E402
-from drvenus.train.rl.ig import Boundary, IGConfig  # noqa: E402
-from drvenus.train.rl.rollout import RolloutRecord  # noqa: E402
-from drvenus.train.rl.trainer import _build_judge, batch_indices, read_questions  # noqa: E402
+from drvenus.train.rl.ig import IGConfig  # noqa: E402
+from drvenus.train.rl.questions import read_questions  # noqa: E402
+from drvenus.train.rl.rollout import Boundary, RolloutRecord  # noqa: E402
+from drvenus.train.rl.trainer import _build_judge, batch_indices  # noqa: E402
 from stub_server import StubServer  # noqa: E402
 
 runner = CliRunner()
@@ -163,8 +164,9 @@ def test_config_defaults_are_dr_venus_and_bad_values_are_one_line(tmp_path):
         (8, 16, 200, 1.0, 0.95)
     assert (c.norm_mode, c.gamma, c.kl_coef, c.learning_rate, c.clip_ratio) == \
         ("scaled_separate", 0.95, 0.001, 1e-6, 0.2)
-    assert c.ig() == IGConfig(ig_tool_filter="visit", chunk_size=8192)
-    assert c.rollout().max_context_tokens == 251_000 and c.rollout().mode == "deterministic"
+    assert IGConfig.from_rl(c) == IGConfig.from_rl(ig_tool_filter="visit", chunk_size=8192)
+    rollout = RolloutConfig.from_rl(c)
+    assert rollout.max_context_tokens == 251_000 and rollout.mode == "deterministic"
     bad = tmp_path / "bad.yaml"
     bad.write_text("train: t\nmodel: m\noutput: o\nnorm_mode: nope\n")
     with pytest.raises(RLConfigError, match="--norm-mode"):
@@ -216,7 +218,7 @@ def test_engine_ig_crosscheck_reports_the_largest_difference(tiny_policy, rl_dat
     rollout = Rollout(0, 0, "q", "Frank Herbert", ResultRecord("q", [], "", "answered"), rec)
     cfg = RLConfig(train="t", model="m", output="o", ig_crosscheck=1)
     run = SimpleNamespace(config=cfg, model=model, tokenizer=tok)
-    exact = trainer_gains(model, tok, rollout, cfg.ig())
+    exact = trainer_gains(model, tok, rollout, IGConfig.from_rl(cfg))
     assert _crosscheck(run, [rollout], [exact])["ig/crosscheck_max_abs_diff"] == 0.0
     off = [exact[0] + 0.5]
     assert _crosscheck(run, [rollout], [off])["ig/crosscheck_max_abs_diff"] == pytest.approx(0.5)

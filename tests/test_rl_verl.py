@@ -152,7 +152,7 @@ def test_agent_loop_fields_are_the_record(record):
 def test_ig_rows_through_an_actor_equal_the_kv_cache_scores(record, tok, model):
     """The verl IG hook (one prefix + pseudo answer per kept boundary, scored like the actor
     does) gives the IG of the one-machine KV-cache path."""
-    cfg = IGConfig()  # visit filter: boundaries after the two visit calls
+    cfg = IGConfig.from_rl()  # visit filter: boundaries after the two visit calls
     pseudo, span = pseudo_answer(tok, "Frank Herbert")
     rows = ig_rows(0, record.input_ids, record.boundaries, pseudo, span, cfg)
     assert [r.turn for r in rows] == [0, 2, 3]
@@ -247,7 +247,7 @@ def test_reward_manager_and_advantages_on_a_verl_batch(record, tok, model):
     manager.attach_actor(Actor())
     out = manager(data, return_dict=True)
     rollout = Rollout(0, 0, "q", "Frank Herbert", None, record)  # type: ignore[arg-type]
-    expected = build_sample(rollout, 1.0, tok, model, IGConfig(), format_penalty=1.0).rewards
+    expected = build_sample(rollout, 1.0, tok, model, IGConfig.from_rl(), format_penalty=1.0).rewards
     got = out["reward_tensor"][0, : len(expected)].tolist()
     assert max(abs(a - b) for a, b in zip(got, expected, strict=True)) <= 1e-4
     assert out["reward_extra_info"]["outcome"] == [1.0, 1.0]

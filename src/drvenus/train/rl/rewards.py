@@ -10,9 +10,11 @@ Follows DR-Venus's reward path (``ray_trainer`` step 7, ``reward_score/info_gain
   response token; an IG of exactly 0.0 becomes ``ZERO_IG_SENTINEL`` so that the advantage
   estimator still sees a turn there, ``None`` leaves the position 0 (no turn);
 * turn ends (reference quirk, kept): the end-of-turn token that is followed, within 4 tokens, by
-  ``<|im_start|>`` + ``assistant``, i.e. the end of the tool response that precedes the next
-  assistant turn. Those tokens are outside the policy-loss mask, so the mask given to
-  ``igpo_advantages`` must be the response's attention mask (the reference sets it to all ones).
+  the assistant header (ChatML ``<|im_start|>`` + ``assistant``; any template's, see
+  :func:`drvenus.train.templates.find_turn_ends`), i.e. the end of the tool response that
+  precedes the next assistant turn. Those tokens are outside the policy-loss mask, so the mask
+  given to ``igpo_advantages`` must be the response's attention mask (the reference sets it to
+  all ones).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import string
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -146,25 +147,6 @@ async def judge_outcomes(
 
     scores = await asyncio.gather(*(one(*it) for it in items))
     return list(scores), stats
-
-
-def find_turn_ends(token_ids: Sequence[int], tokenizer: Any) -> list[int]:
-    """Positions of end-of-turn tokens followed within 4 tokens by ``<|im_start|>assistant``
-    (the reference's special-token anchors; see the module docstring)."""
-    im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    n, ends = len(token_ids), []
-    for pos, tid in enumerate(token_ids):
-        if tid != im_end:
-            continue
-        for nxt in range(pos + 1, min(pos + 5, n)):
-            if token_ids[nxt] == im_start:
-                role = tokenizer.decode(list(token_ids[nxt + 1 : nxt + 4]),
-                                        skip_special_tokens=False)
-                if role.lstrip().startswith("assistant"):
-                    ends.append(pos)
-                break
-    return ends
 
 
 def reward_row(

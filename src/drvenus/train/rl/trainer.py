@@ -49,7 +49,9 @@ from drvenus.train.rl.batch import (
 )
 from drvenus.train.rl.collect import Rollout, RolloutConfig, run_rollouts
 from drvenus.train.rl.config import RLConfig, RLConfigError
+from drvenus.train.rl.ig import IGConfig
 from drvenus.train.rl.policy import policy_loss, token_logprobs
+from drvenus.train.rl.questions import read_questions
 
 log = logging.getLogger(__name__)
 
@@ -67,19 +69,6 @@ class RLResult:
 
 
 # --------------------------------------------------------------------------- data and model
-
-
-def read_questions(path: str | Path) -> list[tuple[str, str]]:
-    """``(question, ground truth)`` rows: RL-format parquet / JSONL (``prompt``,
-    ``reward_model.ground_truth``) or question/answer columns; accepted answers joined by
-    ``<|answer_split|>``. Rows without both are skipped and counted."""
-    from drvenus.eval.benchmarks import load_generic
-
-    items = load_generic(Path(path))
-    rows = [(it.question, ANSWER_SPLIT.join(it.answers)) for it in items if it.answers]
-    if not rows:
-        raise RLConfigError(f"{path}: no rows with a question and a ground truth")
-    return rows
 
 
 def batch_indices(n_rows: int, batch_size: int, step: int, seed: int) -> list[int]:
@@ -417,7 +406,7 @@ def _open_run(config: RLConfig) -> _Run:
     options.dump(config, output / "config.yaml")
     return _Run(config, output, rows, model, tokenizer, ref, optimizer,
                 _build_engine(config, model, tokenizer), _build_tools(config),
-                _build_judge(config), start, config.rollout())
+                _build_judge(config), start, RolloutConfig.from_rl(config))
 
 
 async def _step_samples(run: _Run, step: int) -> tuple[list[Rollout], list[Sample],
@@ -435,10 +424,11 @@ async def _step_samples(run: _Run, step: int) -> tuple[list[Rollout], list[Sampl
     policy = run.model if cfg.use_info_gain else None
     gains: list[Any] = [None] * len(usable)
     metrics: dict[str, float] = {}
+    ig = IGConfig.from_rl(cfg)
     if cfg.use_info_gain and cfg.ig_source == "engine":
-        gains = await engine_gains(run.engine, run.tokenizer, usable, cfg.ig())
+        gains = await engine_gains(run.engine, run.tokenizer, usable, ig)
         metrics.update(_crosscheck(run, usable, gains))
-    samples = [build_sample(r, o, run.tokenizer, policy, cfg.ig(), format_penalty=penalty,
+    samples = [build_sample(r, o, run.tokenizer, policy, ig, format_penalty=penalty,
                             gains=g) for r, o, g in zip(usable, scores, gains, strict=True)]
     t2 = time.perf_counter()
     metrics |= {"time/rollout_s": t1 - t0, "time/reward_s": t2 - t1,
@@ -458,7 +448,7 @@ def _crosscheck(run: _Run, rollouts: Sequence[Rollout], gains: Sequence[Any]
             break
         if r.tokens is None or len(r.tokens.turns) < 2:
             continue
-        mine = trainer_gains(run.model, run.tokenizer, r, run.config.ig())
+        mine = trainer_gains(run.model, run.tokenizer, r, IGConfig.from_rl(run.config))
         for a, b in zip(mine, g, strict=True):
             if (a is None) != (b is None):
                 worst = math.inf
@@ -537,6 +527,5 @@ async def _close(run: _Run) -> None:
 
 __all__ = [
     "RLResult", "Updater", "batch_indices", "checkpoints", "load_policy", "make_judge",
-    "read_questions",
     "rollout_metrics", "save_checkpoint", "save_traces", "steps_planned", "train",
 ]

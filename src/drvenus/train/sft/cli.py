@@ -37,7 +37,7 @@ def _params() -> list[inspect.Parameter]:
 def _print_plan(config: SFTConfig) -> None:
     import yaml
 
-    from drvenus.train.sft.trainer import plan_launch
+    from drvenus.train.sft.launch import plan_launch
 
     plan = plan_launch(config)
     out.print("[bold]resolved config[/bold]")
