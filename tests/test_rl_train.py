@@ -224,3 +224,43 @@ def test_engine_ig_crosscheck_reports_the_largest_difference(tiny_policy, rl_dat
     assert _crosscheck(run, [rollout], [off])["ig/crosscheck_max_abs_diff"] == pytest.approx(0.5)
     with pytest.raises(RLConfigError, match="ig-source engine"):
         load_config(None, train="t", model="m", output="o", ig_source="engine")
+
+
+def test_entropy_coef_adds_minus_coef_times_the_token_mean_entropy(tiny_policy):
+    """``entropy_coef`` is an entropy bonus on the local trainer's policy loss: the loss moves by
+    exactly -coef x the token-mean entropy over the loss mask (logged as actor/entropy, also
+    with the default 0, which leaves the loss as it was)."""
+    import copy
+    import random
+
+    from drvenus.train.rl.batch import Sample
+    from drvenus.train.rl.trainer import Updater, load_policy
+
+    model, tok = load_policy(tiny_policy, "cpu")
+    enc = lambda t: tok.encode(t, add_special_tokens=False)  # noqa: E731
+    prompt = enc("<|im_start|>user\nWho wrote Dune?<|im_end|>\n<|im_start|>assistant\n")
+    ids = prompt + enc("It was Frank Herbert, in 1965.<|im_end|>")
+    n = len(ids) - len(prompt)
+    mask = [1] * (n - 3) + [0, 0, 1]  # two tokens out of the loss
+    rollout = Rollout(0, 0, "q", "Frank Herbert", ResultRecord("q", [], "", "answered"), None)
+    sample = Sample(rollout, ids, len(prompt), mask, [0.0] * n,
+                    advantages=torch.linspace(-1.0, 1.0, n))
+
+    def update(coef: float) -> dict[str, float]:
+        policy = copy.deepcopy(model)
+        cfg = RLConfig(train="t", model="m", output="o", entropy_coef=coef)
+        optimizer = torch.optim.SGD(policy.parameters(), lr=0.0)  # the weights stay put
+        return Updater(policy, None, optimizer, cfg).update([sample], random.Random(0))
+
+    base, bonus = update(0.0), update(0.1)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, len(prompt) - 1:-1].float()
+        logp = torch.log_softmax(logits / RLConfig().temperature, dim=-1)
+        per_token = -(logp.exp() * logp).sum(-1)
+        weights = torch.tensor(mask, dtype=torch.float32)
+        expected = float((per_token * weights).sum() / weights.sum())
+    assert base["actor/entropy"] == pytest.approx(expected, rel=1e-5)
+    assert bonus["actor/entropy"] == pytest.approx(expected, rel=1e-5)
+    assert bonus["actor/loss"] - base["actor/loss"] == pytest.approx(-0.1 * expected, abs=1e-6)
+    assert base["actor/loss"] == pytest.approx(base["actor/pg_loss"], abs=1e-7)  # coef 0: as before
+    assert bonus["actor/grad_norm"] != pytest.approx(base["actor/grad_norm"])  # it has a gradient

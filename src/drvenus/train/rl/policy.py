@@ -11,7 +11,9 @@ Semantics follow DR-Venus's verl actor (``compute_policy_loss_vanilla``, ``kl_pe
   mask 0 and contribute nothing;
 * KL loss ``low_var_kl`` (k3): with ``d = clamp(ref - logp, -20, 20)``,
   ``kl = clamp(exp(d) - d - 1, -10, 10)``, token-mean aggregated with the same mask and added
-  as ``kl_coef * kl`` (DR-Venus: 0.001); the entropy bonus is off (coefficient 0) by default;
+  as ``kl_coef * kl`` (DR-Venus: 0.001);
+* entropy bonus: ``- entropy_coef * H``, ``H`` the token-mean (same mask) of the per-token
+  entropy of the tempered distribution; off (coefficient 0) by default, ``H`` still logged;
 * log-probabilities come from ``logits / temperature`` (the rollout temperature).
 """
 
@@ -123,12 +125,14 @@ def token_logprobs(
     temperature: float = 1.0,
     *,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Next-token log-probs: ``out[:, t] = log p(input_ids[:, t + 1] | input_ids[:, :t + 1])``.
 
     Shape ``(batch, seq - 1)``; logits are divided by ``temperature`` first (the rollout's).
-    With ``with_entropy`` also returns the per-position entropy of that tempered distribution.
-    Gradients flow unless the caller wraps the call in ``torch.no_grad()``.
+    With ``with_entropy`` also returns the per-position entropy of that tempered distribution
+    (``entropy_grad=False``: computed without a graph, for a metric only). Gradients flow unless
+    the caller wraps the call in ``torch.no_grad()``.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
@@ -142,5 +146,6 @@ def token_logprobs(
     picked = torch.gather(log_probs, -1, targets).squeeze(-1)
     if not with_entropy:
         return picked
-    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
     return picked, entropy

@@ -5,7 +5,9 @@ verl does), ``n_rollouts`` trajectories each through the agent loop
 (:func:`~drvenus.train.rl.collect.run_rollouts`), outcome rewards, IG scored with the policy
 itself (no grad, KV cache), format penalties, token rewards, IGPO advantages, then
 ``ppo_epochs`` x ``ppo_mini_batches`` AdamW updates (token-mean over each mini-batch, low-var KL
-to a frozen copy of the starting model, gradient clipping). With one mini-batch and one epoch
+to a frozen copy of the starting model, an entropy bonus of ``entropy_coef`` times the
+token-mean entropy over the loss mask, off by default but ``actor/entropy`` always logged,
+gradient clipping). With one mini-batch and one epoch
 the old log-probs are the current ones (ratio 1, on-policy), as in DR-Venus.
 
 Rollouts sample from the policy in memory (``engine: transformers``), or from a vLLM / SGLang
@@ -140,6 +142,18 @@ def _response_logprobs(model: Any, sample: Sample, temperature: float,
     return lp[0, sample.prompt_len - 1:].float()
 
 
+def _response_logprobs_entropy(model: Any, sample: Sample, temperature: float, autocast: Any,
+                               entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of the response tokens and the entropy of each of their distributions (with
+    a graph only when ``entropy_grad``: the bonus is on)."""
+    ids = torch.tensor([sample.input_ids], dtype=torch.long, device=next(model.parameters()).device)
+    with autocast():
+        lp, ent = token_logprobs(model, ids, temperature=temperature, with_entropy=True,
+                                 entropy_grad=entropy_grad)
+    start = sample.prompt_len - 1
+    return lp[0, start:].float(), ent[0, start:].float()
+
+
 def _loss_mask(sample: Sample, config: RLConfig, device: torch.device) -> torch.Tensor:
     if config.mask_tool_response:
         return torch.tensor(sample.loss_mask, dtype=torch.float32, device=device)
@@ -199,12 +213,14 @@ class Updater:
             s, mask = samples[i], masks[i]
             if float(mask.sum()) == 0:
                 continue
-            lp = _response_logprobs(self.model, s, cfg.temperature, self.autocast)
+            lp, entropy = _response_logprobs_entropy(self.model, s, cfg.temperature,
+                                                     self.autocast, bool(cfg.entropy_coef))
             adv = s.advantages.to(self.device) if s.advantages is not None else torch.zeros_like(lp)
             loss, metrics = policy_loss(
                 lp, lp.detach() if old is None else old[i], None if ref is None else ref[i],
                 adv, mask, clip=cfg.clip_ratio, clip_ratio_c=cfg.clip_ratio_c,
-                kl_coef=cfg.kl_coef, kl_type=cfg.kl_type,
+                kl_coef=cfg.kl_coef, kl_type=cfg.kl_type, entropy=entropy,
+                entropy_coef=cfg.entropy_coef,
             )
             weight = float(mask.sum()) / total
             (loss * weight).backward()
