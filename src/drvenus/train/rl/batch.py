@@ -79,7 +79,7 @@ def turn_end_positions(sample_ids: Sequence[int], prompt_len: int, tokenizer: An
 
 
 async def outcomes(rollouts: Sequence[Rollout], reward_type: str, judge: Judge | None,
-                   concurrency: int = 8) -> tuple[list[float], JudgeStats]:
+                   concurrency: int | None = None) -> tuple[list[float], JudgeStats]:
     """Outcome reward per rollout (see :func:`score_outcomes`)."""
     items = [(r.question, r.tokens.turns[-1] if r.tokens and r.tokens.turns else "",
               r.ground_truth) for r in rollouts]
@@ -87,7 +87,7 @@ async def outcomes(rollouts: Sequence[Rollout], reward_type: str, judge: Judge |
 
 
 async def score_outcomes(items: Sequence[tuple[str, str, str]], reward_type: str,
-                         judge: Judge | None, concurrency: int = 8
+                         judge: Judge | None, concurrency: int | None = None
                          ) -> tuple[list[float], JudgeStats]:
     """Outcome per ``(question, final turn, ground truth)``: the reference's training F1 of the
     final turn (-2 for a malformed one), or the judge's verdict (exact match first)."""

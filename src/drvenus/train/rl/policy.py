@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from drvenus.train.rl.config import RLConfig
+
 log = logging.getLogger(__name__)
 
 KL_TYPES = ("low_var_kl", "k3", "kl", "k1", "mse", "k2", "abs")
@@ -56,21 +58,29 @@ def policy_loss(
     advantages: torch.Tensor,
     loss_mask: torch.Tensor,
     *,
-    clip: float = 0.2,
+    clip: float | None = None,
     clip_low: float | None = None,
     clip_high: float | None = None,
-    clip_ratio_c: float = 3.0,
-    kl_coef: float = 0.001,
-    kl_type: str = "low_var_kl",
+    clip_ratio_c: float | None = None,
+    kl_coef: float | None = None,
+    kl_type: str | None = None,
     entropy: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
+    entropy_coef: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped loss (token-mean over ``loss_mask``) plus ``kl_coef`` times the KL loss.
 
     All tensors share one shape (e.g. batch x response length). ``ref_logprobs=None`` or
     ``kl_coef=0`` drops the KL term. ``entropy`` (per token) is reported, and subtracted times
-    ``entropy_coef`` when that is nonzero. Returns the scalar loss and float metrics.
+    ``entropy_coef`` when that is nonzero. Returns the scalar loss and float metrics. ``clip``
+    (``clip_ratio``), ``clip_ratio_c``, ``kl_coef``, ``kl_type``, ``entropy_coef`` not given:
+    :class:`RLConfig`'s.
     """
+    d = RLConfig()
+    clip = d.clip_ratio if clip is None else clip
+    clip_ratio_c = d.clip_ratio_c if clip_ratio_c is None else clip_ratio_c
+    kl_coef = d.kl_coef if kl_coef is None else kl_coef
+    kl_type = d.kl_type if kl_type is None else kl_type
+    entropy_coef = d.entropy_coef if entropy_coef is None else entropy_coef
     if clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1, got {clip_ratio_c}")
     shape = logprobs.shape

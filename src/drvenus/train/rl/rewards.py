@@ -30,6 +30,7 @@ import torch
 
 from drvenus.data.correctness import exact_match
 from drvenus.protocol import ANSWER_SPLIT, check_turn_format, extract_answer, first_answer_block
+from drvenus.train.rl.config import RLConfig
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,13 @@ def format_flags(turns: Sequence[str]) -> list[bool]:
 
 
 def apply_format_penalty(
-    info_gains: Sequence[float | None], turns: Sequence[str], penalty_scale: float = 1.0
+    info_gains: Sequence[float | None], turns: Sequence[str], penalty_scale: float | None = None
 ) -> tuple[list[float | None], float | None]:
     """(IG per non-final turn with malformed turns set to ``-penalty_scale``, the final turn's
-    penalty or None). ``info_gains`` is padded with None to ``len(turns) - 1``."""
+    penalty or None). ``info_gains`` is padded with None to ``len(turns) - 1``;
+    ``penalty_scale`` not given: RLConfig's ``format_penalty_scale``."""
+    if penalty_scale is None:
+        penalty_scale = RLConfig().format_penalty_scale
     n = max(len(turns) - 1, 0)
     gains = list(info_gains)[:n] + [None] * max(n - len(info_gains), 0)
     if not turns:
@@ -119,13 +123,14 @@ async def judge_outcomes(
     judge: Judge,
     items: Sequence[tuple[str, str, str]],
     *,
-    concurrency: int = 8,
+    concurrency: int | None = None,
 ) -> tuple[list[float], JudgeStats]:
     """Outcome per ``(question, final turn, ground truth)``: 1.0 on an exact match with an
     accepted answer, else the judge's verdict (``judge(question, answer, gt)`` -> bool/score);
-    no answer or a judge failure scores 0.0 and is counted (``stats.failures``)."""
+    no answer or a judge failure scores 0.0 and is counted (``stats.failures``). At most
+    ``concurrency`` (default RLConfig's ``judge_concurrency``) judge calls at once."""
     stats = JudgeStats()
-    gate = asyncio.Semaphore(max(1, concurrency))
+    gate = asyncio.Semaphore(max(1, concurrency or RLConfig().judge_concurrency))
 
     async def one(question: str, final_turn: str, gt: str) -> float:
         answer = extract_answer(final_turn)

@@ -33,7 +33,8 @@ EXTRA_TOOLS = "igpo_tools"
 EXTRA_TURNS = "igpo_turns"
 # the reward manager's ``reward_kwargs`` (RLConfig field names) and their types
 REWARD_KWARGS: dict[str, Callable[[Any], Any]] = {
-    "reward_type": str, "judge_url": str, "judge_model": str, "use_info_gain": bool,
+    "reward_type": str, "judge_url": str, "judge_model": str, "judge_concurrency": int,
+    "use_info_gain": bool,
     "info_gain_type": str, "ig_tool_filter": str, "ig_compute_freq": int,
     "use_format_penalty": bool, "format_penalty_scale": float,
 }

@@ -35,7 +35,8 @@ def agent_loop_yaml(config: RLConfig) -> str:
 
 
 def _reward_overrides(config: RLConfig) -> list[str]:
-    kw = {"reward_type": config.reward_type, "use_info_gain": config.use_info_gain,
+    kw = {"reward_type": config.reward_type, "judge_concurrency": config.judge_concurrency,
+          "use_info_gain": config.use_info_gain,
           "info_gain_type": config.info_gain_type, "ig_tool_filter": f"'{config.ig_tool_filter}'",
           "ig_compute_freq": config.ig_compute_freq,
           "use_format_penalty": config.use_format_penalty,

@@ -99,7 +99,8 @@ class IGPORewardManager:
         if self.config.reward_type == "llm":
             from drvenus.train.rl.trainer import make_judge
 
-            self.judge = make_judge(self.config.judge_url, self.config.judge_model)
+            self.judge = make_judge(self.config.judge_url, self.config.judge_model,
+                                    self.config.judge_concurrency)
 
     def attach_actor(self, actor_wg: Any) -> None:
         """The IG scoring hook (see the module doc)."""
@@ -146,7 +147,8 @@ class IGPORewardManager:
     def _outcomes(self, samples: list[dict[str, Any]]) -> tuple[list[float], JudgeStats]:
         items = [(_question(s["extra"]), s["turns"][-1] if s["turns"] else "", s["gt"])
                  for s in samples]
-        return asyncio.run(score_outcomes(items, "llm" if self.judge else "f1", self.judge))
+        return asyncio.run(score_outcomes(items, "llm" if self.judge else "f1", self.judge,
+                                          self.config.judge_concurrency))
 
     # -- verl's interface ----------------------------------------------------------------
 
