@@ -106,8 +106,8 @@ async def collect(url: str, tok, n: int, concurrency: int) -> float:
 
     engine = ServerEngine(url, tok, window=32768)
     tools = offline_toolbox(top_k=5)
-    cfg = RolloutConfig(n=n, max_turns=10, max_turns_jitter=0, concurrency=concurrency,
-                        current_date="2026-11-30")
+    cfg = RolloutConfig.from_rl(None, n=n, max_turns=10, max_turns_jitter=0,
+                                concurrency=concurrency, current_date="2026-11-30")
     start = time.perf_counter()
     out = await run_rollouts([("Who wrote Dracula?", "Bram Stoker")], engine, tools, cfg)
     seconds = time.perf_counter() - start

@@ -20,7 +20,7 @@ from transformers import AutoTokenizer
 from drvenus.llm.embedded import embedded_model_path
 from drvenus.train.sft import tokenize_conversation
 from drvenus.train.sft.pack import pack_rows, padding_efficiency
-from drvenus.train.sft.tokenize import end_of_turn_ids
+from drvenus.train.templates import end_of_turn_ids
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "trajectories" / "dr-venus-sft"
 

@@ -220,6 +220,22 @@ def test_export_gguf_errors_name_what_to_do(checkpoint, tmp_path, monkeypatch):
         export_gguf(checkpoint, tmp_path / "m.gguf")
 
 
+def test_gguf_converter_is_a_setting_read_from_the_environment_or_dot_env(tmp_path, monkeypatch):
+    from drvenus.config import load_settings
+
+    monkeypatch.delenv("DRVENUS_GGUF_CONVERTER", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text(f"DRVENUS_GGUF_CONVERTER={tmp_path / 'llama.cpp'}\n")
+    assert load_settings().gguf_converter == tmp_path / "llama.cpp"
+    with pytest.raises(ExportError, match=f"no convert_hf_to_gguf.py at {tmp_path / 'llama.cpp'}"):
+        find_converter()
+    script = tmp_path / "convert_hf_to_gguf.py"
+    script.write_text("")
+    monkeypatch.setenv("DRVENUS_GGUF_CONVERTER", str(tmp_path))  # the environment beats .env
+    assert find_converter()[-1] == str(script)
+    assert find_converter(script)[-1] == str(script)  # the argument first
+
+
 def test_export_gguf_round_trip_through_llama_cpp(checkpoint, hf, tmp_path):
     try:
         find_converter()

@@ -17,7 +17,7 @@ from drvenus.protocol import ANSWER_SPLIT, load_system_prompt
 from drvenus.questions import read_questions
 from drvenus.records import RecordsError, json_layout, parse_json_text
 from drvenus.serve.view import load_saved
-from drvenus.train.rl.trainer import read_questions as rl_questions
+from drvenus.train.rl.questions import question_rows
 from drvenus.train.sft.data import read_conversations
 
 RL_ROW = {
@@ -51,7 +51,7 @@ def test_run_eval_and_rl_read_the_same_question_files(tmp_path):
         evaluated = load("jsonl", path)
         assert [(i.id, i.question, i.answers) for i in evaluated] == [
             (q.id, q.question, q.answers) for q in report.items]
-        assert rl_questions(path) == [(q.question, ANSWER_SPLIT.join(q.answers))
+        assert question_rows(path) == [(q.question, ANSWER_SPLIT.join(q.answers))
                                       for q in report.items]
     assert len(read_questions(parquet).items) == 3
 

@@ -11,7 +11,6 @@ transformers = pytest.importorskip("transformers")
 
 from drvenus.protocol import IG_PSEUDO_ANSWER  # noqa: E402
 from drvenus.train.rl.ig import (  # noqa: E402
-    Boundary,
     IGConfig,
     boundary_scores,
     boundary_scores_naive,
@@ -21,6 +20,7 @@ from drvenus.train.rl.ig import (  # noqa: E402
     pseudo_answer,
     score_trajectory,
 )
+from drvenus.train.rl.rollout import Boundary  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -92,9 +92,9 @@ def test_kv_cache_scores_equal_naive(tokenizer, tiny_llama):
     assert max(diffs) <= 1e-4
     assert len({round(v, 3) for v in slow.values()}) > 2  # the scores really differ per boundary
     full = score_trajectory(tiny_llama, tokenizer, ids, bounds, "Frank Herbert",
-                            IGConfig(ig_tool_filter=""))
+                            IGConfig.from_rl(ig_tool_filter=""))
     naive = score_trajectory(tiny_llama, tokenizer, ids, bounds, "Frank Herbert",
-                             IGConfig(ig_tool_filter=""), naive=True)
+                             IGConfig.from_rl(ig_tool_filter=""), naive=True)
     assert len(full.info_gains) == len(TURNS) - 1
     for a, b in zip(full.info_gains, naive.info_gains, strict=True):
         assert a == pytest.approx(b, abs=1e-4)
@@ -111,7 +111,7 @@ def test_temperature_scales_logits(tokenizer, tiny_llama):
 
 def test_default_visit_filter_scores_only_turns_after_visit(tokenizer, tiny_llama):
     ids, bounds = _trajectory(tokenizer, TURNS)
-    cfg = IGConfig()  # log_prob_diff, visit filter, freq 1
+    cfg = IGConfig.from_rl()  # log_prob_diff, visit filter, freq 1
     assert kept_boundaries(bounds, cfg) == [0, 2, 3, 5]  # turns 1, 2 ("Visit") and 4 called visit
     res = score_trajectory(tiny_llama, tokenizer, ids, bounds, "Frank Herbert", cfg)
     g = res.info_gains
@@ -121,18 +121,18 @@ def test_default_visit_filter_scores_only_turns_after_visit(tokenizer, tiny_llam
     assert g[2] == pytest.approx(s[3] - s[2], abs=1e-6)
     assert g[4] == pytest.approx(s[5] - s[3], abs=1e-6)
     prob = score_trajectory(tiny_llama, tokenizer, ids, bounds, "Frank Herbert",
-                            IGConfig(info_gain_type="prob_diff"))
+                            IGConfig.from_rl(info_gain_type="prob_diff"))
     assert prob.info_gains[1] == pytest.approx(math.exp(s[2]) - math.exp(s[0]), abs=1e-6)
 
 
 def test_compute_freq_and_multi_tool_filter():
     bounds = [Boundary(10, "search"), Boundary(20, "visit"), Boundary(30, "search"),
               Boundary(40, "visit"), Boundary(50, None)]
-    assert kept_boundaries(bounds, IGConfig(ig_tool_filter="", ig_compute_freq=2)) == [0, 2, 4]
-    assert kept_boundaries(bounds, IGConfig(ig_tool_filter="visit", ig_compute_freq=2)) == [0, 2, 4]
-    assert kept_boundaries(bounds, IGConfig(ig_tool_filter=" search, ", ig_compute_freq=1)) == [0, 1, 3]
-    assert kept_boundaries(bounds, IGConfig(ig_tool_filter=["visit"], ig_compute_freq=3)) == [0]
-    assert kept_boundaries([], IGConfig()) == []
+    assert kept_boundaries(bounds, IGConfig.from_rl(ig_tool_filter="", ig_compute_freq=2)) == [0, 2, 4]
+    assert kept_boundaries(bounds, IGConfig.from_rl(ig_tool_filter="visit", ig_compute_freq=2)) == [0, 2, 4]
+    assert kept_boundaries(bounds, IGConfig.from_rl(ig_tool_filter=" search, ", ig_compute_freq=1)) == [0, 1, 3]
+    assert kept_boundaries(bounds, IGConfig.from_rl(ig_tool_filter=["visit"], ig_compute_freq=3)) == [0]
+    assert kept_boundaries([], IGConfig.from_rl()) == []
 
 
 def test_info_gains_nan_and_inf_handling():
@@ -150,5 +150,5 @@ def test_info_gains_nan_and_inf_handling():
 
 def test_empty_ground_truth_scores_nothing(tokenizer, tiny_llama):
     ids, bounds = _trajectory(tokenizer, TURNS[:3])
-    res = score_trajectory(tiny_llama, tokenizer, ids, bounds, "", IGConfig(ig_tool_filter=""))
+    res = score_trajectory(tiny_llama, tokenizer, ids, bounds, "", IGConfig.from_rl(ig_tool_filter=""))
     assert res.info_gains == [None, None]

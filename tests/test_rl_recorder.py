@@ -190,15 +190,15 @@ def test_rollouts_group_and_seed_each_trajectory(tok):
         return await orig(prompt_ids, params, timeout=timeout)
 
     engine.generate_tokens = spy
-    cfg = RolloutConfig(n=3, max_turns=3, max_turns_jitter=0, concurrency=2,
+    cfg = RolloutConfig.from_rl(None, n=3, max_turns=3, max_turns_jitter=0, concurrency=2,
                         current_date="2026-11-30")
     out = asyncio.run(run_rollouts([("q1", "a1"), ("q2", "a2")], engine, ScriptedTools("b"), cfg))
     assert [(r.group, r.index) for r in out] == [(g, i) for g in range(2) for i in range(3)]
     assert all(r.tokens is not None and r.ground_truth == f"a{r.group + 1}" for r in out)
     assert len(set(seeds)) > 3  # every trajectory samples with its own seed
-    assert RolloutConfig(mode="robust").agent_config(5).max_attempts == 4
-    assert RolloutConfig().agent_config(5).max_attempts == 1
-    limits = {RolloutConfig(max_turns=200).turn_limit(s) for s in range(40)}
+    assert RolloutConfig.from_rl(None, mode="robust").agent_config(5).max_attempts == 4
+    assert RolloutConfig.from_rl().agent_config(5).max_attempts == 1
+    limits = {RolloutConfig.from_rl(None, max_turns=200).turn_limit(s) for s in range(40)}
     assert min(limits) >= 195 and max(limits) <= 204 and len(limits) > 1
 
 
@@ -310,7 +310,7 @@ def test_ig_from_the_servers_prompt_logprobs_equals_the_trainers(tok, tiny_polic
     server = _TokenServer(tok, "", logprobs)
     try:
         engine = ServerEngine(server.url, tok, flavor=flavor, model="policy")
-        cfg = IGConfig(ig_tool_filter="")
+        cfg = IGConfig.from_rl(ig_tool_filter="")
         remote = asyncio.run(score_trajectory_remote(engine.prompt_logprobs, tok, rec.input_ids,
                                                      rec.boundaries, "Frank Herbert", cfg))
         asyncio.run(engine.aclose())
@@ -322,7 +322,7 @@ def test_ig_from_the_servers_prompt_logprobs_equals_the_trainers(tok, tiny_polic
         assert abs(a - b) <= 1e-4
     with pytest.raises(ValueError, match="temperature"):
         asyncio.run(score_trajectory_remote(engine.prompt_logprobs, tok, rec.input_ids,
-                                            rec.boundaries, "x", IGConfig(temperature=0.7)))
+                                            rec.boundaries, "x", IGConfig.from_rl(temperature=0.7)))
 
 
 # ---------------------------------------------------------------- the real embedded model
@@ -347,7 +347,7 @@ def test_embedded_smollm2_rollout_is_token_exact(embedded_gguf, tok):
         return await orig(prompt_ids, params, timeout=timeout)
 
     engine.generate_tokens = spy
-    cfg = RolloutConfig(n=2, max_turns=2, max_turns_jitter=0, max_new_tokens=40, concurrency=2,
+    cfg = RolloutConfig.from_rl(None, n=2, max_turns=2, max_turns_jitter=0, max_new_tokens=40, concurrency=2,
                         current_date="2026-11-30", seed=7)
     out = asyncio.run(run_rollouts([("Who wrote the novel Dune?", "Frank Herbert")], engine,
                                    offline_toolbox(top_k=3), cfg))

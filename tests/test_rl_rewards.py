@@ -14,12 +14,12 @@ from drvenus.train.rl.rewards import (  # noqa: E402
     ZERO_IG_SENTINEL,
     apply_format_penalty,
     f1_outcome,
-    find_turn_ends,
     format_flags,
     judge_outcomes,
     reward_row,
     token_rewards,
 )
+from drvenus.train.templates import find_turn_ends  # noqa: E402
 
 GOOD_CALL = '<think>\nlook\n</think>\n<tool_call>\n{"name": "visit", "arguments": {"url": "u"}}\n</tool_call>'
 GOOD_ANSWER = "<think>\nso\n</think>\n<answer>\nParis\n</answer>"

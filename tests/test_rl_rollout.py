@@ -5,15 +5,15 @@ import json
 import pytest
 
 from drvenus.protocol import parse_turn
-from drvenus.train.rl.ig import Boundary, IGConfig, kept_boundaries
+from drvenus.train.rl.ig import IGConfig, kept_boundaries
 from drvenus.train.rl.rewards import (
     apply_format_penalty,
-    find_turn_ends,
     reward_row,
     token_rewards,
 )
-from drvenus.train.rl.rollout import RolloutRecord, rollout_record
+from drvenus.train.rl.rollout import Boundary, RolloutRecord, rollout_record
 from drvenus.train.sft.tokenize import MaskError, tokenize_conversation
+from drvenus.train.templates import find_turn_ends
 
 transformers = pytest.importorskip("transformers", reason="needs the train extra")
 
@@ -83,7 +83,7 @@ def test_masks(record, messages, tokenizer):
 
 
 def test_feeds_ig_and_rewards(record, tokenizer):
-    kept = kept_boundaries(record.boundaries, IGConfig())
+    kept = kept_boundaries(record.boundaries, IGConfig.from_rl())
     visits = [k + 1 for k, name in enumerate(record.tool_names[:-1]) if name == "visit"]
     assert kept == [0, *visits]
     response = record.response_ids

@@ -20,11 +20,12 @@ pq = pytest.importorskip("pyarrow.parquet")
 from drvenus.agent.record import ResultRecord  # noqa: E402
 from drvenus.cli import app  # noqa: E402
 from drvenus.train.rl.batch import build_sample, outcomes  # noqa: E402
-from drvenus.train.rl.collect import Rollout  # noqa: E402
+from drvenus.train.rl.collect import Rollout, RolloutConfig  # noqa: E402
 from drvenus.train.rl.config import RLConfig, RLConfigError, load_config  # noqa: E402
-from drvenus.train.rl.ig import Boundary, IGConfig  # noqa: E402
-from drvenus.train.rl.rollout import RolloutRecord  # noqa: E402
-from drvenus.train.rl.trainer import _build_judge, batch_indices, read_questions  # noqa: E402
+from drvenus.train.rl.ig import IGConfig  # noqa: E402
+from drvenus.train.rl.questions import question_rows  # noqa: E402
+from drvenus.train.rl.rollout import Boundary, RolloutRecord  # noqa: E402
+from drvenus.train.rl.trainer import _build_judge, batch_indices  # noqa: E402
 from stub_server import StubServer  # noqa: E402
 
 runner = CliRunner()
@@ -163,8 +164,9 @@ def test_config_defaults_are_dr_venus_and_bad_values_are_one_line(tmp_path):
         (8, 16, 200, 1.0, 0.95)
     assert (c.norm_mode, c.gamma, c.kl_coef, c.learning_rate, c.clip_ratio) == \
         ("scaled_separate", 0.95, 0.001, 1e-6, 0.2)
-    assert c.ig() == IGConfig(ig_tool_filter="visit", chunk_size=8192)
-    assert c.rollout().max_context_tokens == 251_000 and c.rollout().mode == "deterministic"
+    assert IGConfig.from_rl(c) == IGConfig.from_rl(ig_tool_filter="visit", chunk_size=8192)
+    rollout = RolloutConfig.from_rl(c)
+    assert rollout.max_context_tokens == 251_000 and rollout.mode == "deterministic"
     bad = tmp_path / "bad.yaml"
     bad.write_text("train: t\nmodel: m\noutput: o\nnorm_mode: nope\n")
     with pytest.raises(RLConfigError, match="--norm-mode"):
@@ -191,7 +193,7 @@ def test_dry_run_prints_the_resolved_config(tmp_path, rl_data, tiny_policy):
 
 
 def test_questions_and_batches(rl_data):
-    rows = read_questions(rl_data)
+    rows = question_rows(rl_data)
     assert rows[1] == ("Capital of France?", "Paris<|answer_split|>Paris, France")
     seen = [tuple(batch_indices(10, 4, s, 0)) for s in range(4)]
     assert len(set(seen[0]) | set(seen[1])) == 8  # two full batches per epoch, no overlap
@@ -216,9 +218,49 @@ def test_engine_ig_crosscheck_reports_the_largest_difference(tiny_policy, rl_dat
     rollout = Rollout(0, 0, "q", "Frank Herbert", ResultRecord("q", [], "", "answered"), rec)
     cfg = RLConfig(train="t", model="m", output="o", ig_crosscheck=1)
     run = SimpleNamespace(config=cfg, model=model, tokenizer=tok)
-    exact = trainer_gains(model, tok, rollout, cfg.ig())
+    exact = trainer_gains(model, tok, rollout, IGConfig.from_rl(cfg))
     assert _crosscheck(run, [rollout], [exact])["ig/crosscheck_max_abs_diff"] == 0.0
     off = [exact[0] + 0.5]
     assert _crosscheck(run, [rollout], [off])["ig/crosscheck_max_abs_diff"] == pytest.approx(0.5)
     with pytest.raises(RLConfigError, match="ig-source engine"):
         load_config(None, train="t", model="m", output="o", ig_source="engine")
+
+
+def test_entropy_coef_adds_minus_coef_times_the_token_mean_entropy(tiny_policy):
+    """``entropy_coef`` is an entropy bonus on the local trainer's policy loss: the loss moves by
+    exactly -coef x the token-mean entropy over the loss mask (logged as actor/entropy, also
+    with the default 0, which leaves the loss as it was)."""
+    import copy
+    import random
+
+    from drvenus.train.rl.batch import Sample
+    from drvenus.train.rl.trainer import Updater, load_policy
+
+    model, tok = load_policy(tiny_policy, "cpu")
+    enc = lambda t: tok.encode(t, add_special_tokens=False)  # noqa: E731
+    prompt = enc("<|im_start|>user\nWho wrote Dune?<|im_end|>\n<|im_start|>assistant\n")
+    ids = prompt + enc("It was Frank Herbert, in 1965.<|im_end|>")
+    n = len(ids) - len(prompt)
+    mask = [1] * (n - 3) + [0, 0, 1]  # two tokens out of the loss
+    rollout = Rollout(0, 0, "q", "Frank Herbert", ResultRecord("q", [], "", "answered"), None)
+    sample = Sample(rollout, ids, len(prompt), mask, [0.0] * n,
+                    advantages=torch.linspace(-1.0, 1.0, n))
+
+    def update(coef: float) -> dict[str, float]:
+        policy = copy.deepcopy(model)
+        cfg = RLConfig(train="t", model="m", output="o", entropy_coef=coef)
+        optimizer = torch.optim.SGD(policy.parameters(), lr=0.0)  # the weights stay put
+        return Updater(policy, None, optimizer, cfg).update([sample], random.Random(0))
+
+    base, bonus = update(0.0), update(0.1)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, len(prompt) - 1:-1].float()
+        logp = torch.log_softmax(logits / RLConfig().temperature, dim=-1)
+        per_token = -(logp.exp() * logp).sum(-1)
+        weights = torch.tensor(mask, dtype=torch.float32)
+        expected = float((per_token * weights).sum() / weights.sum())
+    assert base["actor/entropy"] == pytest.approx(expected, rel=1e-5)
+    assert bonus["actor/entropy"] == pytest.approx(expected, rel=1e-5)
+    assert bonus["actor/loss"] - base["actor/loss"] == pytest.approx(-0.1 * expected, abs=1e-6)
+    assert base["actor/loss"] == pytest.approx(base["actor/pg_loss"], abs=1e-7)  # coef 0: as before
+    assert bonus["actor/grad_norm"] != pytest.approx(base["actor/grad_norm"])  # it has a gradient

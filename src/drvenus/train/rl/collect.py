@@ -26,13 +26,12 @@ from typing import Any
 from drvenus.agent import AgentConfig, ResearchAgent
 from drvenus.agent.record import ResultRecord
 from drvenus.llm.base import SamplingParams
-from drvenus.train.rl.config import ROLLOUT_MODES
+from drvenus.train.rl.config import ROLLOUT_MODES, RLConfig
 from drvenus.train.rl.engine import TokenEngine
 from drvenus.train.rl.recorder import ChatTemplateParts, TokenRecorder
 from drvenus.train.rl.rollout import RolloutRecord
 
 log = logging.getLogger(__name__)
-
 
 
 def context_budget(max_model_len: int) -> int:
@@ -45,23 +44,46 @@ def context_budget(max_model_len: int) -> int:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    """How trajectories are sampled (DR-Venus's RL rollout settings by default)."""
+    """How trajectories are sampled: built from an :class:`RLConfig` (:meth:`from_rl`; the
+    defaults live there only). ``max_context_tokens``: :func:`context_budget` of the model
+    length; ``max_new_tokens``: per turn; ``system_prompt``: the text (None: the protocol's)."""
 
-    n: int = 8
-    mode: str = "deterministic"
-    robust_max_retries: int = 3
-    max_turns: int = 200
-    max_turns_jitter: int = 5
-    max_context_tokens: int = 251_000  # DR-Venus: max_model_len 261000 minus 10000
-    max_new_tokens: int = 8192  # per turn
-    temperature: float = 1.0
-    top_p: float = 0.95
-    top_k: int = -1
-    time_limit: float = 7200.0
-    concurrency: int = 8
-    seed: int | None = 0
-    system_prompt: str | None = None
-    current_date: str | None = None
+    n: int
+    mode: str
+    robust_max_retries: int
+    max_turns: int
+    max_turns_jitter: int
+    max_context_tokens: int
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    time_limit: float
+    concurrency: int
+    seed: int | None
+    system_prompt: str | None
+    current_date: str | None
+
+    @classmethod
+    def from_rl(cls, config: RLConfig | None = None, **overrides: Any) -> RolloutConfig:
+        """The rollout settings of ``config`` (default: RLConfig's defaults), ``overrides``
+        (field names of this class) on top. The system prompt file is read here, once."""
+        from drvenus.protocol import load_system_prompt
+
+        c = config or RLConfig()
+        values: dict[str, Any] = {
+            "n": c.n_rollouts, "mode": c.rollout_mode,
+            "robust_max_retries": c.robust_max_retries, "max_turns": c.max_turns,
+            "max_turns_jitter": c.max_turns_jitter,
+            "max_context_tokens": context_budget(c.max_model_len),
+            "max_new_tokens": c.max_response_len, "temperature": c.temperature,
+            "top_p": c.top_p, "top_k": c.top_k, "time_limit": c.rollout_time_limit,
+            "concurrency": c.rollout_concurrency, "seed": c.seed,
+            "current_date": c.current_date, "system_prompt": None,
+        }
+        if "system_prompt" not in overrides and c.system_prompt_file:
+            values["system_prompt"] = load_system_prompt(c.system_prompt_file)
+        return cls(**{**values, **overrides})
 
     def __post_init__(self) -> None:
         if self.mode not in ROLLOUT_MODES:

@@ -6,20 +6,21 @@ top_p 0.95, 8192 new tokens per turn, IG on turns after a ``visit`` call with
 ``scaled_separate`` normalisation, gamma 0.95, format penalty 1.0, LLM-judge outcome, lr 1e-6,
 low-variance KL 0.001, clip 0.2, gradient clip 1.0, one update per batch (on-policy),
 tool-response tokens out of the loss, a checkpoint every 5 steps, traces every 10.
+
+Every default of an RL run lives here, once: the settings other parts derive from it (the
+rollout's ``RolloutConfig.from_rl``, IG's ``IGConfig.from_rl``, the verl reward manager, advantage
+estimator and agent loop, which fill what verl does not pass from :class:`RLConfig`) have none
+of their own. The module imports no torch (the CLI loads it at start).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from drvenus.train import options
 from drvenus.train.options import ConfigError, flag
-
-if TYPE_CHECKING:  # the config stays importable without torch (the CLI loads it at start)
-    from drvenus.train.rl.collect import RolloutConfig
-    from drvenus.train.rl.ig import IGConfig
 
 ENGINES = ("transformers", "vllm", "sglang")
 # the choices of the IGPO knobs (their modules import these names)
@@ -129,32 +130,7 @@ class RLConfig:
     current_date: str | None = _opt("Date in the system prompt (YYYY-MM-DD; default today).")
 
     # ------------------------------------------------------------------ derived
-
-    def rollout(self) -> RolloutConfig:
-        """The rollout settings (the system prompt file is read here, once per call)."""
-        from drvenus.protocol import load_system_prompt
-        from drvenus.train.rl.collect import RolloutConfig, context_budget
-
-        prompt = load_system_prompt(self.system_prompt_file) if self.system_prompt_file else None
-        return RolloutConfig(
-            n=self.n_rollouts, mode=self.rollout_mode,
-            robust_max_retries=self.robust_max_retries, max_turns=self.max_turns,
-            max_turns_jitter=self.max_turns_jitter,
-            max_context_tokens=context_budget(self.max_model_len),
-            max_new_tokens=self.max_response_len, temperature=self.temperature,
-            top_p=self.top_p, top_k=self.top_k, time_limit=self.rollout_time_limit,
-            concurrency=self.rollout_concurrency, seed=self.seed,
-            current_date=self.current_date, system_prompt=prompt,
-        )
-
-    def ig(self) -> IGConfig:
-        from drvenus.train.rl.ig import IGConfig
-
-        return IGConfig(
-            info_gain_type=self.info_gain_type, ig_tool_filter=self.ig_tool_filter,
-            ig_compute_freq=self.ig_compute_freq, temperature=self.temperature,
-            chunk_size=self.ig_chunk_size,
-        )
+    # (the rollout and IG settings: ``collect.RolloutConfig.from_rl``, ``ig.IGConfig.from_rl``)
 
     def loggers(self) -> list[str]:
         return [n.strip() for n in self.logger.split(",") if n.strip() and n.strip() != "none"]

@@ -31,6 +31,7 @@ import httpx
 
 from drvenus.llm.base import LLMError, SamplingParams
 from drvenus.net import is_context_overflow, is_retryable_status
+from drvenus.train.templates import end_of_turn_ids
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +83,6 @@ def trim_to_text(token_ids: Sequence[int], text: str, tokenizer: Any, eos_ids: f
             break
         k -= 1
     return ids[:k]
-
-
-def end_of_turn_ids(tokenizer: Any) -> frozenset[int]:
-    """The tokenizer's end-of-sequence id and ChatML's ``<|im_end|>``, where it has them."""
-    ids = [getattr(tokenizer, "eos_token_id", None), tokenizer.convert_tokens_to_ids("<|im_end|>")]
-    unknown = getattr(tokenizer, "unk_token_id", None)
-    return frozenset(i for i in ids if isinstance(i, int) and i >= 0 and i != unknown)
 
 
 def sampled_turn(raw: Sequence[int], tokenizer: Any, eos_ids: frozenset[int],
@@ -353,7 +347,6 @@ __all__ = [
     "ServerEngine",
     "TokenEngine",
     "TokenGeneration",
-    "end_of_turn_ids",
     "sampled_turn",
     "trim_to_text",
 ]

@@ -32,33 +32,35 @@ from typing import Any
 import torch
 
 from drvenus.protocol import ANSWER_SPLIT, IG_PSEUDO_ANSWER
-from drvenus.train.rl.config import INFO_GAIN_TYPES
+from drvenus.train.rl.config import INFO_GAIN_TYPES, RLConfig
+from drvenus.train.rl.rollout import Boundary
+from drvenus.train.templates import turn_markers
 
 log = logging.getLogger(__name__)
-
-END_OF_TURN = "<|im_end|>"
-PHASE1_CHUNK = 4096  # trajectory tokens per forward when building the cache
-
-
-@dataclass(frozen=True)
-class Boundary:
-    """Turn k's boundary: ``token_len`` trajectory tokens precede assistant turn k (the
-    generation header included); ``tool_name`` is the tool turn k called (None: none)."""
-
-    token_len: int
-    tool_name: str | None = None
 
 
 @dataclass
 class IGConfig:
-    """DR-Venus's IG knobs (train_igpo.sh defaults)."""
+    """The IG knobs of a run, taken from :class:`RLConfig` (:meth:`from_rl`; the defaults
+    live there only). ``chunk_size``: trajectory tokens per forward when building the cache."""
 
-    info_gain_type: str = "log_prob_diff"
-    ig_tool_filter: str | Iterable[str] = "visit"
-    ig_compute_freq: int = 1
-    temperature: float = 1.0
-    end_of_turn: str = END_OF_TURN
-    chunk_size: int = PHASE1_CHUNK
+    info_gain_type: str
+    ig_tool_filter: str | Iterable[str]
+    ig_compute_freq: int
+    temperature: float
+    chunk_size: int
+
+    @classmethod
+    def from_rl(cls, config: RLConfig | None = None, **overrides: Any) -> IGConfig:
+        """The IG settings of ``config`` (default: RLConfig's defaults), ``overrides`` (field
+        names of this class) on top."""
+        c = config or RLConfig()
+        values: dict[str, Any] = {
+            "info_gain_type": c.info_gain_type, "ig_tool_filter": c.ig_tool_filter,
+            "ig_compute_freq": c.ig_compute_freq, "temperature": c.temperature,
+            "chunk_size": c.ig_chunk_size,
+        }
+        return cls(**{**values, **overrides})
 
     def tool_filter(self) -> frozenset[str]:
         """The filter as a lower-case set; empty means every turn is scored."""
@@ -94,13 +96,15 @@ def ig_ground_truth(ground_truth: str) -> str:
 
 
 def pseudo_answer(
-    tokenizer: Any, ground_truth: str, end_of_turn: str = END_OF_TURN
+    tokenizer: Any, ground_truth: str, end_of_turn: str | None = None
 ) -> tuple[list[int], tuple[int, int]]:
     """Token ids of the pseudo answer for ``ground_truth`` and the [start, end) span of its gt
-    tokens (empty span: nothing to score). Needs a fast tokenizer (offset mapping)."""
+    tokens (empty span: nothing to score). ``end_of_turn``: default the chat template's (ChatML
+    ``<|im_end|>``). Needs a fast tokenizer (offset mapping)."""
     gt = ig_ground_truth(ground_truth)
     prefix = IG_PSEUDO_ANSWER.split("{gt}")[0]
-    text = IG_PSEUDO_ANSWER.format(gt=gt) + end_of_turn
+    eot = turn_markers(tokenizer).end_of_turn if end_of_turn is None else end_of_turn
+    text = IG_PSEUDO_ANSWER.format(gt=gt) + eot
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
     lo, hi = len(prefix), len(prefix) + len(gt)
@@ -172,12 +176,15 @@ def boundary_scores(
     span: tuple[int, int],
     *,
     temperature: float = 1.0,
-    chunk_size: int = PHASE1_CHUNK,
+    chunk_size: int | None = None,
 ) -> dict[int, float | None]:
     """Score each boundary (a token offset into ``ids``) with one KV cache: a chunked forward
-    over ``ids[:max - 1]``, then, from the largest boundary down, crop the cache to ``b - 1``
-    and run ``ids[b - 1]`` + pseudo answer on top of it."""
+    over ``ids[:max - 1]`` (``chunk_size`` tokens at a time; default RLConfig's
+    ``ig_chunk_size``), then, from the largest boundary down, crop the cache to ``b - 1`` and run
+    ``ids[b - 1]`` + pseudo answer on top of it."""
     from transformers import DynamicCache
+
+    chunk_size = chunk_size or RLConfig().ig_chunk_size
 
     device = next(model.parameters()).device
     core = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -246,8 +253,8 @@ def score_trajectory(
 ) -> IGResult:
     """IG of each non-final turn of one trajectory (``ids``: every token the policy saw and
     generated; ``boundaries``: one per assistant turn, the final answer turn included)."""
-    config = config or IGConfig()
-    pseudo, span = pseudo_answer(tokenizer, ground_truth, config.end_of_turn)
+    config = config or IGConfig.from_rl()
+    pseudo, span = pseudo_answer(tokenizer, ground_truth)
     kept = kept_boundaries(boundaries, config)
     # the reference clamps offsets to be non-decreasing and within the trajectory
     offsets, prev = [], 0
@@ -279,11 +286,11 @@ async def score_trajectory_remote(
     (``prompt_logprobs(ids)`` -> the log-prob of each token given the ones before it; vLLM's
     ``prompt_logprobs``, SGLang's ``input_token_logprobs``). Servers report untempered
     log-probs, so this needs temperature 1.0."""
-    config = config or IGConfig()
+    config = config or IGConfig.from_rl()
     if config.temperature != 1.0:
         raise ValueError("IG from the serving engine needs temperature 1.0 (servers report "
                          "log-probs before temperature); use the trainer's IG")
-    pseudo, (lo, hi) = pseudo_answer(tokenizer, ground_truth, config.end_of_turn)
+    pseudo, (lo, hi) = pseudo_answer(tokenizer, ground_truth)
     kept = kept_boundaries(boundaries, config)
     offsets, prev = [], 0
     for b in boundaries:

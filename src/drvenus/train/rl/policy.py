@@ -11,7 +11,9 @@ Semantics follow DR-Venus's verl actor (``compute_policy_loss_vanilla``, ``kl_pe
   mask 0 and contribute nothing;
 * KL loss ``low_var_kl`` (k3): with ``d = clamp(ref - logp, -20, 20)``,
   ``kl = clamp(exp(d) - d - 1, -10, 10)``, token-mean aggregated with the same mask and added
-  as ``kl_coef * kl`` (DR-Venus: 0.001); the entropy bonus is off (coefficient 0) by default;
+  as ``kl_coef * kl`` (DR-Venus: 0.001);
+* entropy bonus: ``- entropy_coef * H``, ``H`` the token-mean (same mask) of the per-token
+  entropy of the tempered distribution; off (coefficient 0) by default, ``H`` still logged;
 * log-probabilities come from ``logits / temperature`` (the rollout temperature).
 """
 
@@ -21,6 +23,8 @@ import logging
 from typing import Any
 
 import torch
+
+from drvenus.train.rl.config import RLConfig
 
 log = logging.getLogger(__name__)
 
@@ -54,21 +58,29 @@ def policy_loss(
     advantages: torch.Tensor,
     loss_mask: torch.Tensor,
     *,
-    clip: float = 0.2,
+    clip: float | None = None,
     clip_low: float | None = None,
     clip_high: float | None = None,
-    clip_ratio_c: float = 3.0,
-    kl_coef: float = 0.001,
-    kl_type: str = "low_var_kl",
+    clip_ratio_c: float | None = None,
+    kl_coef: float | None = None,
+    kl_type: str | None = None,
     entropy: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
+    entropy_coef: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped loss (token-mean over ``loss_mask``) plus ``kl_coef`` times the KL loss.
 
     All tensors share one shape (e.g. batch x response length). ``ref_logprobs=None`` or
     ``kl_coef=0`` drops the KL term. ``entropy`` (per token) is reported, and subtracted times
-    ``entropy_coef`` when that is nonzero. Returns the scalar loss and float metrics.
+    ``entropy_coef`` when that is nonzero. Returns the scalar loss and float metrics. ``clip``
+    (``clip_ratio``), ``clip_ratio_c``, ``kl_coef``, ``kl_type``, ``entropy_coef`` not given:
+    :class:`RLConfig`'s.
     """
+    d = RLConfig()
+    clip = d.clip_ratio if clip is None else clip
+    clip_ratio_c = d.clip_ratio_c if clip_ratio_c is None else clip_ratio_c
+    kl_coef = d.kl_coef if kl_coef is None else kl_coef
+    kl_type = d.kl_type if kl_type is None else kl_type
+    entropy_coef = d.entropy_coef if entropy_coef is None else entropy_coef
     if clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1, got {clip_ratio_c}")
     shape = logprobs.shape
@@ -123,12 +135,14 @@ def token_logprobs(
     temperature: float = 1.0,
     *,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Next-token log-probs: ``out[:, t] = log p(input_ids[:, t + 1] | input_ids[:, :t + 1])``.
 
     Shape ``(batch, seq - 1)``; logits are divided by ``temperature`` first (the rollout's).
-    With ``with_entropy`` also returns the per-position entropy of that tempered distribution.
-    Gradients flow unless the caller wraps the call in ``torch.no_grad()``.
+    With ``with_entropy`` also returns the per-position entropy of that tempered distribution
+    (``entropy_grad=False``: computed without a graph, for a metric only). Gradients flow unless
+    the caller wraps the call in ``torch.no_grad()``.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
@@ -142,5 +156,6 @@ def token_logprobs(
     picked = torch.gather(log_probs, -1, targets).squeeze(-1)
     if not with_entropy:
         return picked
-    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
     return picked, entropy

@@ -10,7 +10,8 @@ the tokenisation of its own text, and templates may render earlier turns differe
 * first call: the chat template renders the system prompt and question (generation header
   included) and that text is tokenised;
 * after a sampled turn: the sampled ids, then the template's text that closes an assistant turn
-  (``"<|im_end|>\\n"`` for ChatML, minus the end-of-turn token when the model sampled it), then
+  (:class:`~drvenus.train.templates.TurnMarkers` ``turn_close``; ChatML ``"<|im_end|>\\n"``),
+  minus the end-of-turn token when the model sampled it, then
   the new messages rendered on their own (after a placeholder system message that is cut off)
   with the generation header;
 * a retry of the same step (robust mode) or a limit notice that replaced the newest tool
@@ -29,14 +30,10 @@ from typing import Any
 from drvenus.llm.base import Generation, GrammarKind, LLMError, SamplingParams
 from drvenus.protocol import assistant_text, template_prefills_think
 from drvenus.train.rl.engine import TokenEngine
-from drvenus.train.rl.ig import Boundary
-from drvenus.train.rl.rollout import RolloutRecord, turn_tool_name
+from drvenus.train.rl.rollout import Boundary, RolloutRecord, turn_tool_name
+from drvenus.train.templates import TemplateError, render, template_markers
 
 _PLACEHOLDER = "\x00drvenus-placeholder\x00"
-
-
-class TemplateError(ValueError):
-    """The chat template cannot be split into turns the recorder can append."""
 
 
 class ChatTemplateParts:
@@ -45,23 +42,13 @@ class ChatTemplateParts:
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
-        template = getattr(tokenizer, "chat_template", None)
-        if not isinstance(template, str) or not template:
-            raise TemplateError("the tokenizer has no chat template")
-        self.prefilled_think = template_prefills_think(template)
-        base = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]
-        full = self.render(base + [{"role": "assistant", "content": _PLACEHOLDER}], gen=False)
-        cut = full.find(_PLACEHOLDER)
-        if cut < 0:
-            raise TemplateError("the chat template drops assistant content")
-        self.turn_close = full[cut + len(_PLACEHOLDER):]
+        self.turn_close = template_markers(tokenizer).turn_close  # TemplateError: none usable
+        self.prefilled_think = template_prefills_think(tokenizer.chat_template)
         self._system = [{"role": "system", "content": _PLACEHOLDER}]
         self._system_text = self.render(self._system, gen=False)
 
     def render(self, messages: Sequence[Mapping[str, Any]], *, gen: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            [dict(m) for m in messages], add_generation_prompt=gen, tokenize=False
-        )
+        return render(self.tokenizer, messages, gen=gen)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []

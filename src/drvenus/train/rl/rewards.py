@@ -10,9 +10,11 @@ Follows DR-Venus's reward path (``ray_trainer`` step 7, ``reward_score/info_gain
   response token; an IG of exactly 0.0 becomes ``ZERO_IG_SENTINEL`` so that the advantage
   estimator still sees a turn there, ``None`` leaves the position 0 (no turn);
 * turn ends (reference quirk, kept): the end-of-turn token that is followed, within 4 tokens, by
-  ``<|im_start|>`` + ``assistant``, i.e. the end of the tool response that precedes the next
-  assistant turn. Those tokens are outside the policy-loss mask, so the mask given to
-  ``igpo_advantages`` must be the response's attention mask (the reference sets it to all ones).
+  the assistant header (ChatML ``<|im_start|>`` + ``assistant``; any template's, see
+  :func:`drvenus.train.templates.find_turn_ends`), i.e. the end of the tool response that
+  precedes the next assistant turn. Those tokens are outside the policy-loss mask, so the mask
+  given to ``igpo_advantages`` must be the response's attention mask (the reference sets it to
+  all ones).
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ import string
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from drvenus.data.correctness import exact_match
 from drvenus.protocol import ANSWER_SPLIT, check_turn_format, extract_answer, first_answer_block
+from drvenus.train.rl.config import RLConfig
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +47,13 @@ def format_flags(turns: Sequence[str]) -> list[bool]:
 
 
 def apply_format_penalty(
-    info_gains: Sequence[float | None], turns: Sequence[str], penalty_scale: float = 1.0
+    info_gains: Sequence[float | None], turns: Sequence[str], penalty_scale: float | None = None
 ) -> tuple[list[float | None], float | None]:
     """(IG per non-final turn with malformed turns set to ``-penalty_scale``, the final turn's
-    penalty or None). ``info_gains`` is padded with None to ``len(turns) - 1``."""
+    penalty or None). ``info_gains`` is padded with None to ``len(turns) - 1``;
+    ``penalty_scale`` not given: RLConfig's ``format_penalty_scale``."""
+    if penalty_scale is None:
+        penalty_scale = RLConfig().format_penalty_scale
     n = max(len(turns) - 1, 0)
     gains = list(info_gains)[:n] + [None] * max(n - len(info_gains), 0)
     if not turns:
@@ -118,13 +123,14 @@ async def judge_outcomes(
     judge: Judge,
     items: Sequence[tuple[str, str, str]],
     *,
-    concurrency: int = 8,
+    concurrency: int | None = None,
 ) -> tuple[list[float], JudgeStats]:
     """Outcome per ``(question, final turn, ground truth)``: 1.0 on an exact match with an
     accepted answer, else the judge's verdict (``judge(question, answer, gt)`` -> bool/score);
-    no answer or a judge failure scores 0.0 and is counted (``stats.failures``)."""
+    no answer or a judge failure scores 0.0 and is counted (``stats.failures``). At most
+    ``concurrency`` (default RLConfig's ``judge_concurrency``) judge calls at once."""
     stats = JudgeStats()
-    gate = asyncio.Semaphore(max(1, concurrency))
+    gate = asyncio.Semaphore(max(1, concurrency or RLConfig().judge_concurrency))
 
     async def one(question: str, final_turn: str, gt: str) -> float:
         answer = extract_answer(final_turn)
@@ -146,25 +152,6 @@ async def judge_outcomes(
 
     scores = await asyncio.gather(*(one(*it) for it in items))
     return list(scores), stats
-
-
-def find_turn_ends(token_ids: Sequence[int], tokenizer: Any) -> list[int]:
-    """Positions of end-of-turn tokens followed within 4 tokens by ``<|im_start|>assistant``
-    (the reference's special-token anchors; see the module docstring)."""
-    im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    n, ends = len(token_ids), []
-    for pos, tid in enumerate(token_ids):
-        if tid != im_end:
-            continue
-        for nxt in range(pos + 1, min(pos + 5, n)):
-            if token_ids[nxt] == im_start:
-                role = tokenizer.decode(list(token_ids[nxt + 1 : nxt + 4]),
-                                        skip_special_tokens=False)
-                if role.lstrip().startswith("assistant"):
-                    ends.append(pos)
-                break
-    return ends
 
 
 def reward_row(

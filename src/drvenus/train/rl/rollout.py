@@ -4,9 +4,11 @@ The conversation (system, question, then assistant turns and tool-response user 
 ``drvenus.agent`` records it in ``ResultRecord.messages``) is rendered with the chat template and
 tokenised once by :func:`drvenus.train.sft.tokenize.encode_conversation`; the loss mask is the
 SFT mask (exactly the tokens the model generated). Turn k's boundary is the
-:class:`~drvenus.train.rl.ig.Boundary` the IG scorer expects: ``token_len`` = the number of
+:class:`Boundary` the IG scorer expects: ``token_len`` = the number of
 tokens before the first token of turn k's generated text, so ``input_ids[:token_len]`` is what
 the policy was given (its generation header and any prefilled text included).
+
+These record types need no torch (the verl plugin's converters and the recorder use them).
 """
 
 from __future__ import annotations
@@ -16,8 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from drvenus.protocol import parse_turn
-from drvenus.train.rl.ig import Boundary
 from drvenus.train.sft.tokenize import MaskError, encode_conversation
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """Turn k's boundary: ``token_len`` trajectory tokens precede assistant turn k (the
+    generation header included); ``tool_name`` is the tool turn k called (None: none)."""
+
+    token_len: int
+    tool_name: str | None = None
 
 
 @dataclass
@@ -94,4 +104,4 @@ def rollout_record(
     )
 
 
-__all__ = ["RolloutRecord", "rollout_record", "turn_tool_name"]
+__all__ = ["Boundary", "RolloutRecord", "rollout_record", "turn_tool_name"]

@@ -5,7 +5,9 @@ verl does), ``n_rollouts`` trajectories each through the agent loop
 (:func:`~drvenus.train.rl.collect.run_rollouts`), outcome rewards, IG scored with the policy
 itself (no grad, KV cache), format penalties, token rewards, IGPO advantages, then
 ``ppo_epochs`` x ``ppo_mini_batches`` AdamW updates (token-mean over each mini-batch, low-var KL
-to a frozen copy of the starting model, gradient clipping). With one mini-batch and one epoch
+to a frozen copy of the starting model, an entropy bonus of ``entropy_coef`` times the
+token-mean entropy over the loss mask, off by default but ``actor/entropy`` always logged,
+gradient clipping). With one mini-batch and one epoch
 the old log-probs are the current ones (ratio 1, on-policy), as in DR-Venus.
 
 Rollouts sample from the policy in memory (``engine: transformers``), or from a vLLM / SGLang
@@ -49,7 +51,9 @@ from drvenus.train.rl.batch import (
 )
 from drvenus.train.rl.collect import Rollout, RolloutConfig, run_rollouts
 from drvenus.train.rl.config import RLConfig, RLConfigError
+from drvenus.train.rl.ig import IGConfig
 from drvenus.train.rl.policy import policy_loss, token_logprobs
+from drvenus.train.rl.questions import question_rows
 
 log = logging.getLogger(__name__)
 
@@ -67,19 +71,6 @@ class RLResult:
 
 
 # --------------------------------------------------------------------------- data and model
-
-
-def read_questions(path: str | Path) -> list[tuple[str, str]]:
-    """``(question, ground truth)`` rows: RL-format parquet / JSONL (``prompt``,
-    ``reward_model.ground_truth``) or question/answer columns; accepted answers joined by
-    ``<|answer_split|>``. Rows without both are skipped and counted."""
-    from drvenus.questions import read_questions
-
-    items = read_questions(path, need_answer=True).items
-    rows = [(it.question, ANSWER_SPLIT.join(it.answers)) for it in items]
-    if not rows:
-        raise RLConfigError(f"{path}: no rows with a question and a ground truth")
-    return rows
 
 
 def batch_indices(n_rows: int, batch_size: int, step: int, seed: int) -> list[int]:
@@ -151,6 +142,18 @@ def _response_logprobs(model: Any, sample: Sample, temperature: float,
     return lp[0, sample.prompt_len - 1:].float()
 
 
+def _response_logprobs_entropy(model: Any, sample: Sample, temperature: float, autocast: Any,
+                               entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of the response tokens and the entropy of each of their distributions (with
+    a graph only when ``entropy_grad``: the bonus is on)."""
+    ids = torch.tensor([sample.input_ids], dtype=torch.long, device=next(model.parameters()).device)
+    with autocast():
+        lp, ent = token_logprobs(model, ids, temperature=temperature, with_entropy=True,
+                                 entropy_grad=entropy_grad)
+    start = sample.prompt_len - 1
+    return lp[0, start:].float(), ent[0, start:].float()
+
+
 def _loss_mask(sample: Sample, config: RLConfig, device: torch.device) -> torch.Tensor:
     if config.mask_tool_response:
         return torch.tensor(sample.loss_mask, dtype=torch.float32, device=device)
@@ -210,12 +213,14 @@ class Updater:
             s, mask = samples[i], masks[i]
             if float(mask.sum()) == 0:
                 continue
-            lp = _response_logprobs(self.model, s, cfg.temperature, self.autocast)
+            lp, entropy = _response_logprobs_entropy(self.model, s, cfg.temperature,
+                                                     self.autocast, bool(cfg.entropy_coef))
             adv = s.advantages.to(self.device) if s.advantages is not None else torch.zeros_like(lp)
             loss, metrics = policy_loss(
                 lp, lp.detach() if old is None else old[i], None if ref is None else ref[i],
                 adv, mask, clip=cfg.clip_ratio, clip_ratio_c=cfg.clip_ratio_c,
-                kl_coef=cfg.kl_coef, kl_type=cfg.kl_type,
+                kl_coef=cfg.kl_coef, kl_type=cfg.kl_type, entropy=entropy,
+                entropy_coef=cfg.entropy_coef,
             )
             weight = float(mask.sum()) / total
             (loss * weight).backward()
@@ -361,13 +366,15 @@ def _build_tools(config: RLConfig) -> Any:
     return build_toolbox(settings)
 
 
-def make_judge(judge_url: str | None, judge_model: str | None, concurrency: int = 8) -> Any:
+def make_judge(judge_url: str | None, judge_model: str | None,
+               concurrency: int | None = None) -> Any:
     """The outcome judge: BrowseComp's HLE-style verdict on an OpenAI-compatible model
     (options, else ``DRVENUS_JUDGE_*``); :class:`RLConfigError` when none is configured."""
     from drvenus.data.judge import JudgeClient, JudgeConfig
     from drvenus.eval.benchmarks import EvalItem
     from drvenus.eval.judges import grade_browsecomp
 
+    concurrency = concurrency or RLConfig().judge_concurrency
     cfg = JudgeConfig.from_options(judge_url, judge_model, concurrency=concurrency)
     if cfg is None:
         raise RLConfigError("--reward-type llm needs a judge: --judge-url and --judge-model (or "
@@ -394,7 +401,7 @@ def _build_judge(config: RLConfig) -> Any | None:
 def _open_run(config: RLConfig) -> _Run:
     output = Path(config.output)
     output.mkdir(parents=True, exist_ok=True)
-    rows = read_questions(config.train)
+    rows = question_rows(config.train)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = load_policy(config.model, device)
     ref = None
@@ -417,7 +424,7 @@ def _open_run(config: RLConfig) -> _Run:
     options.dump(config, output / "config.yaml")
     return _Run(config, output, rows, model, tokenizer, ref, optimizer,
                 _build_engine(config, model, tokenizer), _build_tools(config),
-                _build_judge(config), start, config.rollout())
+                _build_judge(config), start, RolloutConfig.from_rl(config))
 
 
 async def _step_samples(run: _Run, step: int) -> tuple[list[Rollout], list[Sample],
@@ -435,10 +442,11 @@ async def _step_samples(run: _Run, step: int) -> tuple[list[Rollout], list[Sampl
     policy = run.model if cfg.use_info_gain else None
     gains: list[Any] = [None] * len(usable)
     metrics: dict[str, float] = {}
+    ig = IGConfig.from_rl(cfg)
     if cfg.use_info_gain and cfg.ig_source == "engine":
-        gains = await engine_gains(run.engine, run.tokenizer, usable, cfg.ig())
+        gains = await engine_gains(run.engine, run.tokenizer, usable, ig)
         metrics.update(_crosscheck(run, usable, gains))
-    samples = [build_sample(r, o, run.tokenizer, policy, cfg.ig(), format_penalty=penalty,
+    samples = [build_sample(r, o, run.tokenizer, policy, ig, format_penalty=penalty,
                             gains=g) for r, o, g in zip(usable, scores, gains, strict=True)]
     t2 = time.perf_counter()
     metrics |= {"time/rollout_s": t1 - t0, "time/reward_s": t2 - t1,
@@ -458,7 +466,7 @@ def _crosscheck(run: _Run, rollouts: Sequence[Rollout], gains: Sequence[Any]
             break
         if r.tokens is None or len(r.tokens.turns) < 2:
             continue
-        mine = trainer_gains(run.model, run.tokenizer, r, run.config.ig())
+        mine = trainer_gains(run.model, run.tokenizer, r, IGConfig.from_rl(run.config))
         for a, b in zip(mine, g, strict=True):
             if (a is None) != (b is None):
                 worst = math.inf
@@ -537,6 +545,5 @@ async def _close(run: _Run) -> None:
 
 __all__ = [
     "RLResult", "Updater", "batch_indices", "checkpoints", "load_policy", "make_judge",
-    "read_questions",
     "rollout_metrics", "save_checkpoint", "save_traces", "steps_planned", "train",
 ]

@@ -2,8 +2,10 @@
 train (transformers Trainer on accelerate). Torch and transformers are imported only by the
 functions that need them."""
 
+from drvenus.train.launch import LaunchPlan
 from drvenus.train.sft.config import SFTConfig, SFTConfigError, load_config
 from drvenus.train.sft.data import SFTCollator, SFTDataError, read_conversations, tokenize_dataset
+from drvenus.train.sft.launch import plan_launch
 from drvenus.train.sft.tokenize import (
     MaskError,
     TokenizedRow,
@@ -11,7 +13,7 @@ from drvenus.train.sft.tokenize import (
     tokenize_conversation,
     tokenize_rows,
 )
-from drvenus.train.sft.trainer import LaunchPlan, SFTResult, plan_launch, train
+from drvenus.train.sft.trainer import SFTResult, train
 
 __all__ = [
     "LaunchPlan",

@@ -192,10 +192,22 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> SFTConfig:
     return SFTConfig(**values).validate()
 
 
+CONFIG_FILE = "sft_config.yaml"  # the resolved config, in the launch folder and the output
+
+
+def sequence_parallel_settings(config: SFTConfig) -> dict[str, Any] | None:
+    """The ``ParallelismConfig`` settings of ``--sequence-parallel`` (None without it)."""
+    if config.sequence_parallel == 1 or config.engine != "accelerate":
+        return None
+    return {"sp_backend": "deepspeed", "sp_size": config.sequence_parallel,
+            "sp_handler": {"sp_seq_length": None, "sp_seq_length_is_variable": True,
+                           "sp_attn_implementation": config.attn_implementation}}
+
+
 def dump_config(config: SFTConfig, path: Path) -> Path:
     """Write ``config`` as YAML (keys = field names); returns ``path``."""
     return options.dump(config, path)
 
 
-__all__ = ["ENGINES", "SP_ATTENTION", "SFTConfig", "SFTConfigError", "dump_config", "field_help",
-           "flag", "load_config", "one_line_reason"]
+__all__ = ["CONFIG_FILE", "ENGINES", "SP_ATTENTION", "SFTConfig", "SFTConfigError", "dump_config",
+           "field_help", "flag", "load_config", "one_line_reason", "sequence_parallel_settings"]

@@ -35,14 +35,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from drvenus.train.templates import end_of_turn_ids
+
 log = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100
 OverLength = Literal["truncate", "drop"]
-
-# Tokens that end an assistant turn in common templates (besides the tokenizer's eos token).
-_END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "</s>")
-
 
 class MaskError(ValueError):
     """A row that cannot be tokenised with an honest mask. ``reason`` is a short stable code
@@ -123,20 +121,6 @@ def assistant_spans(
     if not spans:
         raise MaskError("no_assistant_turn")
     return full, spans
-
-
-def end_of_turn_ids(tokenizer: Any) -> frozenset[int]:
-    """Token ids that close an assistant turn: the eos token and the usual turn-end tokens the
-    vocabulary has."""
-    ids = set()
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    unk = getattr(tokenizer, "unk_token_id", None)
-    for token in _END_OF_TURN_TOKENS:
-        tid = tokenizer.convert_tokens_to_ids(token)
-        if isinstance(tid, int) and tid >= 0 and tid != unk:
-            ids.add(tid)
-    return frozenset(ids)
 
 
 def _mask(
@@ -253,7 +237,6 @@ __all__ = [
     "TokenizedRow",
     "assistant_spans",
     "encode_conversation",
-    "end_of_turn_ids",
     "tokenize_conversation",
     "tokenize_rows",
 ]

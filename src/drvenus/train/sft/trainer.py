@@ -6,7 +6,7 @@ from an ``accelerate launch`` config, gradient checkpointing, checkpoints in Hug
 (safetensors, tokenizer, chat template) and an exact resume (model, optimizer, scheduler, data
 position, RNG states). What is ours: the data (assistant-only labels, packing through
 ``position_ids``, see :mod:`drvenus.train.sft.data`), the DR-Venus defaults, tokens/s in the
-logs, and the launch plan ``--dry-run`` prints.
+logs. The launch plan ``--dry-run`` prints is :mod:`drvenus.train.sft.launch`.
 
 Sequence parallelism (``--sequence-parallel N``) is DeepSpeed Ulysses (ALST) as accelerate
 >= 1.12 and transformers' Trainer wire it: ``TrainingArguments(parallelism_config=
@@ -25,14 +25,18 @@ from __future__ import annotations
 
 import json
 import logging
-import shlex
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drvenus.train.sft.config import SFTConfig, SFTConfigError, dump_config
+from drvenus.train.sft.config import (
+    CONFIG_FILE,
+    SFTConfig,
+    SFTConfigError,
+    dump_config,
+    sequence_parallel_settings,
+)
 from drvenus.train.sft.data import (
     SFTCollator,
     SFTData,
@@ -44,7 +48,6 @@ from drvenus.train.sft.data import (
 log = logging.getLogger(__name__)
 
 FINAL_DIR = "final"
-CONFIG_FILE = "sft_config.yaml"
 STATS_FILE = "sft_data_stats.json"
 
 
@@ -165,15 +168,6 @@ def _trainer_class() -> type:
             super().log(logs, start_time)
 
     return SFTTrainer
-
-
-def sequence_parallel_settings(config: SFTConfig) -> dict[str, Any] | None:
-    """The ``ParallelismConfig`` settings of ``--sequence-parallel`` (None without it)."""
-    if config.sequence_parallel == 1 or config.engine != "accelerate":
-        return None
-    return {"sp_backend": "deepspeed", "sp_size": config.sequence_parallel,
-            "sp_handler": {"sp_seq_length": None, "sp_seq_length_is_variable": True,
-                           "sp_attn_implementation": config.attn_implementation}}
 
 
 def parallelism_config(config: SFTConfig) -> Any:
@@ -316,101 +310,5 @@ def train(config: SFTConfig, *, callbacks: list[Any] | None = None) -> SFTResult
                      output.training_loss, resume_from, list(trainer.state.log_history), stats)
 
 
-# --------------------------------------------------------------------------- launch plan
-
-
-@dataclass
-class LaunchPlan:
-    """What ``--dry-run`` shows: the command to run on each machine and the files it reads.
-    ``parallelism``: the ``ParallelismConfig`` settings the training process builds (sequence
-    parallelism); ``files``: other files written for the run (verl: data, command script)."""
-
-    command: list[str]
-    config_file: Path
-    accelerate_file: Path | None
-    accelerate_config: dict[str, Any] | None
-    parallelism: dict[str, Any] | None = None
-    engine: str = "accelerate"
-    files: list[Path] = field(default_factory=list)
-
-    def shell(self) -> str:
-        return shlex.join(self.command)
-
-
-def accelerate_config(config: SFTConfig) -> dict[str, Any] | None:
-    """An ``accelerate launch`` config for ``config.resolved_distributed()`` (None for one
-    process without a distributed backend)."""
-    kind = config.resolved_distributed()
-    if kind == "none":
-        return None
-    bf16 = config.precision != "fp32"
-    cfg: dict[str, Any] = {
-        "compute_environment": "LOCAL_MACHINE",
-        "distributed_type": {"ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed": "DEEPSPEED"}[kind],
-        "mixed_precision": "bf16" if bf16 else "no",
-        "num_machines": config.num_machines,
-        "num_processes": config.num_processes,
-        "machine_rank": config.machine_rank,
-        "main_process_ip": config.main_process_ip,
-        "main_process_port": config.main_process_port,
-        "rdzv_backend": "static",
-        "same_network": True,
-        "use_cpu": False,
-    }
-    if kind == "fsdp":
-        cfg["fsdp_config"] = {
-            "fsdp_version": 2,
-            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",  # the model's _no_split_modules
-            "fsdp_reshard_after_forward": True,
-            "fsdp_offload_params": False,
-            "fsdp_cpu_ram_efficient_loading": True,
-            "fsdp_state_dict_type": "FULL_STATE_DICT",  # checkpoints in Hugging Face format
-            "fsdp_activation_checkpointing": False,  # --gradient-checkpointing does this
-        }
-    if kind == "deepspeed":
-        cfg["deepspeed_config"] = {
-            "zero_stage": 3,
-            "gradient_accumulation_steps": config.grad_accumulation(config.num_processes),
-            "gradient_clipping": config.max_grad_norm,
-            "offload_optimizer_device": "none",
-            "offload_param_device": "none",
-            "zero3_init_flag": True,
-            "zero3_save_16bit_model": True,
-        }
-        if config.num_machines > 1:
-            cfg["deepspeed_config"]["deepspeed_multinode_launcher"] = "standard"
-    return cfg
-
-
-def plan_launch(config: SFTConfig, folder: Path | None = None) -> LaunchPlan:
-    """Write the resolved config (and the accelerate config) to ``folder`` (default
-    ``<output>/launch``) and return the command that runs the training on each machine."""
-    import yaml
-
-    folder = folder or Path(config.output) / "launch"
-    if config.engine == "verl":
-        from drvenus.train.sft.verl_engine import plan_verl
-
-        return plan_verl(config, folder)
-    config_file = dump_config(config, folder / CONFIG_FILE)
-    sp = sequence_parallel_settings(config)
-    run = [sys.executable, "-m", "drvenus", "sft", "--config", str(config_file)]
-    acc = accelerate_config(config)
-    if acc is None:
-        return LaunchPlan(run, config_file, None, None, sp)
-    acc_file = folder / f"accelerate_{config.resolved_distributed()}.yaml"
-    acc_file.write_text(yaml.safe_dump(acc, sort_keys=False), encoding="utf-8")
-    command = ["accelerate", "launch", "--config_file", str(acc_file),
-               "--num_processes", str(config.num_processes),
-               "--num_machines", str(config.num_machines),
-               "--machine_rank", str(config.machine_rank)]
-    if config.num_machines > 1:
-        command += ["--main_process_ip", str(config.main_process_ip),
-                    "--main_process_port", str(config.main_process_port)]
-    command += ["-m", "drvenus", "sft", "--config", str(config_file)]
-    return LaunchPlan(command, config_file, acc_file, acc, sp)
-
-
-__all__ = ["LaunchPlan", "SFTResult", "accelerate_config", "build_data", "collator",
-           "latest_checkpoint", "load_model", "load_tokenizer", "parallelism_config",
-           "plan_launch", "sequence_parallel_settings", "train", "training_arguments"]
+__all__ = ["SFTResult", "build_data", "collator", "latest_checkpoint", "load_model",
+           "load_tokenizer", "parallelism_config", "train", "training_arguments"]

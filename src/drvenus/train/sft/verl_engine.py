@@ -3,7 +3,8 @@
 The launch is ``torchrun ... -m verl.trainer.fsdp_sft_trainer`` with Hydra overrides derived
 from :class:`~drvenus.train.sft.config.SFTConfig`; the key names are those of
 ``verl/trainer/config/sft_trainer.yaml`` and ``verl/trainer/fsdp_sft_trainer.py`` at verl
-``v0.6.1`` (:data:`VERL_VERSION`, read from the tagged source, not run here). Sequences are
+``v0.6.1`` (:data:`drvenus.train.launch.VERL_VERSION`, read from the tagged source, not run
+here). Sequences are
 split over ``ulysses_sequence_parallel_size`` GPUs, which verl allows only with
 ``use_remove_padding=true`` (always set: it also skips padding).
 
@@ -31,11 +32,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from drvenus.train.sft.config import SFTConfig, SFTConfigError, dump_config
+from drvenus.train.launch import VERL_VERSION, LaunchPlan, hydra_override
+from drvenus.train.sft.config import CONFIG_FILE, SFTConfig, SFTConfigError, dump_config
 
 log = logging.getLogger(__name__)
 
-VERL_VERSION = "0.6.1"
 VERL_MODULE = "verl.trainer.fsdp_sft_trainer"
 SCRIPT_FILE = "run_verl_sft.sh"
 DATA_DIR = "verl_data"
@@ -106,16 +107,6 @@ def verl_data(config: SFTConfig, folder: Path) -> tuple[str, str, list[Path]]:
     return train, val, written
 
 
-def _hydra(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "[" + ",".join(f"'{v}'" for v in value) + "]"
-    return str(value)
-
-
 def verl_overrides(config: SFTConfig, train_file: str, val_file: str) -> dict[str, Any]:
     """Hydra overrides of verl's ``sft_trainer.yaml`` that give it ``config``'s settings."""
     gpus_per_node = config.num_processes // config.num_machines
@@ -172,14 +163,12 @@ def torchrun_command(config: SFTConfig, overrides: dict[str, Any]) -> list[str]:
     else:
         command.append("--standalone")
     command += ["-m", VERL_MODULE]
-    return command + [f"{key}={_hydra(value)}" for key, value in overrides.items()]
+    return command + [hydra_override(key, value) for key, value in overrides.items()]
 
 
-def plan_verl(config: SFTConfig, folder: Path) -> Any:
+def plan_verl(config: SFTConfig, folder: Path) -> LaunchPlan:
     """Write the resolved config, the data verl reads (when converted) and ``run_verl_sft.sh``;
-    return the :class:`~drvenus.train.sft.trainer.LaunchPlan`."""
-    from drvenus.train.sft.trainer import CONFIG_FILE, LaunchPlan
-
+    return the :class:`~drvenus.train.launch.LaunchPlan`."""
     check_verl_config(config)
     config_file = dump_config(config, folder / CONFIG_FILE)
     train_file, val_file, written = verl_data(config, folder)
@@ -188,7 +177,8 @@ def plan_verl(config: SFTConfig, folder: Path) -> Any:
     script.write_text(f"#!/usr/bin/env bash\n# verl=={VERL_VERSION}; on every node, with its "
                       f"own --node_rank\nset -euo pipefail\n{shlex.join(command)}\n",
                       encoding="utf-8")
-    return LaunchPlan(command, config_file, None, None, engine="verl", files=[*written, script])
+    return LaunchPlan(command, config_file, None, None, engine="verl", files=[*written, script],
+                      folder=folder)
 
 
 def verl_available() -> bool:
@@ -210,5 +200,5 @@ def run_verl(config: SFTConfig, folder: Path | None = None) -> int:
     return subprocess.run(plan.command, check=False).returncode
 
 
-__all__ = ["VERL_MODULE", "VERL_VERSION", "check_verl_config", "plan_verl", "run_verl",
+__all__ = ["VERL_MODULE", "check_verl_config", "plan_verl", "run_verl",
            "torchrun_command", "verl_available", "verl_data", "verl_overrides"]

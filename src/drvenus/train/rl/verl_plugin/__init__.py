@@ -8,7 +8,8 @@ Modules that import verl: :mod:`.agent_loop` (``drvenus_agent``), :mod:`.reward`
 
 from __future__ import annotations
 
-VERL_VERSION = "0.6.1"
+from drvenus.train.launch import VERL_VERSION
+
 ENTRY_MODULE = "drvenus.train.rl.verl_plugin.main"
 
 __all__ = ["ENTRY_MODULE", "VERL_VERSION"]

@@ -16,18 +16,9 @@ import torch
 from verl.trainer.ppo import core_algos
 
 from drvenus.train.rl.advantage import igpo_advantages
+from drvenus.train.rl.verl_plugin.convert import advantage_knobs
 
 ESTIMATOR = "grpo_info_gain"
-
-
-def _knobs(config: Any) -> dict[str, Any]:
-    get = config.get if config is not None else (lambda k, d=None: d)
-    return {
-        "norm_mode": get("igpo_norm_mode", "scaled_separate"),
-        "gamma": float(get("gamma", 0.95)),
-        "ig_weight": float(get("igpo_ig_weight", 1.0)),
-        "norm_by_std": bool(get("norm_adv_by_std_in_grpo", True)),
-    }
 
 
 @core_algos.register_adv_est(ESTIMATOR)
@@ -36,7 +27,8 @@ def grpo_info_gain(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
                    **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """verl's estimator signature: (advantages, returns)."""
     groups = index if index is not None else np.arange(token_level_rewards.shape[0])
-    adv, metrics = igpo_advantages(token_level_rewards, response_mask, groups, **_knobs(config))
+    adv, metrics = igpo_advantages(token_level_rewards, response_mask, groups,
+                                   **advantage_knobs(config))
     grpo_info_gain.last_metrics = metrics  # type: ignore[attr-defined]
     return adv, adv
 

@@ -26,9 +26,9 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 
 from drvenus.llm.base import LLMError, SamplingParams
-from drvenus.train.rl.collect import RolloutConfig, context_budget
-from drvenus.train.rl.engine import TokenGeneration, end_of_turn_ids, sampled_turn
-from drvenus.train.rl.verl_plugin.convert import agent_loop_fields, question_of
+from drvenus.train.rl.engine import TokenGeneration, sampled_turn
+from drvenus.train.rl.verl_plugin.convert import agent_loop_fields, agent_rollout, question_of
+from drvenus.train.templates import end_of_turn_ids
 
 log = logging.getLogger(__name__)
 AGENT_NAME = "drvenus_agent"
@@ -89,17 +89,12 @@ class DrVenusAgentLoop(AgentLoopBase):
         from drvenus.agent import ResearchAgent
         from drvenus.train.rl.recorder import TokenRecorder
 
-        s = self.settings
         rollout = self.config.actor_rollout_ref.rollout
-        cfg = RolloutConfig(
-            n=1, mode=s.get("mode", "deterministic"),
-            robust_max_retries=int(s.get("robust_max_retries", 3)),
-            max_turns=int(s.get("max_turns", 200)), max_turns_jitter=0,
+        cfg = agent_rollout(
+            self.settings, max_model_len=int(rollout.max_model_len),
             temperature=float(sampling_params.get("temperature", rollout.temperature)),
             top_p=float(sampling_params.get("top_p", rollout.top_p)),
-            top_k=int(rollout.get("top_k", -1)), seed=None,
-            max_context_tokens=context_budget(int(rollout.max_model_len)),
-            current_date=s.get("current_date"),
+            top_k=rollout.get("top_k"),
         )
         engine = VerlServerEngine(self.server_manager, self.tokenizer,
                                   int(rollout.max_model_len), uuid4().hex)

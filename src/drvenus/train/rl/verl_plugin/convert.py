@@ -9,22 +9,74 @@
   the boundary scores (:func:`ig_scores`).
 * :func:`reward_rows`: the token-level rewards of a batch (IG or penalties at turn ends, the
   outcome at the last valid response token), as :mod:`drvenus.train.rl.batch` builds them.
+* :func:`reward_config`, :func:`advantage_knobs`, :func:`agent_rollout`: the settings of the
+  reward manager, the advantage estimator and the agent loop from what verl passes them, every
+  value verl does not pass taken from :class:`~drvenus.train.rl.config.RLConfig` (no defaults
+  of their own).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from drvenus.train.rl.ig import Boundary, IGConfig, info_gains, kept_boundaries
+from drvenus.train.rl.collect import RolloutConfig
+from drvenus.train.rl.config import RLConfig
+from drvenus.train.rl.ig import IGConfig, info_gains, kept_boundaries
 from drvenus.train.rl.rewards import apply_format_penalty, reward_row
-from drvenus.train.rl.rollout import RolloutRecord
+from drvenus.train.rl.rollout import Boundary, RolloutRecord
 
 EXTRA_BOUNDARIES = "igpo_boundaries"
 EXTRA_TOOLS = "igpo_tools"
 EXTRA_TURNS = "igpo_turns"
+# the reward manager's ``reward_kwargs`` (RLConfig field names) and their types
+REWARD_KWARGS: dict[str, Callable[[Any], Any]] = {
+    "reward_type": str, "judge_url": str, "judge_model": str, "judge_concurrency": int,
+    "use_info_gain": bool,
+    "info_gain_type": str, "ig_tool_filter": str, "ig_compute_freq": int,
+    "use_format_penalty": bool, "format_penalty_scale": float,
+}
+# agent-loop config keys -> RLConfig fields (what the launcher writes, see :mod:`.launch`)
+AGENT_LOOP_KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "max_turns": ("max_turns", int), "mode": ("rollout_mode", str),
+    "robust_max_retries": ("robust_max_retries", int), "current_date": ("current_date", str),
+}
+
+
+def reward_config(reward_kwargs: Mapping[str, Any]) -> RLConfig:
+    """The reward manager's settings: RLConfig's defaults with ``reward_kwargs`` on top."""
+    given = {k: cast(reward_kwargs[k]) for k, cast in REWARD_KWARGS.items()
+             if reward_kwargs.get(k) is not None}
+    return replace(RLConfig(), **given)
+
+
+def advantage_knobs(config: Any) -> dict[str, Any]:
+    """``igpo_advantages`` keywords from verl's ``algorithm`` config (RLConfig's defaults for
+    keys it lacks)."""
+    d = RLConfig()
+    get = config.get if config is not None else (lambda k, default=None: default)
+    return {
+        "norm_mode": get("igpo_norm_mode", d.norm_mode),
+        "gamma": float(get("gamma", d.gamma)),
+        "ig_weight": float(get("igpo_ig_weight", d.ig_weight)),
+        "norm_by_std": bool(get("norm_adv_by_std_in_grpo", d.norm_by_std)),
+    }
+
+
+def agent_rollout(settings: Mapping[str, Any], *, max_model_len: int, temperature: float,
+                  top_p: float, top_k: Any = None) -> RolloutConfig:
+    """The rollout settings of one verl agent-loop sample: the agent-loop config entry
+    (``settings``) and verl's rollout config, RLConfig's defaults for the rest; one trajectory,
+    no turn jitter, no seed (verl samples)."""
+    given = {field: cast(settings[key]) for key, (field, cast) in AGENT_LOOP_KEYS.items()
+             if settings.get(key) is not None}
+    rl = replace(RLConfig(), max_model_len=int(max_model_len), temperature=float(temperature),
+                 top_p=float(top_p), **given)
+    if top_k is not None:
+        rl = replace(rl, top_k=int(top_k))
+    return RolloutConfig.from_rl(rl, n=1, max_turns_jitter=0, seed=None)
 
 
 def agent_loop_fields(record: RolloutRecord) -> dict[str, Any]:
@@ -119,7 +171,7 @@ def reward_rows(lengths: Sequence[int], turn_ends: Sequence[Sequence[int]],
 
 
 __all__ = [
-    "EXTRA_BOUNDARIES", "EXTRA_TOOLS", "EXTRA_TURNS", "IGRow", "agent_loop_fields",
-    "boundaries_from_extra", "ig_rows", "ig_scores", "question_of", "reward_rows",
-    "sample_gains",
+    "AGENT_LOOP_KEYS", "EXTRA_BOUNDARIES", "EXTRA_TOOLS", "EXTRA_TURNS", "IGRow", "REWARD_KWARGS",
+    "advantage_knobs", "agent_loop_fields", "agent_rollout", "boundaries_from_extra", "ig_rows",
+    "ig_scores", "question_of", "reward_config", "reward_rows", "sample_gains",
 ]

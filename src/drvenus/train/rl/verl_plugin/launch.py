@@ -12,39 +12,15 @@ anywhere. Multi-node: start Ray on every machine first (``ray start --head`` on 
 from __future__ import annotations
 
 import math
-import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from drvenus.train.launch import VERL_VERSION, LaunchPlan, hydra_value
 from drvenus.train.rl.config import RLConfig
-from drvenus.train.rl.verl_plugin import ENTRY_MODULE, VERL_VERSION
+from drvenus.train.rl.verl_plugin import ENTRY_MODULE
 
 SCRIPT_FILE = "run_verl_rl.sh"
 AGENT_LOOP_FILE = "agent_loop.yaml"
 AGENT_LOOP_TARGET = "drvenus.train.rl.verl_plugin.agent_loop.DrVenusAgentLoop"
-
-
-@dataclass
-class LaunchPlan:
-    """What ``drvenus rl --trainer verl`` runs and the files it wrote."""
-
-    command: list[str]
-    folder: Path
-    files: list[Path] = field(default_factory=list)
-
-    def shell(self) -> str:
-        return " \\\n    ".join(shlex.quote(c) for c in self.command)
-
-    def overrides(self) -> dict[str, str]:
-        return dict(c.lstrip("+").split("=", 1) for c in self.command if "=" in c)
-
-
-def _q(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    return str(value)
 
 
 def agent_loop_yaml(config: RLConfig) -> str:
@@ -59,7 +35,8 @@ def agent_loop_yaml(config: RLConfig) -> str:
 
 
 def _reward_overrides(config: RLConfig) -> list[str]:
-    kw = {"reward_type": config.reward_type, "use_info_gain": config.use_info_gain,
+    kw = {"reward_type": config.reward_type, "judge_concurrency": config.judge_concurrency,
+          "use_info_gain": config.use_info_gain,
           "info_gain_type": config.info_gain_type, "ig_tool_filter": f"'{config.ig_tool_filter}'",
           "ig_compute_freq": config.ig_compute_freq,
           "use_format_penalty": config.use_format_penalty,
@@ -69,7 +46,7 @@ def _reward_overrides(config: RLConfig) -> list[str]:
     if config.judge_model:
         kw["judge_model"] = config.judge_model
     return ["reward_model.reward_manager=drvenus_igpo"] + \
-        [f"+reward_model.reward_kwargs.{k}={_q(v)}" for k, v in kw.items()]
+        [f"+reward_model.reward_kwargs.{k}={hydra_value(v)}" for k, v in kw.items()]
 
 
 def _actor_overrides(config: RLConfig) -> list[str]:
@@ -83,7 +60,7 @@ def _actor_overrides(config: RLConfig) -> list[str]:
         f"{a}.use_dynamic_bsz=true",
         f"{a}.ppo_max_token_len_per_gpu={math.ceil(max_seq / sp) + 1000}",
         f"{a}.ulysses_sequence_parallel_size={sp}",
-        f"{a}.use_kl_loss={_q(config.kl_coef > 0)}", f"{a}.kl_loss_coef={config.kl_coef}",
+        f"{a}.use_kl_loss={hydra_value(config.kl_coef > 0)}", f"{a}.kl_loss_coef={config.kl_coef}",
         f"{a}.kl_loss_type={config.kl_type}", f"{a}.clip_ratio={config.clip_ratio}",
         f"{a}.clip_ratio_c={config.clip_ratio_c}", f"{a}.entropy_coeff={config.entropy_coef}",
         f"{a}.grad_clip={config.max_grad_norm}", f"{a}.loss_agg_mode=token-mean",
@@ -91,7 +68,7 @@ def _actor_overrides(config: RLConfig) -> list[str]:
         "actor_rollout_ref.ref.fsdp_config.param_offload=true",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.model.use_remove_padding=true",
-        f"actor_rollout_ref.model.enable_gradient_checkpointing={_q(True)}",
+        f"actor_rollout_ref.model.enable_gradient_checkpointing={hydra_value(True)}",
         "actor_rollout_ref.model.enable_activation_offload=true",
     ]
 
@@ -116,7 +93,7 @@ def overrides(config: RLConfig, agent_loop: Path) -> list[str]:
     """verl Hydra overrides for ``config`` (see the module doc)."""
     out = Path(config.output)
     trainer = [
-        "trainer.logger=[" + ",".join(f"'{x}'" for x in (config.loggers() or ["console"])) + "]",
+        f"trainer.logger={hydra_value(config.loggers() or ['console'])}",
         "trainer.project_name=drvenus-rl", f"trainer.experiment_name={out.name or 'igpo'}",
         f"trainer.n_gpus_per_node={config.gpus_per_node}", f"trainer.nnodes={config.nodes}",
         f"trainer.save_freq={config.save_freq}", "trainer.test_freq=-1",
@@ -129,7 +106,7 @@ def overrides(config: RLConfig, agent_loop: Path) -> list[str]:
         trainer.append(f"trainer.total_training_steps={config.total_steps}")
     return [
         "algorithm.adv_estimator=grpo_info_gain", f"algorithm.gamma={config.gamma}",
-        f"algorithm.norm_adv_by_std_in_grpo={_q(config.norm_by_std)}",
+        f"algorithm.norm_adv_by_std_in_grpo={hydra_value(config.norm_by_std)}",
         "algorithm.use_kl_in_reward=false",
         f"+algorithm.igpo_norm_mode={config.norm_mode}",
         f"+algorithm.igpo_ig_weight={config.ig_weight}",
@@ -149,12 +126,12 @@ def as_parquet(path: str, folder: Path, name: str) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from drvenus.train.rl.trainer import read_questions
+    from drvenus.train.rl.questions import question_rows  # no torch: the dry run needs none
 
     rows = [{"data_source": "drvenus", "prompt": [{"role": "user", "content": q}],
              "ability": "deep-research", "reward_model": {"ground_truth": gt, "style": "rule"},
              "extra_info": {"index": i, "split": name}}
-            for i, (q, gt) in enumerate(read_questions(path))]
+            for i, (q, gt) in enumerate(question_rows(path))]
     out = folder / f"{name}.parquet"
     folder.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), out)
@@ -172,7 +149,7 @@ def plan(config: RLConfig, *, write: bool = True) -> LaunchPlan:
                          val=as_parquet(config.val, folder, "val") if config.val else None)
     agent_loop = folder / AGENT_LOOP_FILE
     command = ["python3", "-m", ENTRY_MODULE, *overrides(config, agent_loop)]
-    result = LaunchPlan(command, folder)
+    result = LaunchPlan(command, engine="verl", folder=folder, wrap=True)
     if write:
         folder.mkdir(parents=True, exist_ok=True)
         agent_loop.write_text(agent_loop_yaml(config), encoding="utf-8")
@@ -189,4 +166,4 @@ def plan(config: RLConfig, *, write: bool = True) -> LaunchPlan:
     return result
 
 
-__all__ = ["AGENT_LOOP_FILE", "LaunchPlan", "SCRIPT_FILE", "agent_loop_yaml", "overrides", "plan"]
+__all__ = ["AGENT_LOOP_FILE", "SCRIPT_FILE", "agent_loop_yaml", "overrides", "plan"]

@@ -34,6 +34,7 @@ from drvenus.train.rl.verl_plugin.convert import (
     ig_rows,
     ig_scores,
     question_of,
+    reward_config,
     reward_rows,
     sample_gains,
 )
@@ -81,9 +82,10 @@ def ig_batch(rows: list[IGRow], pad_id: int) -> DataProto:
 
 @register(REWARD_MANAGER)
 class IGPORewardManager:
-    """See the module doc. ``reward_kwargs``: ``reward_type`` (llm|f1), ``judge_url``,
-    ``judge_model``, ``use_info_gain``, ``info_gain_type``, ``ig_tool_filter``,
-    ``ig_compute_freq``, ``use_format_penalty``, ``format_penalty_scale``."""
+    """See the module doc. ``reward_kwargs``: the RLConfig fields in
+    :data:`~.convert.REWARD_KWARGS` (``reward_type``, ``judge_url``, ``judge_model``,
+    ``use_info_gain``, IG and format-penalty settings); RLConfig's defaults for those not given
+    (:func:`~.convert.reward_config`)."""
 
     def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Any = None,
                  reward_fn_key: str = "data_source", **kwargs: Any) -> None:
@@ -91,16 +93,14 @@ class IGPORewardManager:
         self.kw = kwargs
         self.actor_wg: Any = None
         self.world_size = 1
-        self.ig = IGConfig(
-            info_gain_type=kwargs.get("info_gain_type", "log_prob_diff"),
-            ig_tool_filter=kwargs.get("ig_tool_filter", "visit"),
-            ig_compute_freq=int(kwargs.get("ig_compute_freq", 1)),
-        )
+        self.config = reward_config(kwargs)  # RLConfig's defaults where verl passes nothing
+        self.ig = IGConfig.from_rl(self.config)
         self.judge = None
-        if kwargs.get("reward_type", "f1") == "llm":
+        if self.config.reward_type == "llm":
             from drvenus.train.rl.trainer import make_judge
 
-            self.judge = make_judge(kwargs.get("judge_url"), kwargs.get("judge_model"))
+            self.judge = make_judge(self.config.judge_url, self.config.judge_model,
+                                    self.config.judge_concurrency)
 
     def attach_actor(self, actor_wg: Any) -> None:
         """The IG scoring hook (see the module doc)."""
@@ -126,7 +126,7 @@ class IGPORewardManager:
 
     def _info_gains(self, samples: list[dict[str, Any]]) -> list[list[float | None]]:
         empty = [[None] * max(len(s["turns"]) - 1, 0) for s in samples]
-        if self.actor_wg is None or not self.kw.get("use_info_gain", True):
+        if self.actor_wg is None or not self.config.use_info_gain:
             return empty
         rows: list[IGRow] = []
         for i, s in enumerate(samples):
@@ -147,7 +147,8 @@ class IGPORewardManager:
     def _outcomes(self, samples: list[dict[str, Any]]) -> tuple[list[float], JudgeStats]:
         items = [(_question(s["extra"]), s["turns"][-1] if s["turns"] else "", s["gt"])
                  for s in samples]
-        return asyncio.run(score_outcomes(items, "llm" if self.judge else "f1", self.judge))
+        return asyncio.run(score_outcomes(items, "llm" if self.judge else "f1", self.judge,
+                                          self.config.judge_concurrency))
 
     # -- verl's interface ----------------------------------------------------------------
 
@@ -157,8 +158,7 @@ class IGPORewardManager:
         outcomes, stats = self._outcomes(samples)
         ends = [turn_end_positions(s["ids"], s["prompt_len"], self.tokenizer,
                                    [b.token_len for b in s["boundaries"]]) for s in samples]
-        scale = float(self.kw.get("format_penalty_scale", 1.0)) \
-            if self.kw.get("use_format_penalty", True) else None
+        scale = self.config.format_penalty_scale if self.config.use_format_penalty else None
         rows = reward_rows([s["response_len"] for s in samples], ends, gains,
                            [s["turns"] for s in samples], outcomes, scale)
         tensor = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
