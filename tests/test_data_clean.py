@@ -50,8 +50,6 @@ from data_fixtures import (
     write_raw_parquet,
 )
 from drvenus.cli.data import data_app
-from drvenus.data.correctness import exact_match, f1_score, normalize_answer
-from drvenus.data.judge import JudgeConfig
 from drvenus.data.normalize import clean_answer_turn, clean_tool_call_turn, normalize_row
 from drvenus.data.options import CleanOptions
 from drvenus.data.pipeline import run_clean
@@ -63,6 +61,8 @@ from drvenus.data.stages import (
     prune_disallowed_tools,
     validate_messages,
 )
+from drvenus.grading.judge import JudgeConfig
+from drvenus.grading.match import exact_match, f1_score, normalize_answer
 from drvenus.protocol import parse_search_body, unwrap_tool_response
 from drvenus.protocol.legacy import parse_serper_markdown
 

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from data_fixtures import tiny_clean_row, write_parquet
 from drvenus.cli.data import data_app
-from drvenus.data.judge import JudgeConfig
 from drvenus.data.options import CleanOptions
 from drvenus.data.resample import ResamplePolicy
+from drvenus.grading.judge import JudgeConfig
 
 runner = CliRunner()
 

@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from drvenus.data.judge import JudgeClient, JudgeConfig
 from drvenus.eval import judges as J
 from drvenus.eval.benchmarks import EvalItem
 from drvenus.eval.scoring import em, f1, gaia_match, gaia_score, loose_equal, set_score
+from drvenus.grading.judge import JudgeClient, JudgeConfig
 from stub_server import StubServer
 
 

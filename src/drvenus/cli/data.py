@@ -2,7 +2,7 @@
 
 The options of ``data clean`` are the fields of :class:`~drvenus.data.options.CleanOptions` (and
 of its nested :class:`~drvenus.data.resample.ResamplePolicy` and
-:class:`~drvenus.data.judge.JudgeConfig`). Bad input (missing or unreadable files, wrong columns,
+:class:`~drvenus.grading.judge.JudgeConfig`). Bad input (missing or unreadable files, wrong columns,
 invalid option values) is one line on stderr and exit code 2; Ctrl-C during ``data clean``
 writes nothing and exits 130.
 """
@@ -20,9 +20,9 @@ from rich.table import Table
 
 from drvenus.cli.common import INTERRUPTED, err, fail, out, with_options
 from drvenus.data.export import EXPORT_FORMATS
-from drvenus.data.judge import JudgeConfig
 from drvenus.data.options import CleanOptions
 from drvenus.data.resample import ResamplePolicy
+from drvenus.grading.judge import JudgeConfig
 
 data_app = typer.Typer(
     name="data",

@@ -31,8 +31,8 @@ from drvenus.eval.benchmarks import BENCHMARKS
 
 if TYPE_CHECKING:
     from drvenus.batch import ResultsFile
-    from drvenus.data.judge import JudgeConfig
     from drvenus.eval.runner import EvalSetup
+    from drvenus.grading.judge import JudgeConfig
 
 eval_app = typer.Typer(
     name="eval",

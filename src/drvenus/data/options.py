@@ -1,7 +1,7 @@
 """The options of ``drvenus data clean``, declared once.
 
 Each option is one field of :class:`CleanOptions` (or of the nested
-:class:`~drvenus.data.resample.ResamplePolicy` and :class:`~drvenus.data.judge.JudgeConfig`):
+:class:`~drvenus.data.resample.ResamplePolicy` and :class:`~drvenus.grading.judge.JudgeConfig`):
 type, default, constraints and help text. Making a ``CleanOptions`` validates them (a
 ``pydantic.ValidationError``, which is a ``ValueError``); ``drvenus data clean`` derives its
 command-line options from the same fields (see :mod:`drvenus.flags`).
@@ -17,9 +17,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from drvenus.data.judge import JudgeConfig
 from drvenus.data.resample import ResamplePolicy
 from drvenus.flags import Cli
+from drvenus.grading.judge import JudgeConfig
 
 CORRECTNESS_MODES = ("off", "em", "f1", "judge")
 CorrectnessMode = Literal["off", "em", "f1", "judge"]

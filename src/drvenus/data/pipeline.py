@@ -5,12 +5,12 @@ The stages, numbered the same here, in the logs (``[3/8 prune] ...``) and in doc
 ====  =========  ======================  ====================================================
  #    stage      where                   what
 ====  =========  ======================  ====================================================
- 1    read       reading.py              input files, schema check, chunks of rows
+ 1    read       plan.py, reading.py     input files, schema check, chunks of rows
  2    normalise  normalize.py, rows.py   per row, in the workers: protocol form
  3    prune      stages.py, rows.py      per row: drop turns calling disallowed tools
  4    dedup      stages.py, rows.py      per row: drop turns repeating earlier tool calls
  5    validate   stages.py, rows.py      per row: conversation structure (drop reasons)
- 6    judge      judge.py                correctness filter over the valid rows
+ 6    judge      correctness.py          correctness filter over the valid rows
  7    resample   resample.py             copies by turn count, optional shuffle
  8    write      writing.py              all outputs, renamed into place at the end
 ====  =========  ======================  ====================================================
@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from drvenus.data.judge import filter_correct
+from drvenus.data.correctness import filter_correct
 from drvenus.data.options import CleanOptions
 from drvenus.data.plan import RunPlan, nothing_read_error, plan_run
 from drvenus.data.reading import Chunk, ipc_batch, read_chunks

@@ -16,7 +16,7 @@ from drvenus.data.workers import ChunkResult
 from drvenus.data.writing import FINAL_JSONL, FINAL_PARQUET, STAGE1_PARQUET, STAGE2_PARQUET
 
 if TYPE_CHECKING:
-    from drvenus.data.judge import Correctness
+    from drvenus.data.correctness import Correctness
     from drvenus.data.plan import RunPlan
     from drvenus.data.resample import Resampled
 

@@ -14,7 +14,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from drvenus.data.correctness import exact_match, f1_score
 from drvenus.data.normalize import normalize_row
 from drvenus.data.stages import (
     CallReader,
@@ -25,6 +24,7 @@ from drvenus.data.stages import (
     tool_names,
     validate_messages,
 )
+from drvenus.grading.match import exact_match, f1_score
 from drvenus.protocol import check_turn_format, extract_answer
 
 Row = dict[str, Any]

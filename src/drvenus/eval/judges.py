@@ -1,7 +1,7 @@
 """Graders per benchmark: an LLM judge when one is configured, else a deterministic scorer.
 
 The judge endpoint, its retries and its verdict cache are the data pipeline's
-(:class:`drvenus.data.judge.JudgeClient`). A reply that cannot be parsed is asked again; one that
+(:class:`drvenus.grading.judge.JudgeClient`). A reply that cannot be parsed is asked again; one that
 still cannot, or a judge that cannot be reached, grades ``correct=None`` (a judge error, never a
 wrong answer). The cache keeps a short canonical verdict (no reasoning, no ground truth), read back
 by the same parser.
@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from drvenus.data.judge import JudgeClient
 from drvenus.eval.benchmarks import EvalItem
 from drvenus.eval.scoring import (
     SetScore,
@@ -34,6 +33,7 @@ from drvenus.eval.scoring import (
     set_score,
     split_set,
 )
+from drvenus.grading.judge import JudgeClient
 from drvenus.protocol.legacy import strip_thinking
 
 

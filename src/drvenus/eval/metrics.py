@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from drvenus.corpus.urls import url_key
-from drvenus.data.correctness import normalize_answer
+from drvenus.grading.match import normalize_answer
 from drvenus.protocol import (
     classify_tool_response,
     parse_search_body,

@@ -28,10 +28,10 @@ from drvenus.batch import (
     iter_jsonl,
     plan,
 )
-from drvenus.data.judge import JudgeClient, JudgeConfig
 from drvenus.eval.benchmarks import BenchmarkSpec, EvalItem, get_spec, load, write_corpus
 from drvenus.eval.judges import grade
 from drvenus.eval.metrics import RunResult, gold_recall, tool_use
+from drvenus.grading.judge import JudgeClient, JudgeConfig
 from drvenus.questions import Question
 
 log = logging.getLogger(__name__)

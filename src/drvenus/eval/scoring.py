@@ -1,6 +1,6 @@
 """Deterministic scorers: GAIA's normalised match, exact match, token F1, set-answer matching.
 
-Exact match and F1 are the data pipeline's (:mod:`drvenus.data.correctness`), reused here.
+Exact match and F1 come from the grading library (:mod:`drvenus.grading.match`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from drvenus.data.correctness import exact_match, f1_score, normalize_answer
+from drvenus.grading.match import exact_match, f1_score, normalize_answer
 from drvenus.protocol import ANSWER_SPLIT
 
 _LIST_SEPARATORS = re.compile(r"[,;]")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from drvenus.data.correctness import exact_match
+from drvenus.grading.match import exact_match
 from drvenus.protocol import ANSWER_SPLIT, check_turn_format, extract_answer, first_answer_block
 from drvenus.train.rl.config import RLConfig
 
@@ -86,7 +86,7 @@ def _words(text: str) -> list[str]:
 def f1_outcome(response: str, ground_truth: str) -> float:
     """The reference's training F1: lower-cased; unbalanced code/tool_call/think/answer tags or
     no ``<answer>`` block give -2.0; else the best token F1 of the first answer block against the
-    accepted answers (punctuation -> spaces), 0 for empty ones. ``drvenus.data.correctness``
+    accepted answers (punctuation -> spaces), 0 for empty ones. ``drvenus.grading.match``
     also drops articles, so it is not used here."""
     text = response.lower()
     if not _tags_balanced(text):

@@ -370,9 +370,9 @@ def make_judge(judge_url: str | None, judge_model: str | None,
                concurrency: int | None = None) -> Any:
     """The outcome judge: BrowseComp's HLE-style verdict on an OpenAI-compatible model
     (options, else ``DRVENUS_JUDGE_*``); :class:`RLConfigError` when none is configured."""
-    from drvenus.data.judge import JudgeClient, JudgeConfig
     from drvenus.eval.benchmarks import EvalItem
     from drvenus.eval.judges import grade_browsecomp
+    from drvenus.grading.judge import JudgeClient, JudgeConfig
 
     concurrency = concurrency or RLConfig().judge_concurrency
     cfg = JudgeConfig.from_options(judge_url, judge_model, concurrency=concurrency)
