@@ -43,9 +43,9 @@ def load_tokenizer():
 
     from drvenus.config import load_settings
     from drvenus.llm.embedded import embedded_model_path
-    from drvenus.llm.local import LocalServer
+    from drvenus.llm.llamacpp import LlamaCppServer
 
-    server = LocalServer(embedded_model_path(load_settings().models_root()), window=512)
+    server = LlamaCppServer(embedded_model_path(load_settings().models_root()), window=512)
     engine = server._server
     key = server.api_key
     client = httpx.Client(

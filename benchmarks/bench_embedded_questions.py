@@ -13,7 +13,7 @@ gold answer and the gold page, and only where the page text really states the an
 
 Within each pattern the questions are picked by a hash of the title (stable, not alphabetical).
 The list is written to ``benchmarks/out/embedded_questions.jsonl``. Each question then runs
-through the embedded agent (``drvenus.app.build_stack(load_settings(), parallel=N)``, one
+through the embedded agent (``drvenus.stack.build_stack(load_settings(), parallel=N)``, one
 stack per variant, questions concurrently in N slots) for every variant:
 
 - ``baseline``: the embedded preset as it was when this benchmark was written (the values of
@@ -338,8 +338,8 @@ def _search_urls(events: list[TraceEvent]) -> tuple[list[str], list[str], list[s
 async def run_variant(
     variant: Variant, questions: list[dict[str, str]], args: argparse.Namespace
 ) -> tuple[list[dict[str, Any]], float]:
-    from drvenus.app import build_stack
     from drvenus.config import load_settings
+    from drvenus.stack import build_stack
 
     overrides: dict[str, Any] = {}
     if args.threads:

@@ -24,11 +24,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from drvenus.agent import ResearchAgent, TraceEvent
-from drvenus.app import EMBEDDED_AGENT, build_stack, build_toolbox
 from drvenus.batch import Item, run_batch
 from drvenus.config import load_settings
 from drvenus.llm import embedded
-from drvenus.llm.local import local_model
+from drvenus.llm.llamacpp import llamacpp_model
+from drvenus.stack import EMBEDDED_AGENT, build_stack, build_toolbox
 
 OUT = Path(__file__).resolve().parent / "out"
 QUESTION = "Who wrote the novel Dracula?"
@@ -52,7 +52,7 @@ async def cached_run(cache: bool, steps: int) -> list[dict[str, float]]:
     """Per-step prompt/evaluated tokens and model seconds of one embedded run."""
     settings = load_settings()
     path = embedded.embedded_model_path(settings.models_root())
-    model = local_model(
+    model = llamacpp_model(
         path,
         name=embedded.EMBEDDED_NAME,
         window=embedded.EMBEDDED_WINDOW,

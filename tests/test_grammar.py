@@ -307,10 +307,10 @@ VARIANTS = dict.fromkeys([  # (without duplicates)
 
 @pytest.fixture(scope="module")
 def server(embedded_gguf):
-    from drvenus.llm.local import LocalServer
+    from drvenus.llm.llamacpp import LlamaCppServer
 
     # One thread: a busy machine (parallel test runs) slows a multi-threaded llama.cpp badly.
-    srv = LocalServer(embedded_gguf, window=1024, n_threads=1)
+    srv = LlamaCppServer(embedded_gguf, window=1024, n_threads=1)
     yield srv
     srv.close()
 
@@ -353,9 +353,9 @@ QUESTION = initial_messages("Who wrote the novel Dracula?", build_system_prompt(
 @pytest.fixture(scope="module")
 def model(embedded_gguf):
     """The embedded model; one slot, so the prompt is evaluated once."""
-    from drvenus.llm.local import local_model
+    from drvenus.llm.llamacpp import llamacpp_model
 
-    llm = local_model(
+    llm = llamacpp_model(
         embedded_gguf,
         window=2048,
         n_threads=1,

@@ -241,12 +241,12 @@ def test_export_gguf_round_trip_through_llama_cpp(checkpoint, hf, tmp_path):
         find_converter()
     except ExportError as exc:
         pytest.skip(str(exc))
-    from drvenus.llm.local import local_model
+    from drvenus.llm.llamacpp import llamacpp_model
 
     out = export_gguf(checkpoint, tmp_path / "tiny.gguf", outtype="f32", timeout=240)
 
     async def both() -> tuple[str, str]:
-        gguf = local_model(out, window=1024)
+        gguf = llamacpp_model(out, window=1024)
         try:
             text = (await gguf.generate(QUESTION, GREEDY)).text
         finally:

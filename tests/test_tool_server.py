@@ -263,8 +263,8 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120) -> None
 
 
 def test_cli_server_end_to_end(corpus, tmp_path, monkeypatch):
-    from drvenus.app import build_toolbox
     from drvenus.config import load_settings
+    from drvenus.stack import build_toolbox
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

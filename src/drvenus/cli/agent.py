@@ -40,7 +40,7 @@ def ask(
     writer = None
     try:
         _check_question(question)
-        from drvenus.app import build_stack
+        from drvenus.stack import build_stack
 
         settings = agent.settings()
         live = not as_json and out.is_terminal
@@ -175,7 +175,7 @@ def _run_locked(
         out.print(f"All {len(items)} questions are already in {results.path}.")
         return 0
     try:
-        from drvenus.app import build_stack
+        from drvenus.stack import build_stack
 
         stack = build_stack(
             agent.settings(), system_prompt_file=agent.prompt_file, progress=True,

@@ -136,8 +136,8 @@ def _run_locked(
     results: ResultsFile, todo,
 ) -> int:
     from drvenus.agent import ResearchAgent
-    from drvenus.app import build_model, build_stack
     from drvenus.eval.runner import run_pairs, save_manifest
+    from drvenus.stack import build_model, build_stack
 
     if setup.corpus is not None:
         if agent.tools.corpus is not None:

@@ -61,8 +61,8 @@ def serve(
     from drvenus.tools.server import serve as run_server
 
     try:
-        from drvenus.app import build_toolbox
         from drvenus.config import load_settings
+        from drvenus.stack import build_toolbox
 
         settings = load_settings(**tools.setting_values(), tools_token=token)
         secret = settings.tools_token_value()

@@ -8,7 +8,7 @@
 
 The GGUF and HTTP backends are :class:`~drvenus.llm.openai_compat.OpenAICompatModel` s; only the
 transport differs. Whether to decode under the protocol grammar is the agent's setting
-(``AgentConfig.constrained``, resolved in :mod:`drvenus.app`), asked per call.
+(``AgentConfig.constrained``, resolved in :mod:`drvenus.stack`), asked per call.
 """
 
 from __future__ import annotations
@@ -72,14 +72,14 @@ def make_model(
         return OpenAICompatModel(base_url, model_name, api_key, timeout=timeout)
 
     from drvenus.llm import embedded
-    from drvenus.llm.local import local_model
+    from drvenus.llm.llamacpp import llamacpp_model
 
     if model_path is not None and is_checkpoint_dir(model_path):
         return transformers_model(
             model_path, name=model_name, window=window, slots=parallel, timeout=timeout
         )
     if model_path is not None:
-        return local_model(
+        return llamacpp_model(
             model_path,
             name=model_name,
             window=window,
@@ -90,7 +90,7 @@ def make_model(
     if models_dir is None:
         raise ValueError("the embedded model needs a models_dir to cache it in")
     path = embedded.embedded_model_path(models_dir, notify=notify)
-    return local_model(
+    return llamacpp_model(
         path,
         name=model_name or embedded.EMBEDDED_NAME,
         window=window or embedded.EMBEDDED_WINDOW,

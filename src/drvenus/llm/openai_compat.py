@@ -4,7 +4,7 @@ The request body (DR-Venus sampling settings, ``top_k`` as an extra field, the g
 field the server understands), the response parsing (content, ``reasoning_content``, usage and
 cached prompt tokens) and the error mapping live here once. Where the requests go is a
 *transport*: :class:`HttpTransport` for vLLM, SGLang, llama-server, Ollama and gateways, or
-:class:`drvenus.llm.local.InProcessTransport` for a GGUF run by llama.cpp inside this process
+:class:`drvenus.llm.llamacpp.InProcessTransport` for a GGUF run by llama.cpp inside this process
 (the embedded default). Each call is one attempt; the caller's :class:`RetryPolicy` decides on
 more (``max_retries``, 0 for the agent, whose loop owns the retries).
 

@@ -139,7 +139,7 @@ class AgentPool:
 
 def model_label(settings: Settings) -> str:
     """A readable name for the model the settings select (never a URL or a key)."""
-    from drvenus.app import is_embedded
+    from drvenus.stack import is_embedded
 
     if is_embedded(settings):
         return "embedded SmolLM2-135M (offline)"
@@ -165,7 +165,7 @@ def pool_from_settings(
     notify: Callable[[str], None] | None = None,
 ) -> AgentPool:
     """The configured model and tools, plus the offline ones as a second choice."""
-    from drvenus.app import agent_config, build_model, build_toolbox, is_embedded
+    from drvenus.stack import agent_config, build_model, build_toolbox, is_embedded
 
     def model_preset(s: Settings) -> Preset:
         return Preset(

@@ -358,8 +358,8 @@ def _build_engine(config: RLConfig, model: Any, tokenizer: Any) -> Any:
 
 
 def _build_tools(config: RLConfig) -> Any:
-    from drvenus.app import build_toolbox
     from drvenus.config import load_settings
+    from drvenus.stack import build_toolbox
 
     settings = load_settings(corpus=config.corpus, tools_url=config.tools_url,
                              search=config.search, visit=config.visit)

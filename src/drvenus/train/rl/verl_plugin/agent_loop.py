@@ -79,8 +79,8 @@ class DrVenusAgentLoop(AgentLoopBase):
             return
         cls._class_initialized = True
         cls.settings = dict(kwargs)
-        from drvenus.app import build_toolbox
         from drvenus.config import load_settings
+        from drvenus.stack import build_toolbox
 
         settings = load_settings(tools_url=kwargs.get("tools_url"), corpus=kwargs.get("corpus"))
         cls.tools = build_toolbox(settings)

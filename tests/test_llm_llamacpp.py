@@ -13,11 +13,11 @@ from drvenus.llm import ChatModel, LLMError, SamplingParams
 from drvenus.llm import embedded as emb
 from drvenus.llm.factory import make_model
 from drvenus.llm.gguf import GGUFInfo, read_gguf_info
-from drvenus.llm.local import (
+from drvenus.llm.llamacpp import (
     check_cpu,
     choose_window,
     default_threads,
-    local_model,
+    llamacpp_model,
     missing_cpu_flags,
 )
 from drvenus.protocol import build_system_prompt, initial_messages, parse_turn
@@ -28,7 +28,7 @@ FREE = SamplingParams(max_tokens=8, seed=1, temperature=0.0)
 
 @pytest.fixture(scope="module")
 def model(embedded_gguf):
-    m = local_model(
+    m = llamacpp_model(
         embedded_gguf, window=2048, parallel=2, grammar_options=dict(emb.EMBEDDED_GRAMMAR_OPTIONS),
     )
     yield m
@@ -156,7 +156,7 @@ def test_timeout_and_cancellation_stop_the_generation(model):
 
 
 def test_closed_model_refuses_requests(embedded_gguf):
-    m = local_model(embedded_gguf, window=512)
+    m = llamacpp_model(embedded_gguf, window=512)
     asyncio.run(m.aclose())
     with pytest.raises(LLMError, match="closed"):
         gen(m)
@@ -169,21 +169,21 @@ def test_missing_and_non_model_files_are_llm_errors(tmp_path, embedded_gguf):
     with pytest.raises(LLMError, match="model file not found"):
         make_model(model_path=tmp_path / "nope.gguf")
     with pytest.raises(LLMError, match="not a file"):
-        local_model(tmp_path)
+        llamacpp_model(tmp_path)
     fake = tmp_path / "model.gguf"
     fake.write_text("this is not a model\n")
     with pytest.raises(LLMError, match="not a GGUF model file"):
-        local_model(fake)
+        llamacpp_model(fake)
     broken = tmp_path / "broken.gguf"
     data = embedded_gguf.read_bytes()
     broken.write_bytes(data[: len(data) // 2])  # metadata intact, tensors cut
     with pytest.raises(LLMError, match="cannot load GGUF model") as info:
-        local_model(broken, window=512)
+        llamacpp_model(broken, window=512)
     assert "\n" not in str(info.value)
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(embedded_gguf.read_bytes()[:64])  # cut inside the metadata
     with pytest.raises(LLMError, match="cannot read GGUF metadata"):
-        local_model(cut)
+        llamacpp_model(cut)
 
 
 def test_factory_defaults(embedded_gguf, models_dir):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from drvenus.app import EMBEDDED_AGENT, FULL_AGENT, agent_config, build_stack
 from drvenus.config import load_settings
 from drvenus.llm.base import SamplingParams
+from drvenus.stack import EMBEDDED_AGENT, FULL_AGENT, agent_config, build_stack
 from stub_server import StubServer
 
 

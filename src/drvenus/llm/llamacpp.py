@@ -146,7 +146,7 @@ def _set(params: Any, name: str, value: Any) -> None:
         log.debug("xllamacpp has no parameter %s; left at its default", name)
 
 
-class LocalServer:
+class LlamaCppServer:
     """One GGUF loaded by llama.cpp, with ``parallel`` slots of ``window`` tokens each."""
 
     def __init__(
@@ -266,9 +266,9 @@ class LocalServer:
 
 
 class InProcessTransport:
-    """The :class:`~drvenus.llm.openai_compat.Transport` of a :class:`LocalServer`."""
+    """The :class:`~drvenus.llm.openai_compat.Transport` of a :class:`LlamaCppServer`."""
 
-    def __init__(self, server: LocalServer, name: str) -> None:
+    def __init__(self, server: LlamaCppServer, name: str) -> None:
         self.server = server
         self.name = name
         self.where = f"local model {server.path.name}"
@@ -303,7 +303,7 @@ class InProcessTransport:
         await asyncio.to_thread(self.server.close)
 
 
-def local_model(
+def llamacpp_model(
     path: str | os.PathLike[str],
     *,
     name: str | None = None,
@@ -315,7 +315,7 @@ def local_model(
     extra_body: dict[str, Any] | None = None,
 ) -> OpenAICompatModel:
     """An :class:`OpenAICompatModel` over a GGUF loaded in this process (see module doc)."""
-    server = LocalServer(path, window=window, parallel=parallel, n_threads=n_threads)
+    server = LlamaCppServer(path, window=window, parallel=parallel, n_threads=n_threads)
     label = name or server.info.name or Path(path).stem
     return OpenAICompatModel(
         model=label,
@@ -333,10 +333,10 @@ __all__ = [
     "InProcessTransport",
     "check_cpu",
     "missing_cpu_flags",
-    "LocalServer",
+    "LlamaCppServer",
     "available_memory",
     "choose_window",
     "default_threads",
-    "local_model",
+    "llamacpp_model",
     "usable_cores",
 ]
