@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import httpx
 
 from drvenus.llm.base import LLMError, SamplingParams
-from drvenus.net import is_context_overflow, is_retryable_status
+from drvenus.net import LoopClient, is_context_overflow, is_retryable_status, redact_url
 from drvenus.train.templates import end_of_turn_ids
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,6 @@ class ServerEngine:
         api_key: str | None = None,
         window: int | None = None,
         timeout: float = 600.0,
-        client: httpx.AsyncClient | None = None,
     ) -> None:
         if flavor not in SERVER_FLAVORS:
             raise ValueError(f"unknown server flavor {flavor!r}; expected one of {SERVER_FLAVORS}")
@@ -178,11 +177,12 @@ class ServerEngine:
         self.tokenizer = tokenizer
         self.flavor = flavor
         self.model = model
-        self.name = model or self.base
+        self.where = redact_url(self.base)
+        self.name = model or self.where
         self.window = window
         self.timeout = timeout
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = client or httpx.AsyncClient(headers=headers, timeout=timeout)
+        self._clients = LoopClient(lambda: httpx.AsyncClient(headers=headers, timeout=timeout))
         self.eos_ids = end_of_turn_ids(tokenizer)
 
     async def _model_name(self) -> str:
@@ -191,29 +191,29 @@ class ServerEngine:
             try:
                 self.model = str(reply["data"][0]["id"])
             except (KeyError, IndexError, TypeError):
-                raise LLMError(f"{self.base}/v1/models lists no model") from None
+                raise LLMError(f"{self.where}/v1/models lists no model") from None
         return self.model
 
     async def _post_json(self, method: str, path: str, body: dict | None,
                          timeout: float | None) -> Any:
         try:
-            resp = await self.client.request(method, self.base + path, json=body,
-                                             timeout=timeout or self.timeout)
+            resp = await self._clients.get().request(method, self.base + path, json=body,
+                                                     timeout=timeout or self.timeout)
         except httpx.TimeoutException:
-            raise LLMError(f"{self.base}{path}: timed out", retryable=True) from None
+            raise LLMError(f"{self.where}{path}: timed out", retryable=True) from None
         except httpx.HTTPError as exc:
-            raise LLMError(f"{self.base}{path}: {exc}", retryable=True) from None
+            raise LLMError(f"{self.where}{path}: {exc}", retryable=True) from None
         if resp.status_code >= 400:
             text = resp.text[:300]
             raise LLMError(
-                f"{self.base}{path}: HTTP {resp.status_code}: {text}",
+                f"{self.where}{path}: HTTP {resp.status_code}: {text}",
                 retryable=is_retryable_status(resp.status_code),
                 context_overflow=is_context_overflow(resp.status_code, resp.text),
             )
         try:
             return resp.json()
         except ValueError:
-            raise LLMError(f"{self.base}{path}: the reply is not JSON") from None
+            raise LLMError(f"{self.where}{path}: the reply is not JSON") from None
 
     async def generate_tokens(
         self, prompt_ids: list[int], params: SamplingParams, *, timeout: float | None = None
@@ -245,13 +245,13 @@ class ServerEngine:
         try:
             choice = reply["choices"][0]
         except (KeyError, IndexError, TypeError):
-            raise LLMError(f"{self.base}: a completion without choices") from None
+            raise LLMError(f"{self.where}: a completion without choices") from None
         ids = choice.get("token_ids")
         if ids is None:
             tokens = ((choice.get("logprobs") or {}).get("tokens")) or []
             ids = [int(t.split(":", 1)[1]) for t in tokens if str(t).startswith("token_id:")]
         if not ids and choice.get("text"):
-            raise LLMError(f"{self.base}: the server returned no token ids (vLLM >= 0.10.2 "
+            raise LLMError(f"{self.where}: the server returned no token ids (vLLM >= 0.10.2 "
                            "returns them with return_token_ids)")
         text = str(choice.get("text") or "")
         usage = reply.get("usage") or {}
@@ -276,7 +276,7 @@ class ServerEngine:
             reply = reply[0] if reply else {}
         ids = reply.get("output_ids")
         if ids is None:
-            raise LLMError(f"{self.base}/generate: the reply has no output_ids")
+            raise LLMError(f"{self.where}/generate: the reply has no output_ids")
         meta = reply.get("meta_info") or {}
         finish = meta.get("finish_reason")
         if isinstance(finish, dict):
@@ -319,7 +319,7 @@ class ServerEngine:
                 entry = (row or {}).get(str(tid)) if isinstance(row, dict) else None
                 out.append(None if entry is None else float(entry.get("logprob")))
         if len(out) != len(ids):
-            raise LLMError(f"{self.base}: {len(out)} prompt log-probs for {len(ids)} tokens")
+            raise LLMError(f"{self.where}: {len(out)} prompt log-probs for {len(ids)} tokens")
         return out
 
     async def reload_weights(self, checkpoint: str) -> None:
@@ -332,13 +332,13 @@ class ServerEngine:
             "POST", "/update_weights_from_disk", {"model_path": checkpoint}, None
         )
         if isinstance(reply, dict) and reply.get("success") is False:
-            raise LLMError(f"{self.base}: weight reload failed: {reply.get('message')}")
+            raise LLMError(f"{self.where}: weight reload failed: {reply.get('message')}")
 
     async def context_window(self) -> int | None:
         return self.window
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self._clients.aclose()
 
 
 __all__ = [

@@ -1,0 +1,124 @@
+"""The package's layout rules, checked on the source: no import circles (every import counts,
+lazy and type-only ones too), and the layers of docs/ARCHITECTURE.md point down."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in SRC.rglob("*.py"):
+        name = ".".join(path.relative_to(SRC).with_suffix("").parts)
+        mods[name.removesuffix(".__init__")] = path
+    return mods
+
+
+def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
+    """The package's modules that ``name`` imports (a module's own package excluded)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in mods:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):
+                found.add(target)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {name: _imports(name, path, mods) for name, path in mods.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (iterative Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
+
+
+def test_the_walk_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_circles():
+    assert _cycles(_graph()) == []
+
+
+# Layers, lowest first: a module may import its own layer or lower ones, never a higher one.
+LAYERS = [
+    {"protocol", "text", "jsonl", "flags", "net", "records"},
+    {"config", "questions", "corpus", "llm", "grading"},
+    {"agent", "tools"},
+    {"stack", "batch"},
+    {"data", "train", "eval", "serve"},
+    {"cli", "__main__"},
+]
+
+
+def _layer(name: str) -> int:
+    top = name.split(".")[1] if name.count(".") else ""
+    for level, members in enumerate(LAYERS):
+        if top in members:
+            return level
+    return -1  # the package root (drvenus/__init__.py): only its version
+
+
+def test_imports_point_down():
+    upward = [
+        f"{src} -> {dst}"
+        for src, targets in _graph().items()
+        for dst in targets
+        if _layer(dst) > _layer(src) >= 0
+    ]
+    assert upward == []
