@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import random
+import re
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -90,8 +91,11 @@ async def mix_questions(rows: Iterable[dict[str, Any]], toolbox: Any,
         if not question:
             why["no_question"] += 1
             continue
-        aliases = [a.strip() for a in str(gt).split(ANSWER_SPLIT) if usable_alias(a)]
-        aliases = [a for a in aliases if not contains_answer(question, a)]
+        every = [a.strip() for a in str(gt).split(ANSWER_SPLIT) if a.strip()]
+        if any(contains_answer(question, a) for a in every):
+            why["answer_in_question"] += 1  # e.g. "Which died later, A or B?"
+            continue
+        aliases = [a for a in every if usable_alias(a)]
         if not aliases:
             why["no_usable_answer"] += 1
             continue
@@ -107,14 +111,14 @@ async def mix_questions(rows: Iterable[dict[str, Any]], toolbox: Any,
             if art is None:
                 continue
             span = next((s for a in aliases if (s := find_span(art.text, a))), None)
-            if span is not None:
+            if span is not None and title_overlaps(art.title, question):
                 gold.append((art, span))
         train_gold = [(a, s) for a, s in gold if not a.reserved]
         chosen = train_gold or gold
         if not chosen:
             why["answer_not_retrieved"] += 1
             continue
-        answer = chosen[0][1]
+        answer = " ".join(chosen[0][1].split())
         extra = row.get("extra_info") or {}
         source = str(row.get("data_source") or "mix")
         out.append(Question(
@@ -127,6 +131,22 @@ async def mix_questions(rows: Iterable[dict[str, Any]], toolbox: Any,
         ))
         why["kept"] += 1
     return out, why
+
+
+_TOKEN = re.compile(r"\w+")
+_TITLE_STOP = frozenset(
+    """the of and for from with list country countries city state music film song book world
+    year years name people river history language war group team album novel series game
+    first second third largest new""".split()
+)
+
+
+def title_overlaps(title: str, question: str) -> bool:
+    """Whether the question names (a word of) the article's title: the distant supervision
+    keeps an answer only from an article the question is about, not from any page that
+    happens to contain the answer string."""
+    words = {w for w in _TOKEN.findall(title.lower()) if len(w) >= 3 and w not in _TITLE_STOP}
+    return bool(words & set(_TOKEN.findall(question.lower())))
 
 
 def read_mix(path: Path) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from drvenus.data.correctness import normalize_answer
 from drvenus.recipe.articles import Article
+from drvenus.tools.extract import split_sentences
 
 # --- words ------------------------------------------------------------------------------------
 
@@ -49,7 +50,6 @@ _HONORIFICS = frozenset(
 )
 _WORD = re.compile(r"[\w'’.\-]+")
 _CAPITAL = re.compile(r"[A-ZÀ-ÖØ-Þ]")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
 
 MAX_ANSWER_WORDS = 6
 MAX_SUBJECT_CHARS = 50
@@ -110,7 +110,8 @@ def name_after(text: str, pos: int, *, skip: int = 4) -> str | None:
 
 
 def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+    """Sentences of a text (not split after initials such as "Charles M. Schulz")."""
+    return [s for para in text.split("\n") for s in split_sentences(" ".join(para.split()))]
 
 
 def contains_answer(haystack: str, answer: str) -> bool:
@@ -123,7 +124,11 @@ def contains_answer(haystack: str, answer: str) -> bool:
 
 def find_span(haystack: str, answer: str) -> str | None:
     """The verbatim occurrence of ``answer`` in ``haystack`` (case-insensitive), or None."""
-    m = re.search(rf"(?<!\w){re.escape(answer)}(?!\w)", haystack, re.IGNORECASE)
+    words = answer.split()
+    if not words:
+        return None
+    pattern = r"\s+".join(re.escape(w) for w in words)
+    m = re.search(rf"(?<!\w){pattern}(?!\w)", haystack, re.IGNORECASE)
     return m.group() if m else None
 
 
@@ -225,6 +230,15 @@ _DESC_WORK = re.compile(r"^(\d{4}) ([a-z][a-z \-]{2,40}?)(?: by (.+))?$")
 _POPULATION = re.compile(
     r"\bpopulation of (?:about |approximately |around |over |more than |nearly |roughly |almost "
     r"|some |just over |just under |an estimated |)(\d[\d,.]*(?:[ \u00a0](?:million|billion))?)"
+)
+_NOT_OWN_POPULATION = re.compile(
+    r"metropolitan|urban|greater|agglomeration|region|area|diaspora|speakers|worldwide", re.I
+)
+_EVENT_TITLE = re.compile(
+    r"\b(war|battle|revolution|treaty|siege|crisis|rebellion|revolt|conflict|massacre|uprising|"
+    r"campaign|crusade|invasion|coup|genocide|disaster|attack|attacks|conquest|reformation|"
+    r"restoration|partition|pandemic|famine|election|olympics|landing|bombing|riots?|strike|"
+    r"crash|expedition|conference|congress|council|accord|agreement|declaration|act)\b", re.I
 )
 _ATOMIC = re.compile(r"\batomic number (\d{1,3})\b")
 _SYMBOL = re.compile(r"\bsymbol ([A-Z][a-z]?)\b")
@@ -361,12 +375,12 @@ def lead_facts(article: Article) -> Iterator[Fact]:
         yield fact("event_year", m.group(2),
                    (f"In what year was {{s}} {verb}?", f"When was {{s}} {verb}? Give the year.",
                     f"{{s}} was {verb} in which year?"), lead, phrase_ok=False)
-    if article.topic == "History" and (m := _HISTORY.search(lead)) is not None:
+    if _EVENT_TITLE.search(t) and (m := _HISTORY.search(lead)) is not None:
         q = _HISTORY_VERBS[m.group(1)]
         yield fact("history_year", m.group(2), (q, q.replace("In what year", "What year")),
                    lead, phrase_ok=False)
     # places: capital, country/region, population, location
-    if (m := _CAPITAL_IS.search(lead)) is not None:
+    if not person and (m := _CAPITAL_IS.search(lead)) is not None:
         city = name_after(lead, m.end(), skip=0)
         if city:
             yield fact("capital", city,
@@ -405,11 +419,13 @@ def lead_facts(article: Article) -> Iterator[Fact]:
             yield fact("located_in", part1.strip(),
                        (f"{{s}} is a {noun_l} in which part of the world?",
                         f"Where is the {noun_l} {{s}}?"), desc,
-                       "the place where {s} is located", phrase_ok=False)
-    if (m := _POPULATION.search(article.extract)) is not None:
+                       "the country or region where {s} lies", phrase_ok=False)
+    pop_sentence = next((s for s in sentences(article.extract) if _POPULATION.search(s)
+                         and not _NOT_OWN_POPULATION.search(s)), "")
+    if (m := _POPULATION.search(pop_sentence)) is not None:
         num = m.group(1).rstrip(".,")
         if re.search(r"\d", num) and len(num) >= 3:
-            sent = next((s for s in sentences(article.extract) if num in s), lead)
+            sent = pop_sentence
             yield fact("population", num,
                        ("What is the population of {s}?",
                         "Roughly how many people live in {s}?",
@@ -419,7 +435,7 @@ def lead_facts(article: Article) -> Iterator[Fact]:
         if where:
             yield fact("located", where,
                        ("Where is {s} located?", "In what place is {s} located?"), first,
-                       "the place where {s} is located", phrase_ok=False)
+                       phrase_ok=False)
     # science
     if (m := _ATOMIC.search(lead)) is not None:
         yield fact("atomic_number", m.group(1),
@@ -444,7 +460,8 @@ def lead_facts(article: Article) -> Iterator[Fact]:
                        first, phrase_ok=False)
     if (m := _COUNT.search(lead)) is not None:
         num, noun = m.group(1), m.group(2)
-        if noun not in ("years", "times", "others", "ones", "hours", "minutes", "days"):
+        if noun not in ("years", "times", "others", "ones", "hours", "minutes", "days") and \
+                not noun.endswith(("ous", "ss", "is", "us")):
             yield fact("count", num,
                        (f"How many {noun} does {{s}} have?",
                         f"What is the number of {noun} of {{s}}?"), lead, phrase_ok=False)
@@ -477,6 +494,10 @@ def article_facts(article: Article) -> list[Fact]:
             continue
         if "<" in span or ">" in span:
             continue
+        if (f.kind.endswith("_by") or f.kind == "creator") and len(span.split()) == 1 and \
+                span.endswith(("ians", "ans", "enes", "ists")):
+            continue
+        span = " ".join(span.split())
         out[f.kind] = Fact(f.subject, f.kind, span, f.templates, f.evidence, f.category,
                            f.bridge, f.aliases, f.phrase_ok, f.phrase_templates)
     return list(out.values())

@@ -70,11 +70,14 @@ def question_id(source: str, kind: str, question: str) -> str:
     return f"{source}-{kind}-{stable_hash(question)[:10]}"
 
 
-def subject_mention(title: str) -> str | None:
+def subject_mention(title: str, extract: str = "") -> str | None:
     """How a question names an article: its title, when it is short and has no parenthetical
-    disambiguation ("Mercury (planet)" is left out: the bare name would be ambiguous)."""
+    disambiguation ("Mercury (planet)" is left out: the bare name would be ambiguous), with
+    "the" in front when the article itself says "The <title> ..." ("the BBC")."""
     if "(" in title or len(title) > MAX_SUBJECT_CHARS or not title[:1].isalnum():
         return None
+    if extract.startswith(f"The {title} ") and not title.startswith("The "):
+        return f"the {title}"
     return title
 
 
@@ -97,7 +100,7 @@ def single_hop(articles: Sequence[Article], rng: random.Random, per_article: int
     one phrasing drawn at random; the answer is never in the question."""
     out = []
     for art in articles:
-        mention = subject_mention(art.title)
+        mention = subject_mention(art.title, art.extract)
         if mention is None:
             continue
         facts = article_facts(art)
@@ -120,6 +123,12 @@ def single_hop(articles: Sequence[Article], rng: random.Random, per_article: int
     return out
 
 
+_PERSON_BRIDGE = re.compile(
+    r"the (author|director|composer|painter|designer|inventor|discoverer|founder|creator|"
+    r"illustrator|producer|sculptor|developer) of"
+)
+
+
 def two_hop(articles: Sequence[Article], rng: random.Random, per_bridge: int = 2
             ) -> tuple[list[Question], dict[str, int]]:
     """Questions that bridge two articles: a fact of A whose answer is the title of B (the
@@ -130,7 +139,7 @@ def two_hop(articles: Sequence[Article], rng: random.Random, per_bridge: int = 2
     out: list[Question] = []
     skipped = {"mixed_bucket": 0, "answer_or_bridge_in_question": 0}
     for art in articles:
-        mention = subject_mention(art.title)
+        mention = subject_mention(art.title, art.extract)
         if mention is None:
             continue
         for fa in article_facts(art):
@@ -140,6 +149,8 @@ def two_hop(articles: Sequence[Article], rng: random.Random, per_bridge: int = 2
                 fa.answer.lower().removeprefix("the "))
             if b is None or b.title == art.title or subject_mention(b.title) is None:
                 continue
+            if _PERSON_BRIDGE.search(fa.bridge) and b.topic != "People":
+                continue  # "the author of X" must be a person
             if is_reserved(art.title) != is_reserved(b.title):
                 skipped["mixed_bucket"] += 1
                 continue
