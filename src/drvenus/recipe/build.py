@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from drvenus import protocol
+from drvenus.data.correctness import normalize_answer
 from drvenus.protocol import ANSWER_SPLIT, ToolCall
 from drvenus.recipe.articles import Article, is_reserved
 from drvenus.recipe.facts import contains_answer, find_span
@@ -119,6 +120,9 @@ async def mix_questions(rows: Iterable[dict[str, Any]], toolbox: Any,
             why["answer_not_retrieved"] += 1
             continue
         answer = " ".join(chosen[0][1].split())
+        if mostly_in(answer, question):
+            why["answer_in_question"] += 1
+            continue
         extra = row.get("extra_info") or {}
         source = str(row.get("data_source") or "mix")
         out.append(Question(
@@ -142,11 +146,21 @@ _TITLE_STOP = frozenset(
 
 
 def title_overlaps(title: str, question: str) -> bool:
-    """Whether the question names (a word of) the article's title: the distant supervision
-    keeps an answer only from an article the question is about, not from any page that
-    happens to contain the answer string."""
+    """Whether the question names the article: every content word of its title (at least one,
+    not a generic word such as "country") is a word of the question. The distant supervision
+    keeps an answer only from an article the question is about, not from any page that happens
+    to contain the answer string ("The Deer Hunter" is not about "Hunter S. Thompson")."""
     words = {w for w in _TOKEN.findall(title.lower()) if len(w) >= 3 and w not in _TITLE_STOP}
-    return bool(words & set(_TOKEN.findall(question.lower())))
+    asked = set(_TOKEN.findall(question.lower()))
+    return bool(words) and words <= asked
+
+
+def mostly_in(answer: str, question: str) -> bool:
+    """Half or more of the answer's words are in the question ("Paul Thomas Mann" for "...,
+    David Guterson or Thomas Mann?")."""
+    words = normalize_answer(answer).split()
+    asked = set(normalize_answer(question).split())
+    return len(words) > 1 and sum(w in asked for w in words) * 2 >= len(words)
 
 
 def read_mix(path: Path) -> list[dict[str, Any]]:

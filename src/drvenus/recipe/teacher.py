@@ -73,8 +73,9 @@ def clip(text: str, limit: int) -> str:
 
 def quote_around(text: str, span: str, limit: int) -> str:
     """The sentence of ``text`` that holds ``span``, clipped to ``limit`` around it."""
+    parts = [clean_text(s) for s in sentences(text)]
     text = clean_text(text)
-    sentence = next((s for s in sentences(text) if find_span(s, span)), text)
+    sentence = next((s for s in parts if find_span(s, span)), text)
     if len(sentence) <= limit:
         return sentence
     pos = sentence.lower().find(span.lower())
@@ -196,7 +197,7 @@ class _Episode:
         return next((h for h in hits if h.url == url), None)
 
     def goal(self, need: str, subject: str) -> str:
-        text = f"{need} of {subject}"
+        text = subject if need == "answer" else f"{need} of {subject}"
         if len(text) > MAX_GOAL_CHARS:
             text = clip(clean_text(self.q.question), MAX_GOAL_CHARS).removesuffix("...")
         return text
