@@ -348,7 +348,7 @@ def lead_facts(article: Article) -> Iterator[Fact]:
             templates, bridge = _CREATOR_VERBS[m.group(1)]
             yield fact(f"{m.group(1)}_by", who, templates, lead, bridge)
             break
-    if (m := _DESC_WORK.match(desc)) is not None:
+    if (m := _DESC_WORK.match(desc)) is not None and len(m.group(2).split()) <= 3:
         year, noun, by = m.group(1), m.group(2).strip(), m.group(3)
         if any(n in noun for n in _RELEASED_NOUNS):
             verb = "released"
@@ -472,6 +472,7 @@ __all__ = ["DEMONYMS", "Fact", "contains_answer", "find_span", "lead_facts", "na
 
 
 _ENTITY_KINDS_EXEMPT = frozenset({"nationality"})
+_TRUNCATED = re.compile(r"(?:^|[\s.])[A-Z]\.?$|^[A-Z]\.[A-Z]")
 
 
 def article_facts(article: Article) -> list[Fact]:
@@ -494,6 +495,8 @@ def article_facts(article: Article) -> list[Fact]:
             continue
         if "<" in span or ">" in span:
             continue
+        if f.kind != "chemical_symbol" and _TRUNCATED.search(span):
+            continue  # a name cut inside its initials ("C.N" for "C. N. Yang")
         if (f.kind.endswith("_by") or f.kind == "creator") and len(span.split()) == 1 and \
                 span.endswith(("ians", "ans", "enes", "ists")):
             continue
