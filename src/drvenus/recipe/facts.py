@@ -323,6 +323,7 @@ def lead_facts(article: Article) -> Iterator[Fact]:
                             else "What is the nationality of {s}?",
                             f"{{s}} {tense} of which nationality?"), first)
                 occ = []
+                ended = False
                 for w in words[1:4]:
                     bare = w.rstrip(",.;")
                     if not bare.isalpha() or not bare.islower():
@@ -331,7 +332,11 @@ def lead_facts(article: Article) -> Iterator[Fact]:
                         break
                     occ.append(bare)
                     if bare != w:
+                        ended = True
                         break
+                after = words[len(occ) + 1] if len(words) > len(occ) + 1 else ""
+                if not ended and after in ("and", "or", "of"):
+                    occ = []  # "film and theatre director": no clean span
                 if occ and len(words) > len(occ) + 1:
                     yield fact("occupation", " ".join(occ),
                                (f"What {tense} {{s}}'s profession?",
@@ -398,6 +403,9 @@ def lead_facts(article: Article) -> Iterator[Fact]:
     if (m := _DESC_PLACE.match(desc)) is not None and article.topic == "Geography":
         noun, prep, part1, part2 = m.group(1), m.group(2), m.group(3), m.group(4)
         noun_l = noun.lower()
+        if _SUPERLATIVE.search(noun_l) and not noun_l.startswith("capital"):
+            noun_l = "place"  # "Largest city in Scotland": not "the largest city Glasgow"
+        the_s = "{s}" if noun_l == "place" else f"the {noun_l} {{s}}"
         if prep == "of" and noun_l.startswith("capital"):
             yield fact("capital_of", part1.strip(),
                        ("{s} is the capital of which country or region?",
@@ -412,13 +420,13 @@ def lead_facts(article: Article) -> Iterator[Fact]:
                                          "{s} lies in which country?"))
             yield fact("region", part1.strip(),
                        (f"{{s}} is a {noun_l} in which state or region?",
-                        f"In which state or region is the {noun_l} {{s}}?"), desc,
+                        f"In which state or region is {the_s}?"), desc,
                        "the state or region where {s} is located", phrase_ok=False,
                        phrase_templates=("In which state or region is {s}?",))
         elif prep == "in":
             yield fact("located_in", part1.strip(),
                        (f"{{s}} is a {noun_l} in which part of the world?",
-                        f"Where is the {noun_l} {{s}}?"), desc,
+                        f"Where is {the_s}?"), desc,
                        "the country or region where {s} lies", phrase_ok=False)
     pop_sentence = next((s for s in sentences(article.extract) if _POPULATION.search(s)
                          and not _NOT_OWN_POPULATION.search(s)), "")
@@ -472,6 +480,8 @@ __all__ = ["DEMONYMS", "Fact", "contains_answer", "find_span", "lead_facts", "na
 
 
 _ENTITY_KINDS_EXEMPT = frozenset({"nationality"})
+_SUPERLATIVE = re.compile(r"\b(largest|most|second|third|oldest|biggest|highest|longest|"
+                          r"smallest|best|main|major|former)\b")
 _TRUNCATED = re.compile(r"(?:^|[\s.])[A-Z]\.?$|^[A-Z]\.[A-Z]")
 
 
