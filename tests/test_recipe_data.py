@@ -1,0 +1,292 @@
+"""The embedded recipe's training data (drvenus.recipe): bucket rule, question sets, teacher."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from functools import cache
+
+import pytest
+
+from drvenus import protocol
+from drvenus.data.correctness import normalize_answer
+from drvenus.recipe.articles import RESERVED_COUNT, is_reserved, load_articles
+from drvenus.recipe.build import (
+    BuildConfig,
+    check_buckets,
+    eval_row,
+    mix_questions,
+    rl_row,
+    run_teacher,
+    title_overlaps,
+    write_jsonl,
+)
+from drvenus.recipe.facts import contains_answer, find_span, name_after
+from drvenus.recipe.questions import (
+    Question,
+    assign_splits,
+    dedupe,
+    query_from_question,
+    single_hop,
+    two_hop,
+)
+from drvenus.recipe.teacher import Teacher, tool_response_bodies
+from drvenus.recipe.tokens import ChatTokenCounter
+
+SEED = 17
+SYSTEM = protocol.build_system_prompt("2026-12-01")
+
+
+@cache
+def articles():
+    return load_articles()
+
+
+@cache
+def by_title():
+    return {a.title: a for a in articles()}
+
+
+@cache
+def question_sets():
+    rng = random.Random(SEED)
+    singles = single_hop(articles(), rng)
+    doubles, _ = two_hop(articles(), rng)
+    questions = dedupe([*singles, *doubles])
+    assign_splits(questions, SEED)
+    return questions
+
+
+@cache
+def toolbox():
+    from drvenus.app import build_toolbox
+    from drvenus.config import load_settings
+
+    return build_toolbox(load_settings(search="local", visit="local"))
+
+
+def teacher() -> Teacher:
+    counter = ChatTokenCounter(None)
+    return Teacher(toolbox(), {a.title: a.url for a in articles()}, SYSTEM,
+                   count_tokens=counter.count, max_tokens=2048, seed=SEED)
+
+
+def sample(kind_filter, n, seed=0):
+    pool = [q for q in question_sets() if kind_filter(q)]
+    return random.Random(seed).sample(pool, min(n, len(pool)))
+
+
+# --- the bucket rule ---------------------------------------------------------------------------
+
+
+def test_bucket_rule_on_the_package_data():
+    arts = articles()
+    assert len(arts) == 10_033
+    assert sum(a.reserved for a in arts) == RESERVED_COUNT == 2_545
+    assert is_reserved("Dracula") == (__import__("hashlib").sha256(b"Dracula").hexdigest()[0]
+                                      in "0123")
+
+
+def test_train_splits_never_use_reserved_articles_and_eval_only_reserved():
+    questions = question_sets()
+    check_buckets(questions)  # raises on a violation
+    for q in questions:
+        reserved = [is_reserved(t) for t in q.gold_titles]
+        if q.split in ("train-sft", "train-rl"):
+            assert not any(reserved), q
+        else:
+            assert q.split in ("dev", "test") and all(reserved), q
+    splits = {q.split for q in questions}
+    assert splits == {"train-sft", "train-rl", "dev", "test"}
+    sft = {q.gold_titles[0] for q in questions if q.split == "train-sft"}
+    rl = {q.gold_titles[0] for q in questions if q.split == "train-rl"}
+    assert not sft & rl  # split by article: no question (or article) in both
+
+
+def test_generation_is_deterministic():
+    rng = random.Random(SEED)
+    first = [q.to_dict() for q in single_hop(articles()[:800], rng)]
+    rng = random.Random(SEED)
+    again = [q.to_dict() for q in single_hop(articles()[:800], rng)]
+    assert first == again and first
+
+
+# --- single-hop and two-hop questions ---------------------------------------------------------
+
+
+def test_single_hop_answers_are_in_the_article_and_not_in_the_question():
+    singles = [q for q in question_sets() if q.hops == 1]
+    assert len(singles) > 3000
+    kinds = {q.kind for q in singles}
+    assert {"birth_year", "nationality", "capital_of", "population", "atomic_number"} <= kinds
+    assert {"who", "what", "when", "where", "which", "how many"} <= {q.wh for q in singles}
+    for q in singles:
+        art = by_title()[q.gold_titles[0]]
+        assert find_span(art.text, q.answer) is not None, q  # verbatim (up to whitespace)
+        assert not contains_answer(q.question, q.answer), q
+        assert q.subject.lower() in q.question.lower()  # the subject is named
+        assert len(q.answer.split()) <= 6
+
+
+def test_two_hop_questions_bridge_two_articles():
+    doubles = [q for q in question_sets() if q.hops == 2]
+    assert len(doubles) > 100
+    for q in doubles:
+        a, b = (by_title()[t] for t in q.gold_titles)
+        assert a.title != b.title and q.bridge == b.title
+        assert find_span(a.text, b.title) is not None or b.title.lower() in a.text.lower()
+        assert find_span(b.text, q.answer) is not None
+        assert not contains_answer(q.question, q.answer)
+        assert not contains_answer(q.question, b.title)
+        assert a.title in q.question
+        assert is_reserved(a.title) == is_reserved(b.title)
+
+
+def test_name_after_skips_descriptors():
+    text = "Carmen is an opera by the French composer Georges Bizet. The libretto"
+    assert name_after(text, text.index("by ") + 3) == "Georges Bizet"
+    assert name_after("born in Pisa, Italy", len("born in ")) == "Pisa"
+
+
+def test_query_from_question_fits_the_embedded_grammar():
+    q = query_from_question("who was the father of the founder of psychoanalysis and what was "
+                            "his job in vienna?")
+    assert len(q) <= 60 and q[0].isupper() and "?" not in q
+    assert query_from_question("What is 2+2?") == "What is 2 2"
+
+
+# --- the teacher ------------------------------------------------------------------------------
+
+
+def _solve(questions):
+    return asyncio.run(run_teacher(teacher(), questions, concurrency=4))
+
+
+@cache
+def solved_sample():
+    train = sample(lambda q: q.split == "train-sft" and q.hops == 1, 24, seed=1)
+    train += sample(lambda q: q.split == "train-sft" and q.hops == 2, 12, seed=2)
+    solved, drops = _solve(train)
+    return train, solved, drops
+
+
+def test_teacher_turns_pass_the_protocol_format_check():
+    train, solved, drops = solved_sample()
+    assert len(solved) >= 0.7 * len(train), drops
+    for traj in solved.values():
+        msgs = traj.messages
+        assert msgs[0] == {"role": "system", "content": SYSTEM}
+        assert msgs[1] == {"role": "user", "content": traj.question.question}
+        assistants = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+        for i in assistants:
+            assert protocol.check_turn_format(msgs[i]["content"], i == len(msgs) - 1)
+        for m in msgs[2:]:
+            if m["role"] == "user":
+                assert protocol.classify_tool_response(m["content"]) in ("search", "visit")
+        first = protocol.parse_turn(msgs[2]["content"]).tool_call
+        assert first is not None and first.name == "search"
+        final = protocol.parse_turn(msgs[-1]["content"])
+        assert final.kind == "answer"
+        assert normalize_answer(final.answer) == normalize_answer(traj.question.answer)
+        assert set(traj.sources) <= set(traj.question.gold_titles)
+        assert not any(is_reserved(s) for s in traj.sources)
+
+
+def test_teacher_tool_responses_are_the_live_toolbox_bytes():
+    from drvenus.app import build_toolbox
+    from drvenus.config import load_settings
+
+    _, solved, _ = solved_sample()
+    fresh = build_toolbox(load_settings(search="local", visit="local"))
+
+    async def check():
+        n = 0
+        for traj in solved.values():
+            for call, message in tool_response_bodies(traj.messages):
+                assert protocol.wrap_tool_response(await fresh.call(call)) == message
+                n += 1
+        return n
+
+    assert asyncio.run(check()) >= len(solved)
+
+
+def test_teacher_turns_are_in_the_embedded_grammar():
+    from drvenus.llm.embedded import EMBEDDED_GRAMMAR_OPTIONS
+    from drvenus.protocol.grammar import grammar_for_kind
+    from gbnf import Grammar
+
+    grammar = Grammar(grammar_for_kind("any", **dict(EMBEDDED_GRAMMAR_OPTIONS)))
+    _, solved, _ = solved_sample()
+    turns = [m["content"] for t in list(solved.values())[:6] for m in t.messages
+             if m["role"] == "assistant"]
+    assert turns and all(grammar.accepts(t) for t in turns)
+
+
+def test_teacher_drops_what_it_cannot_find():
+    art = by_title()[next(q.gold_titles[0] for q in question_sets() if q.split == "train-sft")]
+    q = Question(id="x", question=f"What is the secret motto of {art.title}?",
+                 answer="Zyxwv unfindable", aliases=[], kind="birth_year", hops=1,
+                 gold_titles=[art.title], bucket="train", split="train-sft",
+                 source="wiki-single-hop", subject=art.title)
+    traj, why = asyncio.run(teacher().solve(q))
+    assert traj is None and why == "answer_not_found"
+
+
+# --- distant supervision and the files ---------------------------------------------------------
+
+
+def test_mix_rows_are_bucketed_by_the_article_holding_the_answer(shared_data):
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(shared_data / "qa" / "deepresearcher-mix-test.parquet").to_pylist()[:150]
+    by_url = {a.url: a for a in articles()}
+    questions, why = asyncio.run(mix_questions(rows, toolbox(), by_url))
+    assert why["kept"] == len(questions) > 0
+    for q in questions:
+        holders = [by_title()[t] for t in q.gold_titles]
+        assert find_span(holders[0].text, q.answer) is not None
+        assert all(any(find_span(a.text, x) for x in [q.answer, *q.aliases]) for a in holders)
+        assert all(title_overlaps(a.title, q.question) for a in holders)
+        assert not contains_answer(q.question, q.answer)
+        assert q.bucket == ("reserved" if all(a.reserved for a in holders) else "train")
+        if q.bucket == "train":
+            assert not any(a.reserved for a in holders)
+
+
+def test_end_to_end_teacher_then_clean_with_the_correctness_filter(tmp_path):
+    from drvenus.data.pipeline import CleanOptions, run_clean
+
+    train, solved, _ = solved_sample()
+    rows = [solved[q.id].raw_row() for q in train if q.id in solved]
+    raw = tmp_path / "raw.jsonl"
+    write_jsonl(raw, rows)
+    stats = run_clean(CleanOptions(input=raw, output_dir=tmp_path / "clean", correctness="em",
+                                   strict_format=True, current_date="2026-12-01", workers=1))
+    assert stats["rows"]["source"] == len(rows)
+    assert stats["rows"]["stage3_correct"] == len(rows)  # every teacher answer is correct
+    assert stats["rows"]["final_resampled"] == len(rows)
+    import pyarrow.parquet as pq
+
+    cleaned = pq.read_table(tmp_path / "clean" / "cleaned_resampled.parquet").to_pylist()
+    assert cleaned[0]["messages"][0]["content"] == SYSTEM  # the template is the same prompt
+
+
+def test_rl_and_eval_rows_are_read_by_the_trainer_and_eval(tmp_path):
+    pytest.importorskip("torch", reason="the RL trainer's reader lives with the trainer")
+    from drvenus.eval.benchmarks import load
+    from drvenus.train.rl.trainer import read_questions
+
+    qs = sample(lambda q: q.split == "train-rl", 5) + sample(lambda q: q.split == "test", 5)
+    write_jsonl(tmp_path / "rl.jsonl", (rl_row(q) for q in qs[:5]))
+    write_jsonl(tmp_path / "test.jsonl", (eval_row(q) for q in qs[5:]))
+    assert read_questions(tmp_path / "rl.jsonl") == [(q.question, q.ground_truth) for q in qs[:5]]
+    items = load("jsonl", tmp_path / "test.jsonl")
+    assert [i.question for i in items] == [q.question for q in qs[5:]]
+    assert [i.answer for i in items] == [q.answer for q in qs[5:]]
+    assert json.loads((tmp_path / "test.jsonl").read_text().splitlines()[0])["id"] == qs[5].id
+
+
+def test_build_config_defaults_fit_the_brief():
+    cfg = BuildConfig(out=__import__("pathlib").Path("x"))
+    assert cfg.max_tokens <= 2048 and 300_000 <= cfg.sft_tokens <= 500_000
