@@ -10,7 +10,7 @@ from functools import cache
 import pytest
 
 from drvenus import protocol
-from drvenus.data.correctness import normalize_answer
+from drvenus.grading.match import normalize_answer
 from drvenus.recipe.articles import RESERVED_COUNT, is_reserved, load_articles
 from drvenus.recipe.build import (
     BuildConfig,
@@ -60,8 +60,8 @@ def question_sets():
 
 @cache
 def toolbox():
-    from drvenus.app import build_toolbox
     from drvenus.config import load_settings
+    from drvenus.stack import build_toolbox
 
     return build_toolbox(load_settings(search="local", visit="local"))
 
@@ -194,8 +194,8 @@ def test_teacher_turns_pass_the_protocol_format_check():
 
 
 def test_teacher_tool_responses_are_the_live_toolbox_bytes():
-    from drvenus.app import build_toolbox
     from drvenus.config import load_settings
+    from drvenus.stack import build_toolbox
 
     _, solved, _ = solved_sample()
     fresh = build_toolbox(load_settings(search="local", visit="local"))

@@ -17,11 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-from drvenus.app import build_toolbox
 from drvenus.config import load_settings
 from drvenus.recipe.articles import load_articles
 from drvenus.recipe.build import DEFAULT_DATE, BuildConfig, build
 from drvenus.recipe.tokens import embedded_counter
+from drvenus.stack import build_toolbox
 from drvenus.tools.toolbox import close_quietly
 
 log = logging.getLogger("build_data")

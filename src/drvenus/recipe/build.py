@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from drvenus import protocol
-from drvenus.data.correctness import normalize_answer
+from drvenus.grading.match import normalize_answer
 from drvenus.protocol import ANSWER_SPLIT, ToolCall
 from drvenus.recipe.articles import Article, is_reserved
 from drvenus.recipe.facts import contains_answer, find_span

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from drvenus.data.correctness import normalize_answer
+from drvenus.grading.match import normalize_answer
 from drvenus.recipe.articles import Article
 from drvenus.tools.extract import split_sentences
 
