@@ -96,6 +96,9 @@ def notice(message: str) -> None:
 
 # ---------------------------------------------------------------- the servers' options
 PortOption = Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port.")]
+HostOption = Annotated[
+    str, typer.Option("--host", help="Address to bind; any but loopback needs a token.")
+]
 SHORT_TOKEN = 16  # a server's token shorter than this gets a warning
 
 
@@ -293,7 +296,7 @@ def with_options(param: str, cls: type, *, layered: bool = False,
     return decorate
 
 
-__all__ = ["BAD_INPUT", "INTERRUPTED", "CliError", "PortOption", "build",
+__all__ = ["BAD_INPUT", "INTERRUPTED", "CliError", "HostOption", "PortOption", "build",
            "describe_validation_error", "err", "fail", "field_options", "known_errors",
            "log_progress", "name_flags", "nest", "notice", "out", "setup_logging",
            "warn_short_token", "with_options"]

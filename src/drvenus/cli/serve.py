@@ -15,6 +15,7 @@ import typer
 from rich.markup import escape
 
 from drvenus.cli.common import (
+    HostOption,
     PortOption,
     err,
     fail,
@@ -58,9 +59,7 @@ def _runs_dir(settings: Settings, runs_dir: Path | None) -> Path:
 
 @with_options("agent", AgentOptions)
 def serve(
-    host: Annotated[
-        str, typer.Option("--host", help="Address to bind; any but loopback needs --token.")
-    ] = DEFAULT_HOST,
+    host: HostOption = DEFAULT_HOST,
     port: PortOption = DEFAULT_PORT,
     token: Annotated[
         str | None,

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from drvenus.cli.common import (
+    HostOption,
     PortOption,
     err,
     fail,
@@ -33,9 +34,7 @@ tools_app = typer.Typer(
 @tools_app.command()
 @with_options("tools", ToolOptions)
 def serve(
-    host: Annotated[
-        str, typer.Option("--host", help="Address to bind; any but loopback needs a token.")
-    ] = DEFAULT_HOST,
+    host: HostOption = DEFAULT_HOST,
     port: PortOption = DEFAULT_PORT,
     token: Annotated[
         str | None,
