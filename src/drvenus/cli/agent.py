@@ -103,7 +103,9 @@ def _check_question(question: str) -> None:
 @with_options("agent", AgentOptions)
 def run(
     questions: Annotated[
-        Path, typer.Argument(help="JSONL with 'question' (or 'prompt'), optional 'id', 'answer'.")
+        Path, typer.Argument(help="Questions: JSONL / JSON / parquet / CSV rows with 'question' "
+                             "(or 'problem', 'prompt', ...), optional 'id', 'answer'; RL-format "
+                             "rows; or a .txt file, one question a line.")
     ],
     output: Annotated[Path, typer.Option("-o", "--output", help="Results JSONL (appended).")],
     workers: Annotated[
