@@ -283,8 +283,10 @@ def real_adapter(embedded_gguf, tmp_path_factory):
             if "lora_B" in name:
                 param.copy_(torch.randn(param.shape, generator=g) * 0.08)
     lora.save_pretrained(folder / "adapter")
-    gguf_file = export_lora_gguf(folder / "adapter", folder / "adapter.gguf",
-                                 base_gguf=embedded_gguf)
+    # the adapter names the GGUF it was made on, which the export then checks it against
+    config = json.loads((folder / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(embedded_gguf)
+    gguf_file = export_lora_gguf(folder / "adapter", folder / "adapter.gguf")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(export, "_permute_rows", lambda w, heads: w)
         unpermuted = export_lora_gguf(folder / "adapter", folder / "unpermuted.gguf",

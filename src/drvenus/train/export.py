@@ -61,7 +61,7 @@ def merge_lora(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from drvenus.llm.base import LLMError
-    from drvenus.llm.hf import adapter_base
+    from drvenus.llm.hf import adapter_base, from_pretrained
 
     adapter = Path(adapter_dir)
     try:
@@ -72,10 +72,10 @@ def merge_lora(
         raise ExportError(f"{adapter} is not a LoRA adapter folder (no adapter_config.json)")
     load_dtype = getattr(torch, dtype) if dtype else "auto"
     try:
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=load_dtype)
+        model = from_pretrained(AutoModelForCausalLM, base, dtype=load_dtype)  # a .gguf too
         merged = PeftModel.from_pretrained(model, adapter).merge_and_unload()
         has_tokenizer = (adapter / "tokenizer_config.json").is_file()
-        tokenizer = AutoTokenizer.from_pretrained(adapter if has_tokenizer else base)
+        tokenizer = from_pretrained(AutoTokenizer, adapter if has_tokenizer else base)
     except (OSError, ValueError) as exc:
         raise ExportError(f"cannot merge {adapter} into {base}: {exc}") from None
     out = Path(output_dir)
@@ -352,6 +352,8 @@ def export_lora_gguf(
     import numpy as np
     import torch
 
+    from drvenus.llm.base import LLMError
+
     if outtype not in ADAPTER_OUTTYPES:
         raise ExportError(f"adapter outtype must be one of {', '.join(ADAPTER_OUTTYPES)}")
     folder = Path(adapter_dir)
@@ -359,10 +361,9 @@ def export_lora_gguf(
     _check_adapter_config(config)
     try:
         base = _base_shape(folder, base_gguf)
-    except Exception as exc:  # LLMError from the embedded model's lookup
-        if isinstance(exc, ExportError):
-            raise
-        raise ExportError(f"{exc} (pass the base model's GGUF)") from None
+    except LLMError as exc:  # the embedded model's lookup, or an unreadable adapter config
+        raise ExportError(f"no base model to check the adapter against: {exc}; or pass the "
+                          "base's GGUF (--base)") from None
     if base.architecture not in ADAPTER_ARCHITECTURES:
         raise ExportError(f"cannot export a LoRA for a {base.architecture or 'unknown'} base to "
                           f"llama.cpp: only {', '.join(ADAPTER_ARCHITECTURES)} is supported")
