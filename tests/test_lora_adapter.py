@@ -385,3 +385,51 @@ def test_the_gguf_base_holds_q_and_k_permuted(embedded_gguf, real_adapter):
         hf = weight.base_layer.weight.detach().numpy()
         assert np.abs(stored - hf).max() > 1.0  # not the same layout ...
         np.testing.assert_array_equal(stored, permute(hf, n))  # ... but permuted
+
+
+def test_the_shipped_adapter_is_applied_by_default_and_no_adapter_turns_it_off(
+        embedded_gguf, tmp_path, monkeypatch):
+    """The runtime path: an adapter for the embedded model (random, made from its GGUF's
+    tensor shapes) changes what the embedded model says; shipped as EMBEDDED_ADAPTER it is
+    applied by default, and --no-adapter (DRVENUS_NO_ADAPTER) gives the bare model back."""
+    import asyncio
+
+    from safetensors.torch import save_file
+
+    from drvenus.llm import SamplingParams
+    from drvenus.llm import embedded as emb
+    from drvenus.protocol import build_system_prompt, initial_messages
+    from drvenus.stack import build_model
+
+    reader = gguf.GGUFReader(embedded_gguf)
+    shapes = {t.name: [int(n) for n in t.shape] for t in reader.tensors}
+    g = torch.Generator().manual_seed(0)
+    tensors = {}
+    for layer in range(int(reader.fields["llama.block_count"].contents())):
+        for module in ("self_attn.v_proj", "self_attn.o_proj", "mlp.down_proj"):
+            n_in, n_out = shapes[lora_tensor_name(layer, module)]
+            key = f"base_model.model.model.layers.{layer}.{module}"
+            tensors[f"{key}.lora_A.weight"] = torch.randn(8, n_in, generator=g) / n_in ** 0.5
+            tensors[f"{key}.lora_B.weight"] = torch.randn(n_out, 8, generator=g) * 0.1
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(json.dumps(
+        {"peft_type": "LORA", "r": 8, "lora_alpha": 8, "base_model_name_or_path": "x"}))
+    export_lora_gguf(folder, tmp_path / "shipped.gguf", base_gguf=embedded_gguf)
+    monkeypatch.setattr(emb, "EMBEDDED_ADAPTER", "shipped.gguf")
+    monkeypatch.setattr(emb, "ADAPTERS_DIR", tmp_path)
+    monkeypatch.setenv("DRVENUS_N_CTX", "1024")
+    messages = initial_messages("Who wrote the novel Dracula?", build_system_prompt("2025-01-01"))
+    params = SamplingParams(max_tokens=8, seed=1, temperature=0.0)
+
+    def say(**settings) -> str:
+        model = build_model(load_settings(**settings))
+        try:
+            return asyncio.run(model.generate(messages, params)).text
+        finally:
+            asyncio.run(model.aclose())
+
+    shipped, bare = say(), say(no_adapter=True)
+    assert shipped != bare, shipped
+    assert say(adapter=tmp_path / "shipped.gguf") == shipped
