@@ -40,6 +40,10 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("api_key", "DRVENUS_API_KEY", "OPENAI_API_KEY"),
     )
     model_path: Path | None = None
+    # a LoRA adapter GGUF on the GGUF model run in process (default: the embedded model's
+    # shipped adapter, if any); no_adapter runs the model without any
+    adapter: Path | None = None
+    no_adapter: bool = False
     constrained: bool | None = None
     n_ctx: int | None = Field(default=None, ge=256)  # a GGUF's window per conversation
     n_threads: int | None = Field(default=None, ge=1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from drvenus.agent import AgentConfig, ResearchAgent
@@ -64,6 +65,23 @@ def is_embedded(settings: Settings) -> bool:
     return settings.base_url is None and settings.model_path is None
 
 
+def adapter_file(settings: Settings) -> Path | None:
+    """The LoRA adapter GGUF to apply to the model the settings select: ``adapter``, else the
+    embedded model's shipped one (:data:`~drvenus.llm.embedded.EMBEDDED_ADAPTER`) when the model
+    is the embedded one; None with ``no_adapter``."""
+    if settings.no_adapter:
+        if settings.adapter is not None:
+            raise ValueError("give --adapter or --no-adapter, not both")
+        return None
+    if settings.adapter is not None:
+        return settings.adapter.expanduser()
+    if is_embedded(settings):
+        from drvenus.llm.embedded import embedded_adapter_path
+
+        return embedded_adapter_path()
+    return None
+
+
 def agent_config(settings: Settings, system_prompt_file: str | None = None) -> AgentConfig:
     """The preset for the model the settings select, with the settings' budgets on top."""
     cfg = EMBEDDED_AGENT if is_embedded(settings) else FULL_AGENT
@@ -100,6 +118,7 @@ def build_model(
         timeout=settings.request_timeout,
         models_dir=settings.models_root(),
         notify=notify,
+        adapter=adapter_file(settings),
     )
 
 

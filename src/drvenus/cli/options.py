@@ -59,6 +59,11 @@ class AgentOptions:
     model: Path | None = option(
         "A GGUF file (llama.cpp) or a Hugging Face checkpoint / LoRA adapter folder "
         "(transformers; needs drvenus[train]) to run in process.")
+    adapter: Path | None = option(
+        "A LoRA adapter GGUF (drvenus models export-adapter) applied to the GGUF model run in "
+        "process (default: the embedded model's shipped adapter, if one ships).")
+    no_adapter: Annotated[bool | None, Cli(flags=("--no-adapter",))] = option(
+        "Run the GGUF model without any adapter, not even the shipped one.")
     base_url: str | None = option(
         "OpenAI-compatible server (vLLM, SGLang, llama-server, Ollama).")
     model_name: str | None = option("Model served at --base-url (default: its first).")

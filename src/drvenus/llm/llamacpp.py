@@ -5,7 +5,8 @@ its instruction set at run time, so nothing is compiled at install and nothing t
 executed. Its ``Server`` is llama-server without the network: it takes OpenAI-style request
 bodies, keeps each conversation's KV cache in a *slot* (step k of an agent run evaluates only
 the tokens added since step k-1) and runs ``parallel`` slots with continuous batching, so
-several questions share one loaded model.
+several questions share one loaded model. A LoRA adapter in llama.cpp's GGUF adapter format
+(``drvenus models export-adapter``) can be applied on top of the weights (``adapter``).
 
 :class:`InProcessTransport` plugs it under :class:`~drvenus.llm.openai_compat.OpenAICompatModel`,
 which builds the requests and parses the answers exactly as for an HTTP server.
@@ -138,6 +139,27 @@ def choose_window(
     return window
 
 
+def check_adapter(path: str | os.PathLike[str], base: GGUFInfo) -> Path:
+    """``path`` if it is a llama.cpp LoRA adapter GGUF for ``base``'s architecture; else
+    :class:`LLMError` (llama.cpp itself would only log the reason and fail to start)."""
+    try:
+        info = read_gguf_info(path)
+    except LLMError as exc:
+        raise LLMError(f"adapter: {exc}") from None
+    kind = info.metadata.get("general.type")
+    if kind != "adapter" or info.metadata.get("adapter.type") != "lora":
+        raise LLMError(
+            f"{info.path} is not a LoRA adapter GGUF (general.type {kind!r}): export one with "
+            "`drvenus models export-adapter`"
+        )
+    if info.architecture != base.architecture:
+        raise LLMError(
+            f"adapter {info.path.name} is for a {info.architecture} model, but "
+            f"{base.path.name} is {base.architecture}"
+        )
+    return info.path
+
+
 def _set(params: Any, name: str, value: Any) -> None:
     """Set a llama.cpp parameter the installed xllamacpp may or may not have."""
     if hasattr(params, name):
@@ -147,7 +169,8 @@ def _set(params: Any, name: str, value: Any) -> None:
 
 
 class LlamaCppServer:
-    """One GGUF loaded by llama.cpp, with ``parallel`` slots of ``window`` tokens each."""
+    """One GGUF loaded by llama.cpp, with ``parallel`` slots of ``window`` tokens each, and
+    optionally a LoRA ``adapter`` (a GGUF adapter file) applied to every request."""
 
     def __init__(
         self,
@@ -156,10 +179,12 @@ class LlamaCppServer:
         window: int | None = None,
         parallel: int = 1,
         n_threads: int | None = None,
+        adapter: str | os.PathLike[str] | None = None,
     ) -> None:
         xlc = _import_xllamacpp()
         self.info = read_gguf_info(path)
         self.path = self.info.path
+        self.adapter = check_adapter(adapter, self.info) if adapter is not None else None
         self.parallel = max(1, int(parallel))
         self.window = choose_window(self.info, self.parallel, window, available_memory())
         self.n_threads = n_threads or default_threads()
@@ -170,6 +195,8 @@ class LlamaCppServer:
         params.cpuparams.n_threads = self.n_threads
         params.cpuparams_batch.n_threads = self.n_threads
         params.warmup = False
+        if self.adapter is not None:
+            params.lora_adapters = [xlc.CommonAdapterLoraInfo(str(self.adapter), 1.0)]
         _set(params, "verbosity", -1)
         _set(params, "kv_unified", False)  # each slot owns its window
         _set(params, "cache_ram_mib", 0)  # no extra host-memory prompt cache
@@ -182,7 +209,8 @@ class LlamaCppServer:
         try:
             self._server: Any = xlc.Server(params)
         except Exception as exc:  # the binding raises RuntimeError/ValueError
-            raise LLMError(f"cannot load GGUF model {self.path}: {exc}") from None
+            with_adapter = f" with adapter {self.adapter}" if self.adapter else ""
+            raise LLMError(f"cannot load GGUF model {self.path}{with_adapter}: {exc}") from None
         self._wait_for_task_loop()
         self.load_seconds = time.perf_counter() - start
         self._pool = ThreadPoolExecutor(self.parallel + 1, thread_name_prefix="llama")
@@ -190,8 +218,9 @@ class LlamaCppServer:
         self._cancels: set[threading.Event] = set()
         self._closed = False
         log.info(
-            "loaded %s in %.2fs: %d slot(s) x %d tokens, %d threads",
-            self.path.name, self.load_seconds, self.parallel, self.window, self.n_threads,
+            "loaded %s%s in %.2fs: %d slot(s) x %d tokens, %d threads",
+            self.path.name, f" + adapter {self.adapter.name}" if self.adapter else "",
+            self.load_seconds, self.parallel, self.window, self.n_threads,
         )
 
     def _wait_for_task_loop(self) -> None:
@@ -313,9 +342,13 @@ def llamacpp_model(
     grammar_options: dict[str, Any] | None = None,
     timeout: float = 600.0,
     extra_body: dict[str, Any] | None = None,
+    adapter: str | os.PathLike[str] | None = None,
 ) -> OpenAICompatModel:
-    """An :class:`OpenAICompatModel` over a GGUF loaded in this process (see module doc)."""
-    server = LlamaCppServer(path, window=window, parallel=parallel, n_threads=n_threads)
+    """An :class:`OpenAICompatModel` over a GGUF loaded in this process (see module doc),
+    with ``adapter`` (a LoRA adapter GGUF) applied when given."""
+    server = LlamaCppServer(
+        path, window=window, parallel=parallel, n_threads=n_threads, adapter=adapter
+    )
     label = name or server.info.name or Path(path).stem
     return OpenAICompatModel(
         model=label,
@@ -331,6 +364,7 @@ def llamacpp_model(
 __all__ = [
     "X86_REQUIRED_FLAGS",
     "InProcessTransport",
+    "check_adapter",
     "check_cpu",
     "missing_cpu_flags",
     "LlamaCppServer",

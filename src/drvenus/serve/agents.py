@@ -141,10 +141,11 @@ def model_label(settings: Settings) -> str:
     """A readable name for the model the settings select (never a URL or a key)."""
     from drvenus.stack import is_embedded
 
+    adapter = f" + {settings.adapter.name}" if settings.adapter and not settings.no_adapter else ""
     if is_embedded(settings):
-        return "embedded SmolLM2-135M (offline)"
+        return f"embedded SmolLM2-135M{adapter} (offline)"
     if settings.model_path is not None:
-        return settings.model_path.name
+        return settings.model_path.name + adapter
     return settings.model_name or "the configured model server"
 
 
@@ -179,7 +180,10 @@ def pool_from_settings(
 
     models = {"default": model_preset(settings)}
     if not is_embedded(settings):
-        offline = settings.model_copy(update={"base_url": None, "model_path": None})
+        # the offline choice: the embedded model with its own (shipped) adapter, if any
+        offline = settings.model_copy(
+            update={"base_url": None, "model_path": None, "adapter": None}
+        )
         models["embedded"] = model_preset(offline)
     tools = {"default": tools_preset(settings)}
     if settings.tools_url or settings.search_providers() != ["local"] or settings.corpus:
