@@ -21,7 +21,10 @@ reads it; xgrammar (vLLM structured outputs, SGLang) reads the same syntax.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+
+from drvenus.protocol.spans import question_of, question_words, span_sources, spans_of
 
 # Tags that free text must never contain: the protocol's own, and the stop string.
 PROTOCOL_TAGS: tuple[str, ...] = (
@@ -57,7 +60,7 @@ DEFAULT_MAX_THINK_CHARS: int | None = None
 DEFAULT_MAX_ANSWER_CHARS: int | None = None
 DEFAULT_MAX_STRING_CHARS = 500
 DEFAULT_MAX_LIST_ITEMS = 5
-MAX_WORD_CHARS = 24  # a word of a word-bounded answer (max_answer_words)
+DEFAULT_MAX_SPAN_WORDS = 8  # words of a span answer (answer_spans) when no bound is given
 
 _CLASS_ESCAPES = {
     "\\": "\\\\",
@@ -166,24 +169,38 @@ def _json_string(rules: _Rules, name: str, first: str, item: str, max_chars: int
     return rules.add(name, f'"\\"" {first} {_repeat(item, max(max_chars - 1, 0))} "\\""')
 
 
-def _answer_sentence(rules: _Rules, max_words: int) -> str:
-    """An answer of at most ``max_words`` words (``MAX_WORD_CHARS`` non-blank characters each,
-    no ``<`` or ``>``) separated by one space or one line break, that ends with its first
-    sentence: a word ending in ``.``, ``!`` or ``?`` is the last one, unless it is an initial
-    (``J.`` in "J. D. Salinger"). Return the body's expression (the caller adds the tags)."""
-    k = MAX_WORD_CHARS
-    rules.add("answer-char", f"[^<>{_BLANKS}]")
-    rules.add("answer-open", f"[^<>.!?{_BLANKS}]")  # a character that does not end a sentence
-    rules.add("answer-sep", '" " | "\\n"')
-    # a word that leaves the sentence open, and one that may end it
-    rules.add("answer-word", f'answer-char{{0,{k - 1}}} answer-open | [A-Z] "."')
-    rules.add("answer-last", f"answer-char{{1,{k}}}")
-    first_last = f"answer-first answer-char{{0,{k - 1}}}"
-    if max_words == 1:
-        return first_last
-    first_open = f'( answer-first ( answer-char{{0,{k - 2}}} answer-open )? | [A-Z] "." )'
-    middle = _repeat("( answer-sep answer-word )", max_words - 2)
-    return f"( {first_last} | {first_open} {middle} answer-sep answer-last )"
+def _answer_spans(
+    rules: _Rules, texts: tuple[str, ...], max_words: int, question: str
+) -> str | None:
+    """An answer that is one span of at most ``max_words`` words of ``texts`` (see
+    :mod:`drvenus.protocol.spans`), one space between words: a trie of words, one rule per node
+    with children, where the answer may end after any word. The vocabulary is closed, so no
+    answer can glue two words together or stop inside one. The words of ``question`` are left
+    out (an answer says what the question does not). Return the body's expression, or None when
+    the texts hold no word at all."""
+    trie: dict[str, dict] = {}
+    for span in spans_of(texts, max_words, question_words(question)):
+        node = trie
+        for word in span:
+            node = node.setdefault(word, {})
+    if not trie:
+        return None
+    count = 0
+
+    def alternatives(node: dict[str, dict]) -> str:
+        nonlocal count
+        alts = []
+        for word, children in node.items():
+            if children:
+                count += 1
+                name = rules.add(f"span-{count}", "")
+                rules.add(name, f'( " " ( {alternatives(children)} ) )?')
+                alts.append(f"{_literal(word)} {name}")
+            else:
+                alts.append(_literal(word))
+        return " | ".join(alts)
+
+    return rules.add("answer-span", alternatives(trie))
 
 
 @lru_cache(maxsize=64)
@@ -203,6 +220,8 @@ def protocol_grammar(
     capital_queries: bool = False,
     max_answer_words: int | None = None,
     plain_think: bool = False,
+    answer_spans: tuple[str, ...] | None = None,
+    answer_question: str = "",
 ) -> str:
     """The GBNF grammar of one well-formed assistant turn.
 
@@ -220,9 +239,14 @@ def protocol_grammar(
     ``>``, no control characters) that starts with a letter or a digit: never markup, a stray
     tag, a quotation or a second paragraph. ``capital_queries`` (with ``plain_queries``): a
     query starts with a capital letter or a digit, like a title or a question, never with a
-    lower-case fragment such as ``druc``. ``max_answer_words`` (with ``plain_answer``): the
-    answer is one sentence of at most that many words (see :func:`_answer_sentence`): it ends
-    at its first full stop, and is never cut inside a word. ``plain_think``: the think block
+    lower-case fragment such as ``druc``. ``answer_spans``: the answer is one span of words of
+    these texts (the tool responses read so far, see :mod:`drvenus.protocol.spans`), of at most
+    ``max_answer_words`` words (default ``DEFAULT_MAX_SPAN_WORDS``): a grounded answer that can
+    never glue words together or stop inside a word (with no word in the texts, a plain
+    answer); ``answer_question``: the question, whose words a span answer leaves out.
+    ``max_answer_words`` needs ``answer_spans``: a word bound on free text cannot be
+    kept without gluing words (when the bound is reached a model that wants a space can only go
+    on with the word). ``plain_think``: the think block
     has no ``<`` at all, so each of its characters is at least one token and its bound is a
     token bound too (a tag-like ``<...`` run counts as one character otherwise).
     """
@@ -232,8 +256,8 @@ def protocol_grammar(
         raise ValueError("tools must be a non-empty subset of ('search', 'visit')")
     if max_list_items < 1 or max_string_chars < 1:
         raise ValueError("max_list_items and max_string_chars must be at least 1")
-    if max_answer_words is not None and (max_answer_words < 1 or not plain_answer):
-        raise ValueError("max_answer_words must be at least 1, and needs plain_answer")
+    if max_answer_words is not None and (max_answer_words < 1 or answer_spans is None):
+        raise ValueError("max_answer_words must be at least 1, and needs answer_spans")
     r = _Rules()
     kinds = []
     if allow_tool_call:
@@ -254,7 +278,11 @@ def protocol_grammar(
     r.add("think", _repeat(think_item, think_chars))
 
     if allow_answer:
-        _answer_rules(r, text_item, plain_answer, max_answer_chars, max_answer_words)
+        spans = None
+        if answer_spans is not None:
+            bound = max_answer_words or DEFAULT_MAX_SPAN_WORDS
+            spans = _answer_spans(r, answer_spans, bound, answer_question)
+        _answer_rules(r, text_item, plain_answer or spans is not None, max_answer_chars, spans)
     if allow_tool_call:
         _tool_call_rules(
             r, tools, max_list_items, max_string_chars, plain_queries, capital_queries
@@ -267,14 +295,14 @@ def _answer_rules(
     text_item: str,
     plain: bool,
     max_chars: int | None,
-    max_words: int | None,
+    spans: str | None,
 ) -> None:
-    """The ``answer`` rule: free text, plain text, or one short plain sentence."""
-    # A non-blank first character keeps the answer body non-empty after strip().
-    r.add("answer-first", _WORD_FIRST if plain else f"[^<{_BLANKS}]")
-    if max_words is not None:
-        body = _answer_sentence(r, max_words)
+    """The ``answer`` rule: free text, plain text, or a span of what was read (``spans``)."""
+    if spans is not None:
+        body = spans
     else:
+        # A non-blank first character keeps the answer body non-empty after strip().
+        r.add("answer-first", _WORD_FIRST if plain else f"[^<{_BLANKS}]")
         item = r.add("answer-item", "[^<>\\x00-\\x1F\\x7F]") if plain else text_item
         more = None if max_chars is None else max_chars - 1
         body = f"answer-first {_repeat(item, more)}"
@@ -326,11 +354,23 @@ def _tool_call_rules(
     r.add("url", f'"\\"" url-scheme {_repeat(json_item, max_string_chars, 1)} "\\""')
 
 
-def grammar_for_kind(kind: str, prefilled_think: bool = False, **options: object) -> str:
+def grammar_for_kind(
+    kind: str,
+    prefilled_think: bool = False,
+    messages: Sequence[Mapping[str, str]] | None = None,
+    **options: object,
+) -> str:
     """:func:`protocol_grammar` for a turn kind: "any", "tool_call", "search" (a search call
-    only) or "answer"."""
+    only) or "answer". The option ``answer_spans=True`` makes the answer a span of the tool
+    responses in ``messages`` (the conversation so far, see
+    :func:`drvenus.protocol.spans.span_sources`), ``answer_spans_thinking=True`` of the
+    agent's own thoughts too, ``answer_spans_new_words=True`` without the question's words: a
+    grammar built per question and per turn."""
     if kind not in ("any", "tool_call", "search", "answer"):
         raise ValueError(f"unknown grammar kind {kind!r}")
+    grounded = bool(options.pop("answer_spans", False))
+    thinking = bool(options.pop("answer_spans_thinking", False))
+    new_words = bool(options.pop("answer_spans_new_words", False))
     # Options may narrow the kind further (e.g. a model built with an answer-free grammar).
     allow_call = kind != "answer" and bool(options.pop("allow_tool_call", True))
     allow_answer = kind in ("any", "answer") and bool(options.pop("allow_answer", True))
@@ -339,6 +379,12 @@ def grammar_for_kind(kind: str, prefilled_think: bool = False, **options: object
         tools = tuple(t for t in tools if t == "search")
     if not (allow_call or allow_answer):  # options exclude the kind asked for: the kind wins
         allow_call, allow_answer = kind != "answer", kind == "answer"
+    if grounded and allow_answer:
+        options["answer_spans"] = span_sources(messages or (), thinking=thinking)
+        if new_words:
+            options["answer_question"] = question_of(messages or ())
+    elif grounded:
+        options.pop("max_answer_words", None)  # no answer in this turn: no span bound either
     return protocol_grammar(
         prefilled_think,
         allow_tool_call=allow_call,
