@@ -145,6 +145,13 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
     "ours-new": _ours_with("ours-new", answer_spans_new_words=True),
     # ours with a short thought before a forced answer
     "ours-think": _ours_with("ours-think", answer_think_chars=120),
+    # ours with grounded tool calls (visit a result read so far, never repeat a query)
+    "ours-grounded": _ours_with("ours-grounded", grounded_calls=True),
+    "ours-grounded-think": _ours_with(
+        "ours-grounded-think", grounded_calls=True, answer_think_chars=120
+    ),
+    # ours with the four-step budget first tried (five turns with the forced answer)
+    "ours-4steps": _ours_with("ours-4steps", steps=4),
     # ours with the old two-step budget
     "ours-2steps": _ours_with("ours-2steps", steps=2),
 }

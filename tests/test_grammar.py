@@ -409,6 +409,8 @@ VARIANTS = dict.fromkeys([  # (without duplicates)
       for kind in ("any", "answer") for prefilled in (False, True)),
     grammar_for_kind("answer", False, SPAN_MESSAGES, **EMBEDDED_GRAMMAR_OPTIONS,
                      answer_spans_new_words=True),
+    grammar_for_kind("any", False, SPAN_MESSAGES[:-1],
+                     **{**EMBEDDED_GRAMMAR_OPTIONS, "grounded_calls": True}),
     *(grammar_for_kind(kind, **EMBEDDED_GRAMMAR_OPTIONS) for kind in ("tool_call", "search")),
     *(grammar_for_kind(kind) for kind in ("any", "tool_call", "search", "answer")),
 ])
@@ -498,3 +500,24 @@ def test_constrained_samples_are_valid(model, kind, prefilled, seed):
     # what llama.cpp sampled under the grammar, the recognizer accepts
     grammar = grammar_for_kind(kind or "any", prefilled, **SAMPLING_OPTIONS)
     assert accepts(grammar, text.removeprefix("<think>\n") if prefilled else text), text
+
+
+def test_grounded_calls_visit_what_was_found_and_never_repeat_a_query():
+    options = {**EMBEDDED_GRAMMAR_OPTIONS, "grounded_calls": True}
+    before = grammar_for_kind("any", False, SPAN_MESSAGES[:2], **options)
+    assert accepts(before, search_with("Dracula")) and not accepts(before, VISIT)  # no results
+    after = grammar_for_kind("any", False, SPAN_MESSAGES[:-1], **options)
+    assert accepts(after, VISIT)  # a result of the search
+    assert accepts(after, VISIT.replace("Dracula", "Brave_New_World"))
+    assert not accepts(after, VISIT.replace("Dracula", "Bram_Stoker"))  # never an invented URL
+    assert not accepts(after, search_with("Dracula"))  # asked already
+    for fresh in ("Dracula novel", "Dracul", "D", "Bram Stoker", "Draculas"):
+        assert accepts(after, search_with(fresh)), fresh
+    assert not accepts(after, search_with("D" * 61))  # the length bound holds on every path
+    assert accepts(after, search_with("D" + "a" * 59))
+    visited = [*SPAN_MESSAGES[:-1], {"role": "assistant", "content": VISIT}]
+    left = grammar_for_kind("any", False, visited, **options)
+    assert not accepts(left, VISIT) and accepts(left, VISIT.replace("Dracula", "Brave_New_World"))
+    search_only = grammar_for_kind("search", False, SPAN_MESSAGES[:-1], **options)
+    assert not accepts(search_only, search_with("Dracula"))
+    assert accepts(search_only, search_with("Irish author"))

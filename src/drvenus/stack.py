@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 # away from the very words of the answer); two steps then the forced answer, no resampling (the
 # grammar already guarantees the format). Chosen with benchmarks/bench_embedded_questions.py.
 EMBEDDED_AGENT = AgentConfig(
-    max_steps=4,
+    max_steps=3,
     max_context_tokens=6500,
     time_limit=110.0,
     max_attempts=1,

@@ -21,10 +21,18 @@ reads it; xgrammar (vLLM structured outputs, SGLang) reads the same syntax.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
-from drvenus.protocol.spans import question_of, question_words, span_sources, spans_of
+from drvenus.protocol.spans import (
+    past_queries,
+    question_of,
+    question_words,
+    result_urls,
+    span_sources,
+    spans_of,
+)
 
 # Tags that free text must never contain: the protocol's own, and the stop string.
 PROTOCOL_TAGS: tuple[str, ...] = (
@@ -49,6 +57,8 @@ _WORD_FIRST = (
     "[a-zA-Z0-9\\u00C0-\\u167F\\u1681-\\u1FFF\\u200B-\\u2027"
     "\\u202A-\\u202E\\u2030-\\u205E\\u2060-\\u2FFF\\u3001-\\uFFFF]"
 )
+# The characters of a plain query after its first.
+_WORD_ITEM = "[a-zA-Z0-9 ,.'()\\u00C0-\\uFFFF-]"
 # The same with the Latin letters upper case only (scripts without case stay as they are).
 _CAPITAL_FIRST = (
     "[A-Z0-9\\u00C0-\\u00D6\\u00D8-\\u00DE\\u0100-\\u024F\\u0370-\\u167F\\u1681-\\u1DFF"
@@ -222,6 +232,8 @@ def protocol_grammar(
     plain_think: bool = False,
     answer_spans: tuple[str, ...] | None = None,
     answer_question: str = "",
+    visit_urls: tuple[str, ...] | None = None,
+    used_queries: tuple[str, ...] = (),
 ) -> str:
     """The GBNF grammar of one well-formed assistant turn.
 
@@ -244,6 +256,9 @@ def protocol_grammar(
     ``max_answer_words`` words (default ``DEFAULT_MAX_SPAN_WORDS``): a grounded answer that can
     never glue words together or stop inside a word (with no word in the texts, a plain
     answer); ``answer_question``: the question, whose words a span answer leaves out.
+    ``visit_urls``: the URLs a visit may open (the search results read so far; None: any
+    ``http(s)://`` URL). ``used_queries`` (with ``plain_queries``): queries already searched,
+    which a search may not ask again.
     ``max_answer_words`` needs ``answer_spans``: a word bound on free text cannot be
     kept without gluing words (when the bound is reached a model that wants a space can only go
     on with the word). ``plain_think``: the think block
@@ -285,7 +300,8 @@ def protocol_grammar(
         _answer_rules(r, text_item, plain_answer or spans is not None, max_answer_chars, spans)
     if allow_tool_call:
         _tool_call_rules(
-            r, tools, max_list_items, max_string_chars, plain_queries, capital_queries
+            r, tools, max_list_items, max_string_chars, plain_queries, capital_queries,
+            visit_urls, used_queries,
         )
     return r.render()
 
@@ -309,6 +325,97 @@ def _answer_rules(
     r.add("answer", f"{_literal('<answer>' + chr(10))} {body} {_literal(chr(10) + '</answer>')}")
 
 
+def _class_ranges(cls: str) -> list[tuple[int, int]]:
+    """The code point ranges of a plain (not negated) GBNF class written by this module."""
+    body, items, i = cls[1:-1], [], 0
+    while i < len(body):  # (code point, whether it is a bare "-", i.e. a range operator)
+        if body[i] == "\\" and body[i + 1] == "u":
+            items.append((int(body[i + 2 : i + 6], 16), False))
+            i += 6
+        elif body[i] == "\\":
+            items.append((ord(body[i + 1]), False))
+            i += 2
+        else:
+            items.append((ord(body[i]), body[i] == "-"))
+            i += 1
+    ranges, j = [], 0
+    while j < len(items):
+        if j + 2 < len(items) and items[j + 1][1]:
+            ranges.append((items[j][0], items[j + 2][0]))
+            j += 3
+        else:
+            ranges.append((items[j][0], items[j][0]))
+            j += 1
+    return ranges
+
+
+def _class_without(cls: str, chars: set[str]) -> str | None:
+    """``cls`` less ``chars``, as a class (None when nothing is left)."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in _class_ranges(cls):
+        for cut in sorted(ord(c) for c in chars if lo <= ord(c) <= hi):
+            if lo < cut:
+                out.append((lo, cut - 1))
+            lo = cut + 1
+        if lo <= hi:
+            out.append((lo, hi))
+    if not out:
+        return None
+
+    def char(cp: int) -> str:
+        return _class_char(chr(cp)) if cp < 0x80 else f"\\u{cp:04X}"
+
+    return "[" + "".join(char(a) if a == b else f"{char(a)}-{char(b)}" for a, b in out) + "]"
+
+
+def _in_class(cls: str, c: str) -> bool:
+    return any(lo <= ord(c) <= hi for lo, hi in _class_ranges(cls))
+
+
+def _fresh_query(
+    r: _Rules, used: tuple[str, ...], first: str, item: str, max_chars: int
+) -> None:
+    """The ``query`` rule: a plain query (``first`` then ``item`` characters, at most
+    ``max_chars``) that is none of ``used``: a walk down the trie of the used queries that
+    leaves it, or stops at a node that is not a whole used query."""
+    used_set = {u for u in used if u}
+    prefixes = {u[:i] for u in used_set for i in range(len(u) + 1)}
+    r.add("word-first", first)
+    r.add("word-item", item)
+    rests: dict[int, str] = {}
+
+    def rest(k: int) -> str:  # k characters written: the rest is free
+        if k not in rests:
+            rests[k] = r.add(f"query-rest{k}", f'{_repeat("word-item", max_chars - k)} "\\""')
+        return rests[k]
+
+    names: dict[str, str | None] = {}
+
+    def node(p: str) -> str | None:
+        if p in names:
+            return names[p]
+        d, cls = len(p), first if not p else item
+        children = sorted({u[d] for u in prefixes if len(u) > d and u.startswith(p)})
+        children = [c for c in children if _in_class(cls, c)] if d < max_chars else []
+        alts = []
+        for c in children:
+            sub = node(p + c)
+            if sub is not None:
+                alts.append(f"{_literal(c)} {sub}")
+        exit_class = _class_without(cls, set(children)) if d < max_chars else None
+        if exit_class is not None:
+            alts.append(f"{exit_class} {rest(d + 1)}")
+        if p and p not in used_set:
+            alts.append('"\\""')
+        names[p] = r.add(f"query-n{len(names)}", " | ".join(alts)) if alts else None
+        return names[p]
+
+    root = node("")
+    if root is None:
+        raise ValueError("every query is excluded")
+    r.add("query", f'"\\"" {root}')
+
+
 def _tool_call_rules(
     r: _Rules,
     tools: tuple[str, ...],
@@ -316,6 +423,8 @@ def _tool_call_rules(
     max_string_chars: int,
     plain_queries: bool,
     capital_queries: bool,
+    visit_urls: tuple[str, ...] | None = None,
+    used_queries: tuple[str, ...] = (),
 ) -> None:
     """The ``tool-call`` rule: the canonical one-line JSON of a search or visit call."""
     r.add(
@@ -343,15 +452,22 @@ def _tool_call_rules(
     escape = r.add("json-escape", '"\\\\" ( ["\\\\/bfnrt] | "u" [0-9a-fA-F]{4} )')
     json_item = _tag_free_text(r, "json", excluded='"\\\\\\x00-\\x1F', extra_items=(escape,))
     r.add("json-first", f'[^<"\\\\{_BLANKS}] | "\\\\\\""')
-    if plain_queries:
+    if plain_queries and used_queries:
+        first = _CAPITAL_FIRST if capital_queries else _WORD_FIRST
+        _fresh_query(r, used_queries, first, _WORD_ITEM, max_string_chars)
+    elif plain_queries:
         r.add("word-first", _CAPITAL_FIRST if capital_queries else _WORD_FIRST)
-        r.add("word-item", "[a-zA-Z0-9 ,.'()\\u00C0-\\uFFFF-]")
+        r.add("word-item", _WORD_ITEM)
         _json_string(r, "query", "word-first", "word-item", max_string_chars)
     else:
         _json_string(r, "query", "json-first", json_item, max_string_chars)
     _json_string(r, "goal", "json-first", json_item, max_string_chars)
-    r.add("url-scheme", '"http" "s"? "://"')
-    r.add("url", f'"\\"" url-scheme {_repeat(json_item, max_string_chars, 1)} "\\""')
+    if visit_urls:  # a page of the results read so far, never an invented URL
+        pages = " | ".join(_literal(json.dumps(u, ensure_ascii=False)) for u in visit_urls)
+        r.add("url", pages)
+    else:
+        r.add("url-scheme", '"http" "s"? "://"')
+        r.add("url", f'"\\"" url-scheme {_repeat(json_item, max_string_chars, 1)} "\\""')
 
 
 def grammar_for_kind(
@@ -364,13 +480,16 @@ def grammar_for_kind(
     only) or "answer". The option ``answer_spans=True`` makes the answer a span of the tool
     responses in ``messages`` (the conversation so far, see
     :func:`drvenus.protocol.spans.span_sources`), ``answer_spans_thinking=True`` of the
-    agent's own thoughts too, ``answer_spans_new_words=True`` without the question's words: a
-    grammar built per question and per turn."""
+    agent's own thoughts too, ``answer_spans_new_words=True`` without the question's words.
+    ``grounded_calls=True``: a visit opens one of the search results read so far (no visit
+    before there are any) and a search never repeats an earlier query. Grammars built per
+    question and per turn."""
     if kind not in ("any", "tool_call", "search", "answer"):
         raise ValueError(f"unknown grammar kind {kind!r}")
     grounded = bool(options.pop("answer_spans", False))
     thinking = bool(options.pop("answer_spans_thinking", False))
     new_words = bool(options.pop("answer_spans_new_words", False))
+    grounded_calls = bool(options.pop("grounded_calls", False))
     # Options may narrow the kind further (e.g. a model built with an answer-free grammar).
     allow_call = kind != "answer" and bool(options.pop("allow_tool_call", True))
     allow_answer = kind in ("any", "answer") and bool(options.pop("allow_answer", True))
@@ -379,6 +498,15 @@ def grammar_for_kind(
         tools = tuple(t for t in tools if t == "search")
     if not (allow_call or allow_answer):  # options exclude the kind asked for: the kind wins
         allow_call, allow_answer = kind != "answer", kind == "answer"
+    if grounded_calls and allow_call:
+        options["used_queries"] = past_queries(messages or ())
+        urls = result_urls(messages or ())
+        if urls:
+            options["visit_urls"] = urls
+        else:  # nothing to open yet: no visit
+            tools = tuple(t for t in tools if t != "visit")
+            if not tools:
+                allow_call, allow_answer = False, True
     if grounded and allow_answer:
         options["answer_spans"] = span_sources(messages or (), thinking=thinking)
         if new_words:

@@ -178,8 +178,68 @@ def spans_of(
     return out
 
 
+
+
+# -- grounded tool calls ---------------------------------------------------------------------
+
+_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+def _calls(messages: Sequence[Mapping[str, str]]) -> list[Mapping]:
+    calls = []
+    for m in messages:
+        if m.get("role") != "assistant":
+            continue
+        for body in _TOOL_CALL.findall(m.get("content") or ""):
+            try:
+                call = json.loads(body)
+            except ValueError:
+                continue
+            if isinstance(call, Mapping) and isinstance(call.get("arguments"), Mapping):
+                calls.append(call)
+    return calls
+
+
+def _items(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def past_queries(messages: Sequence[Mapping[str, str]]) -> tuple[str, ...]:
+    """The queries the conversation's search calls already asked, in order."""
+    seen = [q for c in _calls(messages) if c.get("name") == "search"
+            for q in _items(c["arguments"].get("query"))]
+    return tuple(dict.fromkeys(seen))
+
+
+def result_urls(messages: Sequence[Mapping[str, str]]) -> tuple[str, ...]:
+    """The URLs of the search results read so far that no visit call has opened yet: the
+    pages a grounded visit may open (it can never invent a URL)."""
+    visited = {u for c in _calls(messages) if c.get("name") == "visit"
+               for u in _items(c["arguments"].get("url"))}
+    urls: list[str] = []
+    for m in messages:
+        body = unwrap_tool_response(m.get("content") or "") if m.get("role") == "user" else None
+        if body is None:
+            continue
+        try:
+            data = json.loads(body)
+        except ValueError:
+            continue
+        for entry in data if isinstance(data, list) else []:
+            hits = entry.get("web_page_info_list") if isinstance(entry, Mapping) else None
+            for hit in hits if isinstance(hits, list) else []:
+                url = hit.get("url") if isinstance(hit, Mapping) else None
+                if isinstance(url, str) and url.startswith(("http://", "https://")):
+                    urls.append(url)
+    return tuple(u for u in dict.fromkeys(urls) if u not in visited)
+
+
 __all__ = [
     "clause_words",
+    "past_queries",
+    "result_urls",
     "question_of",
     "question_words",
     "span_sources",
