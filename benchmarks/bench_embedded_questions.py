@@ -143,6 +143,8 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
     "ours-read": _ours_with("ours-read", answer_spans_thinking=None),
     # ours with answers that leave the question's words out
     "ours-new": _ours_with("ours-new", answer_spans_new_words=True),
+    # ours with answers that may be the question's words alone ("Dracula")
+    "ours-echo": _ours_with("ours-echo", answer_spans_news=None),
     # ours with a short thought before a forced answer
     "ours-think": _ours_with("ours-think", answer_think_chars=120),
     # ours with grounded tool calls (visit a result read so far, never repeat a query)

@@ -521,3 +521,12 @@ def test_grounded_calls_visit_what_was_found_and_never_repeat_a_query():
     search_only = grammar_for_kind("search", False, SPAN_MESSAGES[:-1], **options)
     assert not accepts(search_only, search_with("Dracula"))
     assert accepts(search_only, search_with("Irish author"))
+
+
+def test_span_answers_can_be_made_to_say_something_new():
+    options = {**EMBEDDED_GRAMMAR_OPTIONS, "answer_spans_news": True}
+    language = _span_language(SPAN_MESSAGES, **options)
+    assert "Bram Stoker" in language and "Dracula is an 1897 Gothic horror novel" in language
+    assert "Dracula" not in language and "Dracula is" not in language  # only the question's
+    assert "novel" not in language and "Dracula is an" not in language  # "an" says nothing
+    assert language <= _span_language(SPAN_MESSAGES, **EMBEDDED_GRAMMAR_OPTIONS)

@@ -180,37 +180,43 @@ def _json_string(rules: _Rules, name: str, first: str, item: str, max_chars: int
 
 
 def _answer_spans(
-    rules: _Rules, texts: tuple[str, ...], max_words: int, question: str
+    rules: _Rules, texts: tuple[str, ...], max_words: int, question: str, news: str = ""
 ) -> str | None:
     """An answer that is one span of at most ``max_words`` words of ``texts`` (see
     :mod:`drvenus.protocol.spans`), one space between words: a trie of words, one rule per node
     with children, where the answer may end after any word. The vocabulary is closed, so no
     answer can glue two words together or stop inside one. The words of ``question`` are left
-    out (an answer says what the question does not). Return the body's expression, or None when
-    the texts hold no word at all."""
+    out (an answer says what the question does not); with ``news`` (the question again) they
+    may appear, but an answer must also hold a word of its own (not "Dracula" alone for "Who
+    wrote Dracula?"). Return the body's expression, or None when no span is left."""
     trie: dict[str, dict] = {}
     for span in spans_of(texts, max_words, question_words(question)):
         node = trie
         for word in span:
             node = node.setdefault(word, {})
-    if not trie:
-        return None
+    old = question_words(news) if news else frozenset()
     count = 0
 
-    def alternatives(node: dict[str, dict]) -> str:
+    def is_new(word: str) -> bool:
+        return word.lower() not in old and not (len(word) <= 3 and word.islower())
+
+    def alternatives(node: dict[str, dict], said: bool) -> str | None:
         nonlocal count
         alts = []
         for word, children in node.items():
-            if children:
+            now = said or is_new(word)
+            rest = alternatives(children, now) if children else None
+            if rest is not None:
                 count += 1
                 name = rules.add(f"span-{count}", "")
-                rules.add(name, f'( " " ( {alternatives(children)} ) )?')
+                rules.add(name, f'( " " ( {rest} ) )' + ("?" if now else ""))
                 alts.append(f"{_literal(word)} {name}")
-            else:
+            elif now:
                 alts.append(_literal(word))
-        return " | ".join(alts)
+        return " | ".join(alts) if alts else None
 
-    return rules.add("answer-span", alternatives(trie))
+    body = alternatives(trie, not news)
+    return None if body is None else rules.add("answer-span", body)
 
 
 @lru_cache(maxsize=64)
@@ -232,6 +238,7 @@ def protocol_grammar(
     plain_think: bool = False,
     answer_spans: tuple[str, ...] | None = None,
     answer_question: str = "",
+    answer_news: str = "",
     visit_urls: tuple[str, ...] | None = None,
     used_queries: tuple[str, ...] = (),
 ) -> str:
@@ -255,7 +262,8 @@ def protocol_grammar(
     these texts (the tool responses read so far, see :mod:`drvenus.protocol.spans`), of at most
     ``max_answer_words`` words (default ``DEFAULT_MAX_SPAN_WORDS``): a grounded answer that can
     never glue words together or stop inside a word (with no word in the texts, a plain
-    answer); ``answer_question``: the question, whose words a span answer leaves out.
+    answer); ``answer_question``: the question, whose words a span answer leaves out;
+    ``answer_news``: the question, whose words a span answer may repeat but not only them.
     ``visit_urls``: the URLs a visit may open (the search results read so far; None: any
     ``http(s)://`` URL). ``used_queries`` (with ``plain_queries``): queries already searched,
     which a search may not ask again.
@@ -296,7 +304,7 @@ def protocol_grammar(
         spans = None
         if answer_spans is not None:
             bound = max_answer_words or DEFAULT_MAX_SPAN_WORDS
-            spans = _answer_spans(r, answer_spans, bound, answer_question)
+            spans = _answer_spans(r, answer_spans, bound, answer_question, answer_news)
         _answer_rules(r, text_item, plain_answer or spans is not None, max_answer_chars, spans)
     if allow_tool_call:
         _tool_call_rules(
@@ -480,7 +488,8 @@ def grammar_for_kind(
     only) or "answer". The option ``answer_spans=True`` makes the answer a span of the tool
     responses in ``messages`` (the conversation so far, see
     :func:`drvenus.protocol.spans.span_sources`), ``answer_spans_thinking=True`` of the
-    agent's own thoughts too, ``answer_spans_new_words=True`` without the question's words.
+    agent's own thoughts too, ``answer_spans_new_words=True`` without the question's words,
+    ``answer_spans_news=True`` with at least one word that is not the question's.
     ``grounded_calls=True``: a visit opens one of the search results read so far (no visit
     before there are any) and a search never repeats an earlier query. Grammars built per
     question and per turn."""
@@ -490,6 +499,7 @@ def grammar_for_kind(
     thinking = bool(options.pop("answer_spans_thinking", False))
     new_words = bool(options.pop("answer_spans_new_words", False))
     grounded_calls = bool(options.pop("grounded_calls", False))
+    news = bool(options.pop("answer_spans_news", False))
     # Options may narrow the kind further (e.g. a model built with an answer-free grammar).
     allow_call = kind != "answer" and bool(options.pop("allow_tool_call", True))
     allow_answer = kind in ("any", "answer") and bool(options.pop("allow_answer", True))
@@ -511,6 +521,8 @@ def grammar_for_kind(
         options["answer_spans"] = span_sources(messages or (), thinking=thinking)
         if new_words:
             options["answer_question"] = question_of(messages or ())
+        if news:
+            options["answer_news"] = question_of(messages or ())
     elif grounded:
         options.pop("max_answer_words", None)  # no answer in this turn: no span bound either
     return protocol_grammar(
