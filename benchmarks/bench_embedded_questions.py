@@ -111,12 +111,25 @@ class Variant:
 
 def current_variant(name: str = "ours") -> Variant:
     """The product's embedded preset as it is now."""
-    from drvenus import app
+    from drvenus import stack
     from drvenus.llm import embedded
 
     return Variant(
-        name, app.EMBEDDED_AGENT, app.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS
+        name, stack.EMBEDDED_AGENT, stack.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS
     )
+
+
+def _ours_with(name: str, steps: int | None = None, **grammar: Any) -> Callable[[], Variant]:
+    """Ablations: the current preset with a few values changed (``None`` drops an option)."""
+
+    def make() -> Variant:
+        v = current_variant(name)
+        options = {**v.grammar_options, **grammar}
+        options = {k: x for k, x in options.items() if x is not None}
+        agent = v.agent if steps is None else replace(v.agent, max_steps=steps)
+        return Variant(name, agent, v.search_top_k, MappingProxyType(options))
+
+    return make
 
 
 VARIANTS: dict[str, Callable[[], Variant]] = {
@@ -124,23 +137,42 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
         "baseline", BASELINE_AGENT, BASELINE_SEARCH_TOP_K, BASELINE_GRAMMAR_OPTIONS
     ),
     "ours": current_variant,
+    # ours without the span answer grammar (a free plain one-line answer)
+    "ours-free": _ours_with("ours-free", answer_spans=None, max_answer_words=None),
+    # ours with spans of the tool responses only (not of the agent's own thoughts)
+    "ours-read": _ours_with("ours-read", answer_spans_thinking=None),
+    # ours with answers that leave the question's words out
+    "ours-new": _ours_with("ours-new", answer_spans_new_words=True),
+    # ours with answers that may be the question's words alone ("Dracula")
+    "ours-echo": _ours_with("ours-echo", answer_spans_news=None),
+    # ours with a short thought before a forced answer
+    "ours-think": _ours_with("ours-think", answer_think_chars=120),
+    # ours with grounded tool calls (visit a result read so far, never repeat a query)
+    "ours-grounded": _ours_with("ours-grounded", grounded_calls=True),
+    "ours-grounded-think": _ours_with(
+        "ours-grounded-think", grounded_calls=True, answer_think_chars=120
+    ),
+    # ours with the four-step budget first tried (five turns with the forced answer)
+    "ours-4steps": _ours_with("ours-4steps", steps=4),
+    # ours with the old two-step budget
+    "ours-2steps": _ours_with("ours-2steps", steps=2),
 }
 
 
 @contextlib.contextmanager
 def preset(variant: Variant) -> Iterator[None]:
     """The variant's values in place of the product's embedded preset while a stack is built."""
-    from drvenus import app
+    from drvenus import stack
     from drvenus.llm import embedded
 
-    saved = (app.EMBEDDED_AGENT, app.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS)
-    app.EMBEDDED_AGENT = variant.agent
-    app.EMBEDDED_SEARCH_TOP_K = variant.search_top_k
+    saved = (stack.EMBEDDED_AGENT, stack.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS)
+    stack.EMBEDDED_AGENT = variant.agent
+    stack.EMBEDDED_SEARCH_TOP_K = variant.search_top_k
     embedded.EMBEDDED_GRAMMAR_OPTIONS = MappingProxyType(dict(variant.grammar_options))
     try:
         yield
     finally:
-        app.EMBEDDED_AGENT, app.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS = saved
+        stack.EMBEDDED_AGENT, stack.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS = saved
 
 
 # -- questions ----------------------------------------------------------------------------------
@@ -225,6 +257,55 @@ def build_questions(pages: list[dict[str, str]]) -> list[dict[str, str]]:
     return questions
 
 
+DEV_FILE = Path("/tmp/recipe-full/eval/dev.jsonl")
+
+
+def load_dev_questions(path: Path = DEV_FILE) -> list[dict[str, str]]:
+    """The recipe's dev questions (natural single- and two-hop questions over the reserved
+    evaluation bucket, written by ``drvenus.recipe``): ``id``, ``question``, ``answer``
+    (accepted answers joined by ``<|answer_split|>``), ``kind``, ``hops``, ``gold_titles``.
+    In file order; none when the file does not exist."""
+    if not path.is_file():
+        return []
+    questions = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        titles = [str(t) for t in row.get("gold_titles") or []]
+        questions.append({
+            "kind": f"dev:{row.get('hops', 1)}hop",
+            "question": str(row["question"]),
+            "answer": str(row["answer"]),
+            "gold_title": titles[-1] if titles else "",
+            "gold_url": wikipedia_url(titles[-1]) if titles else "",
+            "id": str(row.get("id", "")),
+        })
+    return questions
+
+
+def pick_questions(source: str, limit: int | None) -> list[dict[str, str]]:
+    """``templated`` (the questions built here), ``dev`` (the recipe's dev set) or ``mixed``
+    (alternating, templated first): the first ``limit`` of them."""
+    templated = build_questions(load_pages())
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    with QUESTIONS_FILE.open("w", encoding="utf-8") as fh:
+        for q in templated:
+            fh.write(json.dumps(q, ensure_ascii=False) + "\n")
+    dev = load_dev_questions() if source in ("dev", "mixed") else []
+    if source in ("dev", "mixed") and not dev:
+        print(f"no dev set at {DEV_FILE}: templated questions only", file=sys.stderr)
+    if source == "templated" or not dev:
+        chosen = templated
+    elif source == "dev":
+        chosen = dev
+    else:
+        chosen = [q for pair in zip(templated, dev, strict=False) for q in pair]
+        longer = templated if len(templated) > len(dev) else dev
+        chosen += longer[len(chosen) // 2 :]
+    return chosen if limit is None else chosen[:limit]
+
+
 # -- scoring ------------------------------------------------------------------------------------
 
 _ARTICLES = {"a", "an", "the"}
@@ -262,6 +343,10 @@ def token_f1(answer: list[str], gold: list[str]) -> float:
 
 
 def is_correct(answer: str, gold: str) -> bool:
+    """See the module doc; ``gold`` may hold several accepted answers joined by
+    ``<|answer_split|>`` (the dev set's): a match with any of them counts."""
+    if protocol.ANSWER_SPLIT in gold:
+        return any(is_correct(answer, g) for g in gold.split(protocol.ANSWER_SPLIT) if g.strip())
     a, g = normalize(answer), normalize(gold)
     if not any(len(w) >= 3 for w in set(a) & set(g)):  # a real word in common, at least
         return False
@@ -455,6 +540,9 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="run only the first N questions")
     ap.add_argument("--variants", default="baseline,ours",
                     help=f"comma-separated, among: {', '.join(VARIANTS)}")
+    ap.add_argument("--questions", choices=("templated", "dev", "mixed"), default="templated",
+                    help="question source: the templated questions built here, the recipe's "
+                    f"dev set ({DEV_FILE}), or both alternating")
     ap.add_argument("--parallel", type=int, default=2, help="questions at once (model slots)")
     ap.add_argument("--threads", type=int, default=None,
                     help="llama.cpp threads (default: the settings', i.e. all usable cores)")
@@ -466,13 +554,7 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown variant(s) {', '.join(unknown)}; choose among {', '.join(VARIANTS)}")
 
-    questions = build_questions(load_pages())
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    with QUESTIONS_FILE.open("w", encoding="utf-8") as fh:
-        for q in questions:
-            fh.write(json.dumps(q, ensure_ascii=False) + "\n")
-    if args.limit is not None:
-        questions = questions[: args.limit]
+    questions = pick_questions(args.questions, args.limit)
     print(f"{len(questions)} questions ({QUESTIONS_FILE}); {os.cpu_count()} CPUs; "
           f"parallel={args.parallel} threads={args.threads or 'default'}", file=sys.stderr)
 

@@ -201,6 +201,43 @@ class Grammar:
         return len(text) in ends(self.rules[start], 0)
 
 
+    def sentences(self, start: str = "root", limit: int = 100_000) -> set[str]:
+        """Every string of a finite language (literals, sequences, alternatives, rule
+        references and bounded repetitions only): the exhaustive oracle of a closed grammar.
+        Raises ValueError past ``limit`` strings or on a class, ``.`` or an unbounded
+        repetition."""
+
+        def strings(el: tuple) -> set[str]:
+            kind = el[0]
+            if kind == "lit":
+                out = {el[1]}
+            elif kind == "ref":
+                out = strings(self.rules[el[1]])
+            elif kind == "alt":
+                out = {s for alt in el[1] for s in strings(alt)}
+            elif kind == "seq":
+                out = {""}
+                for item in el[1]:
+                    tails = strings(item)
+                    out = {a + b for a in out for b in tails}
+                    if len(out) > limit:
+                        raise ValueError(f"more than {limit} sentences")
+            elif kind == "rep" and el[3] is not None:
+                item = strings(el[1])
+                out, layer = set(), {""}
+                for count in range(el[3] + 1):
+                    if count >= el[2]:
+                        out |= layer
+                    layer = {a + b for a in layer for b in item}
+            else:
+                raise ValueError(f"not a finite literal language: {el!r}")
+            if len(out) > limit:
+                raise ValueError(f"more than {limit} sentences")
+            return out
+
+        return strings(self.rules[start])
+
+
 def _refs(el: tuple) -> set[str]:
     if el[0] == "ref":
         return {el[1]}

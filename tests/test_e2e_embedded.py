@@ -8,6 +8,7 @@ import pytest
 
 from drvenus import protocol
 from drvenus.agent import TERMINATIONS
+from drvenus.protocol.spans import clause_words, span_sources
 from test_cli import drvenus
 
 
@@ -33,3 +34,10 @@ def test_ask_dracula_on_the_embedded_defaults(tmp_path):
     assert all(protocol.check_turn_format(t, False) for t in turns[:-1])
     events = [json.loads(line)["type"] for line in trace.read_text().splitlines()]
     assert "tool_result" in events and events[-1] == "finished"
+    # the answer is a span of what the agent read or thought (issue #17): never garbled
+    assert rec["termination"].startswith("answered"), rec["termination"]
+    answer = rec["prediction"]
+    texts = span_sources(rec["messages"][:-1], thinking=True)
+    spans = {" ".join(c[i:j]) for t in texts for c in clause_words(t)
+             for i in range(len(c)) for j in range(i + 1, len(c) + 1)}
+    assert answer in spans, answer

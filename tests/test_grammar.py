@@ -5,6 +5,7 @@ the real embedded model."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from functools import cache
 
@@ -12,8 +13,16 @@ import pytest
 
 from drvenus.llm import SamplingParams
 from drvenus.llm.embedded import EMBEDDED_GRAMMAR_OPTIONS
-from drvenus.protocol import build_system_prompt, check_turn_format, initial_messages, parse_turn
+from drvenus.protocol import (
+    STEP_LIMIT_MESSAGE,
+    build_system_prompt,
+    check_turn_format,
+    initial_messages,
+    parse_turn,
+    wrap_tool_response,
+)
 from drvenus.protocol.grammar import grammar_for_kind, protocol_grammar
+from drvenus.protocol.spans import clause_words, span_sources
 from gbnf import Grammar
 
 SEARCH = (
@@ -251,7 +260,7 @@ def test_plain_queries_leave_the_rest_alone():
     assert accepts(plain, ANSWER) and accepts(plain, search_with("a" * 12))
     assert not accepts(plain, search_with("a" * 13))
     assert not accepts(plain, search_with("a", "b", "c"))  # max_list_items
-    embedded = protocol_grammar(**EMBEDDED_GRAMMAR_OPTIONS)
+    embedded = grammar_for_kind("any", **EMBEDDED_GRAMMAR_OPTIONS)
     assert accepts(embedded, search_with("Dracula author"))
     assert not accepts(embedded, SEARCH)  # one query per call for the embedded model
     assert not accepts(embedded, search_with("the_book_2026"))
@@ -285,6 +294,103 @@ def test_grammar_options_validated():
         protocol_grammar(allow_tool_call=False, allow_answer=False)
     with pytest.raises(ValueError):
         protocol_grammar(max_list_items=0)
+    # a word bound on free text glues words together: only a span answer takes one
+    with pytest.raises(ValueError):
+        protocol_grammar(plain_answer=True, max_answer_words=10)
+    with pytest.raises(ValueError):
+        protocol_grammar(answer_spans=("Bram Stoker",), max_answer_words=0)
+
+
+# -- span answers: grounded, and never glued ----------------------------------------------------
+
+SPAN_SEARCH = json.dumps([{"query": "Dracula", "web_page_info_list": [
+    {"title": "Dracula", "url": "https://en.wikipedia.org/wiki/Dracula",
+     "snippet": "Dracula is an 1897 Gothic horror novel by Irish author Bram Stoker. "
+                "J. R. R. Tolkien read it in the U.S. in 1,234 days..."},
+    {"title": "Brave New World", "url": "https://en.wikipedia.org/wiki/Brave_New_World",
+     "snippet": "A 1932 novel by Aldous Huxley (see The Rite of Spring; National Park Service)."},
+]}])
+SPAN_MESSAGES = [
+    *initial_messages("Who wrote the novel Dracula?", build_system_prompt("2025-01-01")),
+    {"role": "assistant", "content": "<think>\nIt was Bram Stoker.\n</think>\n<tool_call>\n"
+     '{"name": "search", "arguments": {"query": ["Dracula"]}}\n</tool_call>'},
+    {"role": "user", "content": wrap_tool_response(SPAN_SEARCH)},
+    {"role": "user", "content": wrap_tool_response(STEP_LIMIT_MESSAGE)},
+]
+
+
+def _answer_of(body: str) -> str:
+    return f"<think>\n\n</think>\n<answer>\n{body}\n</answer>"
+
+
+def _span_language(messages, **options) -> set[str]:
+    """Every answer body the forced-answer grammar admits (the language is finite)."""
+    grammar = Grammar(grammar_for_kind("answer", False, messages, **options))
+    return grammar.sentences("answer-span")
+
+
+def _is_span(answer: str, texts) -> bool:
+    words = answer.split(" ")
+    return any(
+        clause[i : i + len(words)] == words
+        for text in texts for clause in clause_words(text) for i in range(len(clause))
+    )
+
+
+def test_span_answers_never_glue_words():
+    """The whole language of the embedded forced answer, enumerated: each answer is one span of
+    what was read (or thought), whole words with one space between them; no two adjacent words
+    are ever glued and no word is cut, whatever the bound."""
+    texts = span_sources(SPAN_MESSAGES, thinking=True)
+    for bound in (1, 3, 8):
+        options = {**EMBEDDED_GRAMMAR_OPTIONS, "max_answer_words": bound}
+        language = _span_language(SPAN_MESSAGES, **options)
+        assert {"Bram Stoker", "Aldous Huxley", "Tolkien", "1,234 days"} <= language or bound < 2
+        vocabulary = {w for text in texts for clause in clause_words(text) for w in clause}
+        for answer in language:
+            words = answer.split(" ")
+            assert 1 <= len(words) <= bound and all(w in vocabulary for w in words), answer
+            assert _is_span(answer, texts), answer
+        glued = {a + b for text in texts for c in clause_words(text) for a, b in zip(c, c[1:], strict=False)}
+        assert not glued & language
+        for bad in ("AldousiaHuxley", "AldousHuxley", "Rite ofspring", "ParkServ",
+                    "The answer is:", "1.1.1.2.1.1.1.1", "Bram Stoker.", "Bram  Stoker"):
+            assert bad not in language
+    grammar = grammar_for_kind("answer", False, SPAN_MESSAGES, **EMBEDDED_GRAMMAR_OPTIONS)
+    assert accepts(grammar, _answer_of("Bram Stoker"))
+    assert accepts(grammar, _answer_of("J. R. R. Tolkien"))  # initials keep their stops
+    assert accepts(grammar, _answer_of("Irish author Bram Stoker"))
+    assert not accepts(grammar, _answer_of("BramStoker"))
+    assert not accepts(grammar, _answer_of("Stoker Bram"))  # a span, in its order
+    assert not accepts(grammar, _answer_of("Stoker J."))  # never across a sentence end
+    assert not accepts(grammar, _answer_of("https://en.wikipedia.org/wiki/Dracula"))
+    assert not accepts(grammar, _answer_of("You have reached"))  # not the limit notice
+    assert not accepts(grammar, _answer_of("by Irish author"))  # no weak first word
+
+
+def test_span_sources():
+    texts = span_sources(SPAN_MESSAGES)
+    assert len(texts) == 1 and "Bram Stoker" in texts[0] and "https:" not in texts[0]
+    assert span_sources(SPAN_MESSAGES, thinking=True)[0] == "It was Bram Stoker."
+    # nothing read yet: the question itself; the grammar stays well formed either way
+    assert span_sources(SPAN_MESSAGES[:2]) == ("Who wrote the novel Dracula?",)
+    assert span_sources(SPAN_MESSAGES[:1]) == ()
+    plain = grammar_for_kind("answer", False, SPAN_MESSAGES[:1], **EMBEDDED_GRAMMAR_OPTIONS)
+    assert accepts(plain, _answer_of("Bram Stoker wrote it"))
+    visit = "The useful information in https://x.example for user goal g as follows: \n\n" \
+        "Summary: \nIt was written by Bram Stoker."
+    assert "useful information" not in span_sources([{"role": "user", "content": "q"},
+                                                     {"role": "user",
+                                                      "content": wrap_tool_response(visit)}])[0]
+
+
+def test_span_answers_can_leave_the_question_out():
+    language = _span_language(
+        SPAN_MESSAGES, **EMBEDDED_GRAMMAR_OPTIONS, answer_spans_new_words=True
+    )
+    assert "Bram Stoker" in language and "Irish author Bram Stoker" in language
+    assert not any(w.lower() in ("dracula", "dracul", "novel") for a in language
+                   for w in a.split())
 
 
 # -- llama.cpp parses every variant ------------------------------------------------------------
@@ -295,11 +401,16 @@ VARIANT_OPTIONS = [
     {"allow_tool_call": False},
     {"allow_answer": False, "max_list_items": 1},
     {"plain_queries": True},
-    dict(EMBEDDED_GRAMMAR_OPTIONS),
 ]
 VARIANTS = dict.fromkeys([  # (without duplicates)
     *(protocol_grammar(prefilled, **options) for prefilled in (False, True) for options in
       VARIANT_OPTIONS),
+    *(grammar_for_kind(kind, prefilled, SPAN_MESSAGES, **EMBEDDED_GRAMMAR_OPTIONS)
+      for kind in ("any", "answer") for prefilled in (False, True)),
+    grammar_for_kind("answer", False, SPAN_MESSAGES, **EMBEDDED_GRAMMAR_OPTIONS,
+                     answer_spans_new_words=True),
+    grammar_for_kind("any", False, SPAN_MESSAGES[:-1],
+                     **{**EMBEDDED_GRAMMAR_OPTIONS, "grounded_calls": True}),
     *(grammar_for_kind(kind, **EMBEDDED_GRAMMAR_OPTIONS) for kind in ("tool_call", "search")),
     *(grammar_for_kind(kind) for kind in ("any", "tool_call", "search", "answer")),
 ])
@@ -389,3 +500,33 @@ def test_constrained_samples_are_valid(model, kind, prefilled, seed):
     # what llama.cpp sampled under the grammar, the recognizer accepts
     grammar = grammar_for_kind(kind or "any", prefilled, **SAMPLING_OPTIONS)
     assert accepts(grammar, text.removeprefix("<think>\n") if prefilled else text), text
+
+
+def test_grounded_calls_visit_what_was_found_and_never_repeat_a_query():
+    options = {**EMBEDDED_GRAMMAR_OPTIONS, "grounded_calls": True}
+    before = grammar_for_kind("any", False, SPAN_MESSAGES[:2], **options)
+    assert accepts(before, search_with("Dracula")) and not accepts(before, VISIT)  # no results
+    after = grammar_for_kind("any", False, SPAN_MESSAGES[:-1], **options)
+    assert accepts(after, VISIT)  # a result of the search
+    assert accepts(after, VISIT.replace("Dracula", "Brave_New_World"))
+    assert not accepts(after, VISIT.replace("Dracula", "Bram_Stoker"))  # never an invented URL
+    assert not accepts(after, search_with("Dracula"))  # asked already
+    for fresh in ("Dracula novel", "Dracul", "D", "Bram Stoker", "Draculas"):
+        assert accepts(after, search_with(fresh)), fresh
+    assert not accepts(after, search_with("D" * 61))  # the length bound holds on every path
+    assert accepts(after, search_with("D" + "a" * 59))
+    visited = [*SPAN_MESSAGES[:-1], {"role": "assistant", "content": VISIT}]
+    left = grammar_for_kind("any", False, visited, **options)
+    assert not accepts(left, VISIT) and accepts(left, VISIT.replace("Dracula", "Brave_New_World"))
+    search_only = grammar_for_kind("search", False, SPAN_MESSAGES[:-1], **options)
+    assert not accepts(search_only, search_with("Dracula"))
+    assert accepts(search_only, search_with("Irish author"))
+
+
+def test_span_answers_can_be_made_to_say_something_new():
+    options = {**EMBEDDED_GRAMMAR_OPTIONS, "answer_spans_news": True}
+    language = _span_language(SPAN_MESSAGES, **options)
+    assert "Bram Stoker" in language and "Dracula is an 1897 Gothic horror novel" in language
+    assert "Dracula" not in language and "Dracula is" not in language  # only the question's
+    assert "novel" not in language and "Dracula is an" not in language  # "an" says nothing
+    assert language <= _span_language(SPAN_MESSAGES, **EMBEDDED_GRAMMAR_OPTIONS)

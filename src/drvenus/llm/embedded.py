@@ -46,10 +46,13 @@ ADAPTERS_DIR = Path(__file__).with_name("adapters")
 EMBEDDED_WINDOW = 8192
 
 # Grammar bounds: a short plain-text thought (no "<", so its bound is a token bound), one plain
-# query that starts like a title, and a forced answer with no thought at all: one sentence of
-# at most ten plain words. A whole turn stays inside the preset's max_tokens (384) even at its
-# worst (every character a token: think 240 + query 60 + the fixed JSON and tags), so it is
-# never cut off before its closing tag.
+# query that starts like a title, and a grounded answer: a span of at most eight words of what
+# the agent read (search titles and snippets, visited pages) or of its own earlier thoughts, so
+# a forced answer with no thought of its own keeps the answer its thinking already stated, and
+# with a word the question does not hold. The span grammar is built per turn from the
+# conversation; its closed vocabulary never glues words together or cuts one. A whole turn stays
+# inside the preset's max_tokens (384) even at its worst (every character a token: think 240 +
+# query 60 + the fixed JSON and tags), so it is never cut off before its closing tag.
 EMBEDDED_GRAMMAR_OPTIONS: MappingProxyType[str, Any] = MappingProxyType(
     {
         "max_think_chars": 240,
@@ -59,8 +62,11 @@ EMBEDDED_GRAMMAR_OPTIONS: MappingProxyType[str, Any] = MappingProxyType(
         "plain_queries": True,
         "capital_queries": True,
         "answer_think_chars": 0,
-        "plain_answer": True,
-        "max_answer_words": 10,  # (max_answer_chars does not apply to a word-bounded answer)
+        "plain_answer": True,  # when nothing has been read yet
+        "answer_spans": True,
+        "answer_spans_thinking": True,
+        "answer_spans_news": True,  # not the question's words alone ("Dracula" for Dracula)
+        "max_answer_words": 8,
     }
 )
 

@@ -317,7 +317,8 @@ class OpenAICompatModel:
             body["seed"] = params.seed
         body.update(self.extra_body)
         if kind:
-            body.update(grammar_fields(self._resolved_grammar_mode(), self.grammar_of(kind)))
+            grammar = self.grammar_of(kind, messages)
+            body.update(grammar_fields(self._resolved_grammar_mode(), grammar))
         return body
 
     def parse_response(self, data: Any) -> Generation:
@@ -353,10 +354,11 @@ class OpenAICompatModel:
 
     # -- grammar -----------------------------------------------------------------------------
 
-    def grammar_of(self, kind: str) -> str:
-        """The GBNF grammar for one turn kind; a user-supplied grammar is used for every kind."""
+    def grammar_of(self, kind: str, messages: list[dict[str, str]] | None = None) -> str:
+        """The GBNF grammar for one turn kind (and, for a grammar built per turn such as span
+        answers, the conversation so far); a user-supplied grammar is used for every kind."""
         return self._grammar or grammar_for_kind(
-            kind, self.prefilled_think, **self._grammar_options
+            kind, self.prefilled_think, messages, **self._grammar_options
         )
 
     def _resolved_grammar_mode(self) -> str:

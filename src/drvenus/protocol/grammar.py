@@ -21,7 +21,18 @@ reads it; xgrammar (vLLM structured outputs, SGLang) reads the same syntax.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+
+from drvenus.protocol.spans import (
+    past_queries,
+    question_of,
+    question_words,
+    result_urls,
+    span_sources,
+    spans_of,
+)
 
 # Tags that free text must never contain: the protocol's own, and the stop string.
 PROTOCOL_TAGS: tuple[str, ...] = (
@@ -46,6 +57,8 @@ _WORD_FIRST = (
     "[a-zA-Z0-9\\u00C0-\\u167F\\u1681-\\u1FFF\\u200B-\\u2027"
     "\\u202A-\\u202E\\u2030-\\u205E\\u2060-\\u2FFF\\u3001-\\uFFFF]"
 )
+# The characters of a plain query after its first.
+_WORD_ITEM = "[a-zA-Z0-9 ,.'()\\u00C0-\\uFFFF-]"
 # The same with the Latin letters upper case only (scripts without case stay as they are).
 _CAPITAL_FIRST = (
     "[A-Z0-9\\u00C0-\\u00D6\\u00D8-\\u00DE\\u0100-\\u024F\\u0370-\\u167F\\u1681-\\u1DFF"
@@ -57,7 +70,7 @@ DEFAULT_MAX_THINK_CHARS: int | None = None
 DEFAULT_MAX_ANSWER_CHARS: int | None = None
 DEFAULT_MAX_STRING_CHARS = 500
 DEFAULT_MAX_LIST_ITEMS = 5
-MAX_WORD_CHARS = 24  # a word of a word-bounded answer (max_answer_words)
+DEFAULT_MAX_SPAN_WORDS = 8  # words of a span answer (answer_spans) when no bound is given
 
 _CLASS_ESCAPES = {
     "\\": "\\\\",
@@ -166,24 +179,44 @@ def _json_string(rules: _Rules, name: str, first: str, item: str, max_chars: int
     return rules.add(name, f'"\\"" {first} {_repeat(item, max(max_chars - 1, 0))} "\\""')
 
 
-def _answer_sentence(rules: _Rules, max_words: int) -> str:
-    """An answer of at most ``max_words`` words (``MAX_WORD_CHARS`` non-blank characters each,
-    no ``<`` or ``>``) separated by one space or one line break, that ends with its first
-    sentence: a word ending in ``.``, ``!`` or ``?`` is the last one, unless it is an initial
-    (``J.`` in "J. D. Salinger"). Return the body's expression (the caller adds the tags)."""
-    k = MAX_WORD_CHARS
-    rules.add("answer-char", f"[^<>{_BLANKS}]")
-    rules.add("answer-open", f"[^<>.!?{_BLANKS}]")  # a character that does not end a sentence
-    rules.add("answer-sep", '" " | "\\n"')
-    # a word that leaves the sentence open, and one that may end it
-    rules.add("answer-word", f'answer-char{{0,{k - 1}}} answer-open | [A-Z] "."')
-    rules.add("answer-last", f"answer-char{{1,{k}}}")
-    first_last = f"answer-first answer-char{{0,{k - 1}}}"
-    if max_words == 1:
-        return first_last
-    first_open = f'( answer-first ( answer-char{{0,{k - 2}}} answer-open )? | [A-Z] "." )'
-    middle = _repeat("( answer-sep answer-word )", max_words - 2)
-    return f"( {first_last} | {first_open} {middle} answer-sep answer-last )"
+def _answer_spans(
+    rules: _Rules, texts: tuple[str, ...], max_words: int, question: str, news: str = ""
+) -> str | None:
+    """An answer that is one span of at most ``max_words`` words of ``texts`` (see
+    :mod:`drvenus.protocol.spans`), one space between words: a trie of words, one rule per node
+    with children, where the answer may end after any word. The vocabulary is closed, so no
+    answer can glue two words together or stop inside one. The words of ``question`` are left
+    out (an answer says what the question does not); with ``news`` (the question again) they
+    may appear, but an answer must also hold a word of its own (not "Dracula" alone for "Who
+    wrote Dracula?"). Return the body's expression, or None when no span is left."""
+    trie: dict[str, dict] = {}
+    for span in spans_of(texts, max_words, question_words(question)):
+        node = trie
+        for word in span:
+            node = node.setdefault(word, {})
+    old = question_words(news) if news else frozenset()
+    count = 0
+
+    def is_new(word: str) -> bool:
+        return word.lower() not in old and not (len(word) <= 3 and word.islower())
+
+    def alternatives(node: dict[str, dict], said: bool) -> str | None:
+        nonlocal count
+        alts = []
+        for word, children in node.items():
+            now = said or is_new(word)
+            rest = alternatives(children, now) if children else None
+            if rest is not None:
+                count += 1
+                name = rules.add(f"span-{count}", "")
+                rules.add(name, f'( " " ( {rest} ) )' + ("?" if now else ""))
+                alts.append(f"{_literal(word)} {name}")
+            elif now:
+                alts.append(_literal(word))
+        return " | ".join(alts) if alts else None
+
+    body = alternatives(trie, not news)
+    return None if body is None else rules.add("answer-span", body)
 
 
 @lru_cache(maxsize=64)
@@ -203,6 +236,11 @@ def protocol_grammar(
     capital_queries: bool = False,
     max_answer_words: int | None = None,
     plain_think: bool = False,
+    answer_spans: tuple[str, ...] | None = None,
+    answer_question: str = "",
+    answer_news: str = "",
+    visit_urls: tuple[str, ...] | None = None,
+    used_queries: tuple[str, ...] = (),
 ) -> str:
     """The GBNF grammar of one well-formed assistant turn.
 
@@ -220,9 +258,18 @@ def protocol_grammar(
     ``>``, no control characters) that starts with a letter or a digit: never markup, a stray
     tag, a quotation or a second paragraph. ``capital_queries`` (with ``plain_queries``): a
     query starts with a capital letter or a digit, like a title or a question, never with a
-    lower-case fragment such as ``druc``. ``max_answer_words`` (with ``plain_answer``): the
-    answer is one sentence of at most that many words (see :func:`_answer_sentence`): it ends
-    at its first full stop, and is never cut inside a word. ``plain_think``: the think block
+    lower-case fragment such as ``druc``. ``answer_spans``: the answer is one span of words of
+    these texts (the tool responses read so far, see :mod:`drvenus.protocol.spans`), of at most
+    ``max_answer_words`` words (default ``DEFAULT_MAX_SPAN_WORDS``): a grounded answer that can
+    never glue words together or stop inside a word (with no word in the texts, a plain
+    answer); ``answer_question``: the question, whose words a span answer leaves out;
+    ``answer_news``: the question, whose words a span answer may repeat but not only them.
+    ``visit_urls``: the URLs a visit may open (the search results read so far; None: any
+    ``http(s)://`` URL). ``used_queries`` (with ``plain_queries``): queries already searched,
+    which a search may not ask again.
+    ``max_answer_words`` needs ``answer_spans``: a word bound on free text cannot be
+    kept without gluing words (when the bound is reached a model that wants a space can only go
+    on with the word). ``plain_think``: the think block
     has no ``<`` at all, so each of its characters is at least one token and its bound is a
     token bound too (a tag-like ``<...`` run counts as one character otherwise).
     """
@@ -232,8 +279,8 @@ def protocol_grammar(
         raise ValueError("tools must be a non-empty subset of ('search', 'visit')")
     if max_list_items < 1 or max_string_chars < 1:
         raise ValueError("max_list_items and max_string_chars must be at least 1")
-    if max_answer_words is not None and (max_answer_words < 1 or not plain_answer):
-        raise ValueError("max_answer_words must be at least 1, and needs plain_answer")
+    if max_answer_words is not None and (max_answer_words < 1 or answer_spans is None):
+        raise ValueError("max_answer_words must be at least 1, and needs answer_spans")
     r = _Rules()
     kinds = []
     if allow_tool_call:
@@ -254,10 +301,15 @@ def protocol_grammar(
     r.add("think", _repeat(think_item, think_chars))
 
     if allow_answer:
-        _answer_rules(r, text_item, plain_answer, max_answer_chars, max_answer_words)
+        spans = None
+        if answer_spans is not None:
+            bound = max_answer_words or DEFAULT_MAX_SPAN_WORDS
+            spans = _answer_spans(r, answer_spans, bound, answer_question, answer_news)
+        _answer_rules(r, text_item, plain_answer or spans is not None, max_answer_chars, spans)
     if allow_tool_call:
         _tool_call_rules(
-            r, tools, max_list_items, max_string_chars, plain_queries, capital_queries
+            r, tools, max_list_items, max_string_chars, plain_queries, capital_queries,
+            visit_urls, used_queries,
         )
     return r.render()
 
@@ -267,18 +319,109 @@ def _answer_rules(
     text_item: str,
     plain: bool,
     max_chars: int | None,
-    max_words: int | None,
+    spans: str | None,
 ) -> None:
-    """The ``answer`` rule: free text, plain text, or one short plain sentence."""
-    # A non-blank first character keeps the answer body non-empty after strip().
-    r.add("answer-first", _WORD_FIRST if plain else f"[^<{_BLANKS}]")
-    if max_words is not None:
-        body = _answer_sentence(r, max_words)
+    """The ``answer`` rule: free text, plain text, or a span of what was read (``spans``)."""
+    if spans is not None:
+        body = spans
     else:
+        # A non-blank first character keeps the answer body non-empty after strip().
+        r.add("answer-first", _WORD_FIRST if plain else f"[^<{_BLANKS}]")
         item = r.add("answer-item", "[^<>\\x00-\\x1F\\x7F]") if plain else text_item
         more = None if max_chars is None else max_chars - 1
         body = f"answer-first {_repeat(item, more)}"
     r.add("answer", f"{_literal('<answer>' + chr(10))} {body} {_literal(chr(10) + '</answer>')}")
+
+
+def _class_ranges(cls: str) -> list[tuple[int, int]]:
+    """The code point ranges of a plain (not negated) GBNF class written by this module."""
+    body, items, i = cls[1:-1], [], 0
+    while i < len(body):  # (code point, whether it is a bare "-", i.e. a range operator)
+        if body[i] == "\\" and body[i + 1] == "u":
+            items.append((int(body[i + 2 : i + 6], 16), False))
+            i += 6
+        elif body[i] == "\\":
+            items.append((ord(body[i + 1]), False))
+            i += 2
+        else:
+            items.append((ord(body[i]), body[i] == "-"))
+            i += 1
+    ranges, j = [], 0
+    while j < len(items):
+        if j + 2 < len(items) and items[j + 1][1]:
+            ranges.append((items[j][0], items[j + 2][0]))
+            j += 3
+        else:
+            ranges.append((items[j][0], items[j][0]))
+            j += 1
+    return ranges
+
+
+def _class_without(cls: str, chars: set[str]) -> str | None:
+    """``cls`` less ``chars``, as a class (None when nothing is left)."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in _class_ranges(cls):
+        for cut in sorted(ord(c) for c in chars if lo <= ord(c) <= hi):
+            if lo < cut:
+                out.append((lo, cut - 1))
+            lo = cut + 1
+        if lo <= hi:
+            out.append((lo, hi))
+    if not out:
+        return None
+
+    def char(cp: int) -> str:
+        return _class_char(chr(cp)) if cp < 0x80 else f"\\u{cp:04X}"
+
+    return "[" + "".join(char(a) if a == b else f"{char(a)}-{char(b)}" for a, b in out) + "]"
+
+
+def _in_class(cls: str, c: str) -> bool:
+    return any(lo <= ord(c) <= hi for lo, hi in _class_ranges(cls))
+
+
+def _fresh_query(
+    r: _Rules, used: tuple[str, ...], first: str, item: str, max_chars: int
+) -> None:
+    """The ``query`` rule: a plain query (``first`` then ``item`` characters, at most
+    ``max_chars``) that is none of ``used``: a walk down the trie of the used queries that
+    leaves it, or stops at a node that is not a whole used query."""
+    used_set = {u for u in used if u}
+    prefixes = {u[:i] for u in used_set for i in range(len(u) + 1)}
+    r.add("word-first", first)
+    r.add("word-item", item)
+    rests: dict[int, str] = {}
+
+    def rest(k: int) -> str:  # k characters written: the rest is free
+        if k not in rests:
+            rests[k] = r.add(f"query-rest{k}", f'{_repeat("word-item", max_chars - k)} "\\""')
+        return rests[k]
+
+    names: dict[str, str | None] = {}
+
+    def node(p: str) -> str | None:
+        if p in names:
+            return names[p]
+        d, cls = len(p), first if not p else item
+        children = sorted({u[d] for u in prefixes if len(u) > d and u.startswith(p)})
+        children = [c for c in children if _in_class(cls, c)] if d < max_chars else []
+        alts = []
+        for c in children:
+            sub = node(p + c)
+            if sub is not None:
+                alts.append(f"{_literal(c)} {sub}")
+        exit_class = _class_without(cls, set(children)) if d < max_chars else None
+        if exit_class is not None:
+            alts.append(f"{exit_class} {rest(d + 1)}")
+        if p and p not in used_set:
+            alts.append('"\\""')
+        names[p] = r.add(f"query-n{len(names)}", " | ".join(alts)) if alts else None
+        return names[p]
+
+    root = node("")
+    if root is None:
+        raise ValueError("every query is excluded")
+    r.add("query", f'"\\"" {root}')
 
 
 def _tool_call_rules(
@@ -288,6 +431,8 @@ def _tool_call_rules(
     max_string_chars: int,
     plain_queries: bool,
     capital_queries: bool,
+    visit_urls: tuple[str, ...] | None = None,
+    used_queries: tuple[str, ...] = (),
 ) -> None:
     """The ``tool-call`` rule: the canonical one-line JSON of a search or visit call."""
     r.add(
@@ -315,22 +460,46 @@ def _tool_call_rules(
     escape = r.add("json-escape", '"\\\\" ( ["\\\\/bfnrt] | "u" [0-9a-fA-F]{4} )')
     json_item = _tag_free_text(r, "json", excluded='"\\\\\\x00-\\x1F', extra_items=(escape,))
     r.add("json-first", f'[^<"\\\\{_BLANKS}] | "\\\\\\""')
-    if plain_queries:
+    if plain_queries and used_queries:
+        first = _CAPITAL_FIRST if capital_queries else _WORD_FIRST
+        _fresh_query(r, used_queries, first, _WORD_ITEM, max_string_chars)
+    elif plain_queries:
         r.add("word-first", _CAPITAL_FIRST if capital_queries else _WORD_FIRST)
-        r.add("word-item", "[a-zA-Z0-9 ,.'()\\u00C0-\\uFFFF-]")
+        r.add("word-item", _WORD_ITEM)
         _json_string(r, "query", "word-first", "word-item", max_string_chars)
     else:
         _json_string(r, "query", "json-first", json_item, max_string_chars)
     _json_string(r, "goal", "json-first", json_item, max_string_chars)
-    r.add("url-scheme", '"http" "s"? "://"')
-    r.add("url", f'"\\"" url-scheme {_repeat(json_item, max_string_chars, 1)} "\\""')
+    if visit_urls:  # a page of the results read so far, never an invented URL
+        pages = " | ".join(_literal(json.dumps(u, ensure_ascii=False)) for u in visit_urls)
+        r.add("url", pages)
+    else:
+        r.add("url-scheme", '"http" "s"? "://"')
+        r.add("url", f'"\\"" url-scheme {_repeat(json_item, max_string_chars, 1)} "\\""')
 
 
-def grammar_for_kind(kind: str, prefilled_think: bool = False, **options: object) -> str:
+def grammar_for_kind(
+    kind: str,
+    prefilled_think: bool = False,
+    messages: Sequence[Mapping[str, str]] | None = None,
+    **options: object,
+) -> str:
     """:func:`protocol_grammar` for a turn kind: "any", "tool_call", "search" (a search call
-    only) or "answer"."""
+    only) or "answer". The option ``answer_spans=True`` makes the answer a span of the tool
+    responses in ``messages`` (the conversation so far, see
+    :func:`drvenus.protocol.spans.span_sources`), ``answer_spans_thinking=True`` of the
+    agent's own thoughts too, ``answer_spans_new_words=True`` without the question's words,
+    ``answer_spans_news=True`` with at least one word that is not the question's.
+    ``grounded_calls=True``: a visit opens one of the search results read so far (no visit
+    before there are any) and a search never repeats an earlier query. Grammars built per
+    question and per turn."""
     if kind not in ("any", "tool_call", "search", "answer"):
         raise ValueError(f"unknown grammar kind {kind!r}")
+    grounded = bool(options.pop("answer_spans", False))
+    thinking = bool(options.pop("answer_spans_thinking", False))
+    new_words = bool(options.pop("answer_spans_new_words", False))
+    grounded_calls = bool(options.pop("grounded_calls", False))
+    news = bool(options.pop("answer_spans_news", False))
     # Options may narrow the kind further (e.g. a model built with an answer-free grammar).
     allow_call = kind != "answer" and bool(options.pop("allow_tool_call", True))
     allow_answer = kind in ("any", "answer") and bool(options.pop("allow_answer", True))
@@ -339,6 +508,23 @@ def grammar_for_kind(kind: str, prefilled_think: bool = False, **options: object
         tools = tuple(t for t in tools if t == "search")
     if not (allow_call or allow_answer):  # options exclude the kind asked for: the kind wins
         allow_call, allow_answer = kind != "answer", kind == "answer"
+    if grounded_calls and allow_call:
+        options["used_queries"] = past_queries(messages or ())
+        urls = result_urls(messages or ())
+        if urls:
+            options["visit_urls"] = urls
+        else:  # nothing to open yet: no visit
+            tools = tuple(t for t in tools if t != "visit")
+            if not tools:
+                allow_call, allow_answer = False, True
+    if grounded and allow_answer:
+        options["answer_spans"] = span_sources(messages or (), thinking=thinking)
+        if new_words:
+            options["answer_question"] = question_of(messages or ())
+        if news:
+            options["answer_news"] = question_of(messages or ())
+    elif grounded:
+        options.pop("max_answer_words", None)  # no answer in this turn: no span bound either
     return protocol_grammar(
         prefilled_think,
         allow_tool_call=allow_call,
