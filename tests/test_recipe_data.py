@@ -7,8 +7,6 @@ import json
 import random
 from functools import cache
 
-import pytest
-
 from drvenus import protocol
 from drvenus.grading.match import normalize_answer
 from drvenus.recipe.articles import RESERVED_COUNT, is_reserved, load_articles
@@ -273,14 +271,13 @@ def test_end_to_end_teacher_then_clean_with_the_correctness_filter(tmp_path):
 
 
 def test_rl_and_eval_rows_are_read_by_the_trainer_and_eval(tmp_path):
-    pytest.importorskip("torch", reason="the RL trainer's reader lives with the trainer")
     from drvenus.eval.benchmarks import load
-    from drvenus.train.rl.trainer import read_questions
+    from drvenus.train.rl.questions import question_rows
 
     qs = sample(lambda q: q.split == "train-rl", 5) + sample(lambda q: q.split == "test", 5)
     write_jsonl(tmp_path / "rl.jsonl", (rl_row(q) for q in qs[:5]))
     write_jsonl(tmp_path / "test.jsonl", (eval_row(q) for q in qs[5:]))
-    assert read_questions(tmp_path / "rl.jsonl") == [(q.question, q.ground_truth) for q in qs[:5]]
+    assert question_rows(tmp_path / "rl.jsonl") == [(q.question, q.ground_truth) for q in qs[:5]]
     items = load("jsonl", tmp_path / "test.jsonl")
     assert [i.question for i in items] == [q.question for q in qs[5:]]
     assert [i.answer for i in items] == [q.answer for q in qs[5:]]

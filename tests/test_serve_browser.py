@@ -121,7 +121,9 @@ def test_ask_watch_reconnect_replay_in_a_browser(served, browser, artifacts):
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(served.url + "/")
     page.wait_for_selector("#opt-model option", state="attached")  # settings from the server
-    assert page.input_value("#opt-steps") == "2"  # the embedded preset's step limit
+    from drvenus.stack import EMBEDDED_AGENT
+
+    assert page.input_value("#opt-steps") == str(EMBEDDED_AGENT.max_steps)  # the preset's limit
     page.fill("#question", QUESTION)
     page.click("#ask-btn")
     # a search step appears while the run goes on
