@@ -14,17 +14,19 @@ stated), and the question when there is nothing else.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
+from drvenus.protocol.parse import parse_turn
 from drvenus.protocol.render import (
     CONTEXT_LIMIT_MESSAGE,
     FORMAT_ERROR_MESSAGE,
     STEP_LIMIT_MESSAGE,
     VISIT_SEPARATOR,
+    parse_search_body,
     unwrap_tool_response,
 )
+from drvenus.protocol.tools import ToolCall
 
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _NOTICES = frozenset({STEP_LIMIT_MESSAGE, CONTEXT_LIMIT_MESSAGE, FORMAT_ERROR_MESSAGE})
@@ -95,20 +97,11 @@ def clause_words(text: str, exclude: frozenset[str] = frozenset()) -> list[list[
 
 def _search_text(body: str) -> str | None:
     """Titles and snippets of a search response, one per line (None: not a search response)."""
-    try:
-        data = json.loads(body)
-    except ValueError:
+    data = parse_search_body(body)
+    if data is None:
         return None
-    if not isinstance(data, list):
-        return None
-    lines: list[str] = []
-    for entry in data:
-        if not isinstance(entry, Mapping):
-            return None
-        for hit in entry.get("web_page_info_list") or []:
-            if isinstance(hit, Mapping):
-                lines.extend(str(hit.get(k) or "") for k in ("title", "snippet"))
-    return "\n".join(lines)
+    hits = [hit for entry in data for hit in entry["web_page_info_list"]]
+    return "\n".join(hit[k] for hit in hits for k in ("title", "snippet"))
 
 
 def tool_response_text(body: str) -> str:
@@ -182,20 +175,13 @@ def spans_of(
 
 # -- grounded tool calls ---------------------------------------------------------------------
 
-_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-
-
-def _calls(messages: Sequence[Mapping[str, str]]) -> list[Mapping]:
+def _calls(messages: Sequence[Mapping[str, str]]) -> list[ToolCall]:
+    """The tool calls of the conversation's assistant turns (as the agent parsed them)."""
     calls = []
     for m in messages:
-        if m.get("role") != "assistant":
-            continue
-        for body in _TOOL_CALL.findall(m.get("content") or ""):
-            try:
-                call = json.loads(body)
-            except ValueError:
-                continue
-            if isinstance(call, Mapping) and isinstance(call.get("arguments"), Mapping):
+        if m.get("role") == "assistant":
+            call = parse_turn(m.get("content") or "").tool_call
+            if call is not None:
                 calls.append(call)
     return calls
 
@@ -208,31 +194,24 @@ def _items(value: object) -> list[str]:
 
 def past_queries(messages: Sequence[Mapping[str, str]]) -> tuple[str, ...]:
     """The queries the conversation's search calls already asked, in order."""
-    seen = [q for c in _calls(messages) if c.get("name") == "search"
-            for q in _items(c["arguments"].get("query"))]
+    seen = [q for c in _calls(messages) if c.name == "search"
+            for q in _items(c.arguments.get("query"))]
     return tuple(dict.fromkeys(seen))
 
 
 def result_urls(messages: Sequence[Mapping[str, str]]) -> tuple[str, ...]:
     """The URLs of the search results read so far that no visit call has opened yet: the
     pages a grounded visit may open (it can never invent a URL)."""
-    visited = {u for c in _calls(messages) if c.get("name") == "visit"
-               for u in _items(c["arguments"].get("url"))}
+    visited = {u for c in _calls(messages) if c.name == "visit"
+               for u in _items(c.arguments.get("url"))}
     urls: list[str] = []
     for m in messages:
         body = unwrap_tool_response(m.get("content") or "") if m.get("role") == "user" else None
         if body is None:
             continue
-        try:
-            data = json.loads(body)
-        except ValueError:
-            continue
-        for entry in data if isinstance(data, list) else []:
-            hits = entry.get("web_page_info_list") if isinstance(entry, Mapping) else None
-            for hit in hits if isinstance(hits, list) else []:
-                url = hit.get("url") if isinstance(hit, Mapping) else None
-                if isinstance(url, str) and url.startswith(("http://", "https://")):
-                    urls.append(url)
+        for entry in parse_search_body(body) or []:
+            urls.extend(hit["url"] for hit in entry["web_page_info_list"]
+                        if str(hit["url"]).startswith(("http://", "https://")))
     return tuple(u for u in dict.fromkeys(urls) if u not in visited)
 
 
