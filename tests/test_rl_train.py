@@ -138,7 +138,13 @@ def test_format_penalties_and_outcome_land_on_the_right_tokens(embedded_tokenize
 
 def test_llm_judge_outcomes_through_a_local_server(monkeypatch):
     verdict = "extracted_final_answer: Herbert\nreasoning: same\ncorrect: yes\nconfidence: 90"
-    with StubServer([verdict, "correct: no\nconfidence: 10"]) as server:
+
+    def judge_reply(request) -> str:
+        # the two judged answers arrive concurrently: answer by content, not by arrival order
+        prompt = json.dumps(request.json["messages"])
+        return "correct: no\nconfidence: 10" if "Asimov" in prompt else verdict
+
+    with StubServer([], default=judge_reply) as server:
         cfg = RLConfig(train="x", model="m", output="o", reward_type="llm",
                        judge_url=server.base_url, judge_model="judge")
         judge = _build_judge(cfg)
