@@ -26,6 +26,18 @@ def test_pass_at_k_formula():
         M.pass_at_k(2, 1, 3)
 
 
+def test_wilson_interval_and_the_item_interval():
+    # textbook values: 8 of 10 -> (0.490, 0.943); 0 of 20 -> (0, 0.161)
+    lo, hi = M.wilson_interval(8, 10)
+    assert lo == pytest.approx(0.4902, abs=1e-3) and hi == pytest.approx(0.9433, abs=1e-3)
+    lo, hi = M.wilson_interval(0, 20)
+    assert lo == 0.0 and hi == pytest.approx(0.1611, abs=1e-3)
+    assert M.wilson_interval(0, 0) is None
+    # items a..d right in 2/3, 1/3, 0 and 3/3 of their runs: 2 "successes" over 4 items
+    assert M.item_interval(_three_runs()) == pytest.approx(M.wilson_interval(2.0, 4))
+    assert M.summarize(_three_runs())["ci95_items"] == pytest.approx(M.wilson_interval(2.0, 4))
+
+
 def _three_runs():
     # item a: right in runs 0,1; b: right in run 2 only; c: never; d: always
     table = {"a": [1, 1, 0], "b": [0, 0, 1], "c": [0, 0, 0], "d": [1, 1, 1]}
@@ -84,7 +96,9 @@ def test_set_level_terminations_costs_recall():
     ]
     s = M.summarize(rows)
     assert s["deepsearchqa"] == {"items": 2, "fully_correct": 0.5, "item_f1": 0.75}
-    assert s["per_level"] == {"1": {"n": 1, "avg_at_k": 1.0}, "2": {"n": 1, "avg_at_k": 0.0}}
+    assert s["per_level"] == {
+        "1": {"n": 1, "avg_at_k": 1.0, "ci95_items": pytest.approx(M.wilson_interval(1, 1))},
+        "2": {"n": 1, "avg_at_k": 0.0, "ci95_items": pytest.approx(M.wilson_interval(0, 1))}}
     assert s["terminations"] == {"answered": 1, "max_steps": 1}
     assert s["cost_all"]["tool_calls"] == 5.0 and s["cost_correct"]["tool_calls"] == 3.0
     assert s["cost_all"]["tokens"] == 220.0 and s["wall_seconds"]["total"] == 12.0

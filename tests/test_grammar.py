@@ -368,6 +368,23 @@ def test_span_answers_never_glue_words():
     assert not accepts(grammar, _answer_of("by Irish author"))  # no weak first word
 
 
+def test_year_ranges_and_dashes_split_into_answers():
+    """A biography's "(1928–2025)" holds two answers, the birth and the death year: an en or em
+    dash, and a hyphen between digits, end a clause; a hyphenated name stays one word."""
+    assert clause_words("American biologist (1928–2025)") == [["American", "biologist"],
+                                                               ["1928"], ["2025"]]
+    assert clause_words("ruled 1130-1816 as king") == [["ruled", "1130"], ["1816", "as", "king"]]
+    assert clause_words("Jean-Paul Sartre—writer") == [["Jean-Paul", "Sartre"], ["writer"]]
+    messages = [{"role": "user", "content": "When was James Watson born?"},
+                {"role": "user", "content": wrap_tool_response(json.dumps([{
+                    "query": "James Watson", "web_page_info_list": [{
+                        "title": "James Watson", "url": "https://en.wikipedia.org/wiki/J_Watson",
+                        "snippet": "American biologist (1928–2025)"}]}]))}]
+    grammar = grammar_for_kind("answer", False, messages, **EMBEDDED_GRAMMAR_OPTIONS)
+    assert accepts(grammar, _answer_of("1928")) and accepts(grammar, _answer_of("2025"))
+    assert not accepts(grammar, _answer_of("1928–2025"))
+
+
 def test_span_sources():
     texts = span_sources(SPAN_MESSAGES)
     assert len(texts) == 1 and "Bram Stoker" in texts[0] and "https:" not in texts[0]

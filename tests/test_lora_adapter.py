@@ -194,7 +194,11 @@ def test_adapter_settings_and_checks(tmp_path, monkeypatch):
     from drvenus.llm.llamacpp import check_adapter
     from drvenus.stack import adapter_file
 
-    assert adapter_file(load_settings()) is None  # nothing ships yet
+    shipped = adapter_file(load_settings())  # the trained adapter ships, and fits the base
+    assert shipped is not None and shipped.parent == embedded.ADAPTERS_DIR
+    assert shipped.name == embedded.EMBEDDED_ADAPTER and shipped.stat().st_size < 20_000_000
+    meta = read_gguf_info(shipped).metadata
+    assert meta["general.type"] == "adapter" and meta["adapter.type"] == "lora"
     monkeypatch.setattr(embedded, "EMBEDDED_ADAPTER", "shipped.gguf")
     monkeypatch.setattr(embedded, "ADAPTERS_DIR", tmp_path)
     with pytest.raises(LLMError, match="--no-adapter"):
@@ -244,6 +248,9 @@ def test_cli_export_adapter_and_models_info(tmp_path):
     assert "embedded SmolLM2" in done.output and "alpha 8" in done.output
     done = runner.invoke(app, ["models", "info", "--no-adapter"])
     assert "none (--no-adapter)" in done.output
+    done = runner.invoke(app, ["models", "info"])  # the shipped adapter, by default
+    assert done.exit_code == 0 and "smollm2-135m-drvenus-sft.gguf" in done.output
+    assert "alpha 32" in done.output and "model card" in done.output
     done = runner.invoke(app, ["models", "export-adapter", str(tmp_path), "-o", "x.gguf"])
     assert done.exit_code != 0 and "no adapter_config.json" in done.output
 

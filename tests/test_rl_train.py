@@ -270,3 +270,32 @@ def test_entropy_coef_adds_minus_coef_times_the_token_mean_entropy(tiny_policy):
     assert bonus["actor/loss"] - base["actor/loss"] == pytest.approx(-0.1 * expected, abs=1e-6)
     assert base["actor/loss"] == pytest.approx(base["actor/pg_loss"], abs=1e-7)  # coef 0: as before
     assert bonus["actor/grad_norm"] != pytest.approx(base["actor/grad_norm"])  # it has a gradient
+
+
+@pytest.mark.slow
+def test_rl_from_a_lora_adapter_trains_the_adapter_only(tmp_path, rl_data, tiny_policy):
+    """``--model`` an adapter folder (``drvenus sft --lora``'s output): the adapter trains on
+    its frozen base, checkpoints are adapters, and a resumed run loads them."""
+    peft = pytest.importorskip("peft")
+    from safetensors.torch import load_file
+
+    base = transformers.AutoModelForCausalLM.from_pretrained(tiny_policy)
+    lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
+                                                     init_lora_weights=False))
+    adapter = tmp_path / "sft-adapter"
+    lora.save_pretrained(adapter)
+    before = load_file(adapter / "adapter_model.safetensors")
+    out = tmp_path / "out"
+    cfg = _config(tmp_path / "a.yaml", rl_data, adapter, out, learning_rate=1e-3, kl_coef=0.01)
+    result = runner.invoke(app, ["rl", "--config", str(cfg), "--total-steps", "1"])
+    assert result.exit_code == 0, result.output
+    ckpt = out / "checkpoints" / "step-000001"
+    assert (ckpt / "adapter_config.json").is_file() and not (ckpt / "model.safetensors").exists()
+    after = load_file(ckpt / "adapter_model.safetensors")
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    row = _metrics(out)[0]
+    assert row["actor/grad_norm"] > 0 and math.isfinite(row["actor/kl_loss"])
+    resumed = runner.invoke(app, ["rl", "--config", str(cfg), "--total-steps", "2", "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert [r["step"] for r in _metrics(out)] == [1, 2]

@@ -124,6 +124,8 @@ def test_ask_watch_reconnect_replay_in_a_browser(served, browser, artifacts):
     from drvenus.stack import EMBEDDED_AGENT
 
     assert page.input_value("#opt-steps") == str(EMBEDDED_AGENT.max_steps)  # the preset's limit
+    about = page.inner_text("#model-about")  # what the embedded model is and can do
+    assert "SmolLM2-135M" in about and "trained adapter" in about
     page.fill("#question", QUESTION)
     page.click("#ask-btn")
     # a search step appears while the run goes on

@@ -87,6 +87,9 @@ def test_training_loss_drops(full_run):
     evals = {e["step"]: e["eval_loss"] for e in full_run.log_history if "eval_loss" in e}
     assert {STOP_AT, 2 * STOP_AT, STEPS} == set(evals)  # every eval_steps, and at the end
     assert evals[STEPS] < evals[STOP_AT]
+    history = (full_run.output_dir / "history.jsonl").read_text().splitlines()
+    written = [json.loads(x) for x in history]
+    assert written == json.loads(json.dumps(full_run.log_history))  # the curves, on disk
 
 
 def test_lora_run_saves_an_adapter(tiny_model, short_trajectories, tmp_path):

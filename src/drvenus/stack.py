@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 # no resampling (the grammar already guarantees the format). Four steps answered one question
 # more of 12 in twice the time. Chosen with benchmarks/bench_embedded_questions.py (issue #17).
 EMBEDDED_AGENT = AgentConfig(
-    max_steps=3,
+    max_steps=4,  # the trained adapter's trajectories: up to 3 tool calls, then the answer
     max_context_tokens=6500,
     time_limit=110.0,
     max_attempts=1,

@@ -69,6 +69,9 @@ def models_info(
         out.print(f"base model: {escape(base)}")
         if chosen is not None:
             out.print(f"adapter:    {escape(_describe_adapter(chosen))}")
+            if chosen.parent == embedded.ADAPTERS_DIR:
+                card = embedded.ADAPTERS_DIR / "README.md"
+                out.print(f"            shipped with drvenus; model card: {escape(str(card))}")
         elif settings.no_adapter:
             out.print("adapter:    none (--no-adapter)")
         elif is_embedded(settings):

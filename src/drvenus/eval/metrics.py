@@ -121,6 +121,27 @@ def accuracy(flags: Iterable[bool | None]) -> float | None:
     return sum(graded) / len(graded) if graded else None
 
 
+def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """Wilson score interval of a proportion (95% for ``z`` = 1.96); ``successes`` may be
+    fractional (a mean over runs per item, summed over items)."""
+    if n <= 0:
+        return None
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def item_interval(results: Iterable[RunResult]) -> tuple[float, float] | None:
+    """95% Wilson interval of the accuracy over items (each item's share of correct runs):
+    how far the Avg@k of another draw of as many questions may lie."""
+    per_item: dict[str, list[bool]] = defaultdict(list)
+    for r in results:
+        if r.correct is not None:
+            per_item[r.item_id].append(bool(r.correct))
+    return wilson_interval(sum(sum(v) / len(v) for v in per_item.values()), len(per_item))
+
+
 def calibration_error(
     confidences: Sequence[float], correct: Sequence[bool], bin_size: int = 100
 ) -> float | None:
@@ -219,7 +240,8 @@ def _per_level(rows: Sequence[RunResult]) -> dict[str, Any] | None:
     if not levels:
         return None
     return {
-        lv: {"n": len({r.item_id for r in rs}), "avg_at_k": _mean(per_run_accuracy(rs).values())}
+        lv: {"n": len({r.item_id for r in rs}), "avg_at_k": _mean(per_run_accuracy(rs).values()),
+             "ci95_items": item_interval(rs)}
         for lv, rs in sorted(levels.items())
     }
 
@@ -239,6 +261,7 @@ def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
         "per_run": {str(k): v for k, v in runs.items()},
         "avg_at_k": _mean(run_values),
         "std_at_k": statistics.pstdev(run_values) if len(run_values) > 1 else 0.0,
+        "ci95_items": item_interval(results),
         "best_pass_at_1": max(run_values) if run_values else None,
         "pass_at_k": {str(k): v for k, v in pass_at_k_curve(results).items()},
         "majority_vote": majority_vote(results),
@@ -266,10 +289,12 @@ __all__ = [
     "calibration_error",
     "cost_summary",
     "gold_recall",
+    "item_interval",
     "majority_vote",
     "pass_at_k",
     "pass_at_k_curve",
     "per_run_accuracy",
     "summarize",
     "tool_use",
+    "wilson_interval",
 ]

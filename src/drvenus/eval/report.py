@@ -82,11 +82,16 @@ def _num(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
 
 
+def _interval(ci: Sequence[float] | None) -> str:
+    return "–" if not ci else f"{_pct(ci[0])} – {_pct(ci[1])}"
+
+
 def _headline(m: dict[str, Any]) -> list[str]:
     pass_k = m["pass_at_k"]
     k = max(pass_k, key=int) if pass_k else None
     rows = [
         ("Avg@k (mean Pass@1 over runs)", f"{_pct(m['avg_at_k'])} ± {_pct(m['std_at_k'])}"),
+        ("95% interval over items (Wilson)", _interval(m.get("ci95_items"))),
         ("Best Pass@1", _pct(m["best_pass_at_1"])),
         (f"Pass@{k}" if k else "Pass@k", _pct(pass_k[k]) if k else "–"),
         ("Majority vote", _pct(m["majority_vote"])),
@@ -136,8 +141,9 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = ()) -> str:
         *(f"| {run} | {_pct(v)} |" for run, v in m["per_run"].items()),
     ]
     if m["per_level"]:
-        lines += ["", "## Per level", "", "| level | items | Avg@k |", "|---|---|---|"]
-        lines += [f"| {lv} | {v['n']} | {_pct(v['avg_at_k'])} |"
+        lines += ["", "## Per level", "", "| level | items | Avg@k | 95% interval |",
+                  "|---|---|---|---|"]
+        lines += [f"| {lv} | {v['n']} | {_pct(v['avg_at_k'])} | {_interval(v.get('ci95_items'))} |"
                   for lv, v in m["per_level"].items()]
     lines += ["", "## Cost", "", *_cost_table(m), "",
               f"Wall time: {_num(m['wall_seconds']['total'])} s of agent time in all, "

@@ -38,10 +38,11 @@ _VISIT_HEAD = re.compile(
 )
 # Where a clause ends: sentence punctuation before a blank (not after a lone capital, an
 # initial such as "J."), a comma/semicolon/colon before a blank, brackets, quotes, dashes
-# between blanks, an ellipsis, a line break. A span never crosses a clause boundary.
+# between blanks, an en or em dash anywhere ("1928–2025": a range, two answers), a hyphen
+# between digits, an ellipsis, a line break. A span never crosses a clause boundary.
 _CLAUSE_BREAK = re.compile(
     r"(?<![\s.][A-Z])(?<!^[A-Z])[.!?](?=\s|$)|[,;:](?=\s|$)|[()\[\]{}\"\u201c\u201d|]"
-    r"|\s[-\u2013\u2014]+\s|\.\.\.|\u2026|\n"
+    r"|\s[-\u2013\u2014]+\s|[\u2013\u2014]|(?<=\d)-(?=\d)|\.\.\.|\u2026|\n"
 )
 _STRIP = ".,;:!?'\u2018\u2019*_`"
 _INITIALS = re.compile(r"(?:[A-Za-z]\.)+")

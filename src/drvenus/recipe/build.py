@@ -226,10 +226,15 @@ def rl_row(q: Question) -> dict[str, Any]:
     }
 
 
+EVAL_LEVELS = {"wiki-single-hop": "single-hop", "wiki-two-hop": "two-hop",
+               "deepresearcher-mix": "open-qa"}
+
+
 def eval_row(q: Question) -> dict[str, Any]:
     return {
         "id": q.id, "question": q.question, "answer": q.ground_truth, "kind": q.kind,
         "hops": q.hops, "gold_titles": q.gold_titles, "data_source": q.source,
+        "level": EVAL_LEVELS.get(q.source.split(":")[0], q.source),  # the eval report's breakdown
     }
 
 

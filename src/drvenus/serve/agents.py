@@ -32,6 +32,7 @@ class Preset:
     label: str
     build: Callable[[], Any]
     config: AgentConfig | None = None  # models only: the agent preset that suits the model
+    about: str = ""  # one sentence for people: what this choice is and can do
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ class AgentPool:
         """What a client may choose (for the settings panel and ``/v1/models``)."""
         default = next(iter(self.models.values())).config or AgentConfig()
         return {
-            "models": [{"id": k, "label": p.label} for k, p in self.models.items()],
+            "models": [{"id": k, "label": p.label, "about": p.about}
+                       for k, p in self.models.items()],
             "tools": [{"id": k, "label": p.label} for k, p in self.tools.items()],
             "max_steps": default.max_steps,
             "step_cap": self.step_cap,
@@ -149,6 +151,26 @@ def model_label(settings: Settings) -> str:
     return settings.model_name or "the configured model server"
 
 
+EMBEDDED_ABOUT = (
+    "The embedded model: SmolLM2-135M with drvenus's trained adapter, offline on this machine. "
+    "A 135M demonstration of the recipe, not a research agent: it answers about a third of "
+    "simple one-fact questions about the built-in Wikipedia summaries, and rarely follows up "
+    "with a second search or a page visit. For research, serve a real model (--base-url)."
+)
+
+
+def model_about(settings: Settings) -> str:
+    """What the model the settings select can do, in a sentence (the web demo shows it)."""
+    from drvenus.stack import is_embedded
+
+    if not is_embedded(settings):
+        return ""
+    if settings.no_adapter:
+        return ("The embedded model SmolLM2-135M without its adapter, offline: it shows the "
+                "machinery, and is rarely right.")
+    return EMBEDDED_ABOUT
+
+
 def tools_label(settings: Settings) -> str:
     if settings.tools_url:
         return "tool server"
@@ -173,6 +195,7 @@ def pool_from_settings(
             model_label(s),
             lambda: build_model(s, parallel=parallel, notify=notify),
             agent_config(s, system_prompt_file),
+            model_about(s),
         )
 
     def tools_preset(s: Settings) -> Preset:
@@ -194,4 +217,5 @@ def pool_from_settings(
     return AgentPool(models, tools)
 
 
-__all__ = ["AgentPool", "Choice", "Preset", "model_label", "pool_from_settings", "tools_label"]
+__all__ = ["AgentPool", "Choice", "Preset", "model_about", "model_label", "pool_from_settings",
+           "tools_label"]

@@ -398,12 +398,23 @@ async function init() {
   try {
     state.config = await api("/api/config");
     fillSelect($("opt-model"), state.config.models);
+    showAbout();
+    $("opt-model").addEventListener("change", showAbout);
     fillSelect($("opt-tools"), state.config.tools);
     $("opt-steps").value = state.config.max_steps;
     $("opt-steps").max = state.config.step_cap;
   } catch (err) { flash("Cannot reach the server: " + err.message); }
   const match = /run=([^&]+)/.exec(location.hash);
   if (match) follow(decodeURIComponent(match[1]), "");
+}
+
+function showAbout() {
+  // what the chosen model is and can do, in the server's own words
+  const id = $("opt-model").value;
+  const model = (state.config.models || []).find((m) => m.id === id) || state.config.models[0];
+  const box = $("model-about");
+  box.textContent = (model && model.about) || "";
+  box.hidden = !box.textContent;
 }
 
 init();

@@ -41,7 +41,8 @@ class RLConfig:
     # data and model
     train: str = _opt("Training questions: parquet / JSONL in the RL format (prompt, "
                       "reward_model.ground_truth).", "")
-    model: str = _opt("Policy to start from: a Hugging Face model folder (or a .gguf file).", "")
+    model: str = _opt("Policy to start from: a Hugging Face model folder, a .gguf file, or a "
+                      "LoRA adapter folder (then the adapter trains).", "")
     output: str = _opt("Output folder: checkpoints, metrics, traces.", "")
     # rollouts
     engine: str = _opt("Rollout engine: transformers (in process) | vllm | sglang (a server).",

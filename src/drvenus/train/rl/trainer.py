@@ -90,15 +90,27 @@ def steps_planned(config: RLConfig, n_rows: int) -> int:
 
 
 def load_policy(path: str | Path, device: str) -> tuple[Any, Any]:
-    """(model in fp32 on ``device``, tokenizer) from a model folder or a ``.gguf`` file."""
+    """(model in fp32 on ``device``, tokenizer) from a model folder, a ``.gguf`` file, or a
+    LoRA adapter folder (``drvenus sft --lora``'s output): then the adapter is what trains, on
+    its frozen base, and checkpoints are adapters too."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from drvenus.llm.hf import from_pretrained
+    from drvenus.llm.hf import adapter_base, from_pretrained
 
-    tokenizer = from_pretrained(AutoTokenizer, path)
+    base = adapter_base(path)
+    has_tokenizer = (Path(path) / "tokenizer_config.json").is_file()
+    tokenizer = from_pretrained(AutoTokenizer, path if base is None or has_tokenizer else base)
     if not getattr(tokenizer, "chat_template", None):
         raise RLConfigError(f"{path}: the tokenizer has no chat template")
-    model = from_pretrained(AutoModelForCausalLM, path, dtype=torch.float32).to(device)
+    if base is None:
+        model = from_pretrained(AutoModelForCausalLM, path, dtype=torch.float32)
+    else:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(
+            from_pretrained(AutoModelForCausalLM, base, dtype=torch.float32), str(path),
+            is_trainable=True)
+    model = model.to(device)
     model.eval()  # no dropout: rollouts, IG and the loss see the same function
     return model, tokenizer
 
@@ -417,7 +429,8 @@ def _open_run(config: RLConfig) -> _Run:
         log.info("resuming from %s (step %d)", latest, start)
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate,
+    trainable = [p for p in model.parameters() if p.requires_grad]  # an adapter's, or all
+    optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate,
                                   weight_decay=config.weight_decay)
     if found:
         optimizer.load_state_dict(torch.load(found[-1] / "optimizer.pt", map_location=device))

@@ -48,6 +48,7 @@ from drvenus.train.sft.data import (
 log = logging.getLogger(__name__)
 
 FINAL_DIR = "final"
+HISTORY_FILE = "history.jsonl"
 STATS_FILE = "sft_data_stats.json"
 
 
@@ -306,6 +307,9 @@ def train(config: SFTConfig, *, callbacks: list[Any] | None = None) -> SFTResult
     output = trainer.train(resume_from_checkpoint=resume_from)
     final = Path(config.output) / FINAL_DIR
     trainer.save_model(str(final))
+    if state.is_main_process:  # the loss and validation-loss curves, one JSON line a log
+        with (Path(config.output) / HISTORY_FILE).open("w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(e) + "\n" for e in trainer.state.log_history)
     return SFTResult(Path(config.output), final, trainer.state.global_step,
                      output.training_loss, resume_from, list(trainer.state.log_history), stats)
 
