@@ -39,7 +39,7 @@ def test_the_recipe_rebuilds_in_miniature(tmp_path, embedded_gguf):
     assert (ckpt / "adapter_config.json").is_file()
     for gguf in (out / "sft.gguf", out / "rl.gguf"):
         assert 0 < gguf.stat().st_size < 20_000_000
-    # evaluation: three stages, each with the recipe questions and HotpotQA-paragraphs
+    # evaluation: three stages on the recipe questions (HotpotQA-paragraphs: --hotpot N)
     table = (out / "eval-runs/table.md").read_text()
     assert [line.split("|")[1].strip() for line in table.splitlines()[2:]] == \
         ["base", "sft", "sft+rl"]
