@@ -29,6 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from drvenus.recipe.build import EVAL_LEVELS
+
 log = logging.getLogger("evaluate")
 
 SHARED_HOTPOT = (Path(__file__).resolve().parents[3]
@@ -37,10 +39,11 @@ LEVELS = ("single-hop", "two-hop", "open-qa")
 
 
 def _level(row: dict[str, Any]) -> str:
+    """The row's level (older builds wrote none: derived from its source the build's way)."""
     if row.get("level"):
         return str(row["level"])
     source = str(row.get("data_source", "")).split(":")[0]
-    return {"wiki-single-hop": "single-hop", "wiki-two-hop": "two-hop"}.get(source, "open-qa")
+    return EVAL_LEVELS.get(source, source)
 
 
 def select(split_file: Path, single_hop: int, out: Path, max_items: int | None = None) -> Path:
@@ -72,7 +75,7 @@ def run_eval(benchmark: str, data: Path, out: Path, adapter: str, limit: int | N
 
 
 def _metrics(report: dict[str, Any]) -> dict[str, Any]:
-    return report.get("metrics", report)
+    return report["metrics"]
 
 
 def _pct(v: float | None) -> str:

@@ -42,7 +42,9 @@ def drvenus(*args: str) -> None:
 
 
 def latest_checkpoint(folder: Path) -> Path:
-    found = sorted((folder / "checkpoints").glob("step-*"), key=lambda p: p.name)
+    from drvenus.train.rl.trainer import checkpoints  # complete ones only, in step order
+
+    found = checkpoints(folder)
     if not found:
         raise SystemExit(f"{folder}: no RL checkpoint")
     return found[-1]
