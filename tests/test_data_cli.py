@@ -159,3 +159,58 @@ def test_export_hf_on_wrong_columns_creates_nothing(tmp_path):
                                    str(tmp_path / "hf")])
     assert "not a list of {role, content}" in one_error_line(res)
     assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("fmt", ["verl", "sharegpt", "swift"])
+def test_export_never_writes_over_its_input(good_input, tmp_path, fmt):
+    """``-o`` naming the input (by another spelling too) is refused and the input is intact."""
+    cleaned = tmp_path / "out" / "cleaned_resampled.parquet"
+    assert runner.invoke(data_app, ["clean", "-i", str(good_input), "-o", str(cleaned.parent),
+                                    "--correctness", "em", "--workers", "1"]).exit_code == 0
+    before = cleaned.read_bytes()
+    other = cleaned.parent / ".." / "out" / cleaned.name
+    for target in (cleaned, other):
+        line = one_error_line(runner.invoke(data_app, ["export", "-i", str(cleaned), "-f", fmt,
+                                                       "-o", str(target)]))
+        assert "write over its input" in line
+    assert cleaned.read_bytes() == before
+    res = runner.invoke(data_app, ["export", "-i", str(cleaned), "-f", "hf", "-o",
+                                   str(tmp_path / "hf")])
+    assert res.exit_code == 0, res.output
+    hf_data = tmp_path / "hf" / "data" / "train-00000-of-00001.parquet"
+    line = one_error_line(runner.invoke(data_app, ["export", "-i", str(hf_data), "-f", "hf",
+                                                   "-o", str(tmp_path / "hf")]))
+    assert "write over its input" in line and pq.read_metadata(hf_data).num_rows == 3
+
+
+def test_export_replaces_its_output_only_when_complete(good_input, tmp_path, monkeypatch):
+    from drvenus.data import export as export_module
+
+    cleaned = tmp_path / "out" / "cleaned_resampled.parquet"
+    runner.invoke(data_app, ["clean", "-i", str(good_input), "-o", str(cleaned.parent),
+                             "--correctness", "em", "--workers", "1"])
+    target = tmp_path / "sft.jsonl"
+    target.write_text("previous export\n", encoding="utf-8")
+
+    def broken(row):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(export_module, "_sharegpt", broken)
+    line = one_error_line(runner.invoke(data_app, ["export", "-i", str(cleaned), "-f",
+                                                   "sharegpt", "-o", str(target)]))
+    assert "disk full" in line
+    assert target.read_text(encoding="utf-8") == "previous export\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_clean_refuses_an_output_folder_whose_outputs_are_its_inputs(good_input, tmp_path):
+    """Cleaning a folder into itself twice would read the first run's output as raw input."""
+    folder = good_input.parent
+    args = ["clean", "-i", str(folder), "-o", str(folder), "--file-pattern", "*.parquet",
+            "--correctness", "em", "--workers", "1"]
+    assert runner.invoke(data_app, args).exit_code == 0
+    final = folder / "cleaned_resampled.parquet"
+    before = final.read_bytes()
+    line = one_error_line(runner.invoke(data_app, args))
+    assert "cleaned_resampled.parquet" in line and "write over" in line
+    assert final.read_bytes() == before and pq.read_metadata(final).num_rows == 3

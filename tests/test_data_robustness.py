@@ -197,3 +197,57 @@ def test_a_run_changes_no_module_state(tmp_path):
     after = _module_state()
     assert {k: v for k, v in after.items() if k in before and before[k] != v} == {}
     assert pq.read_metadata(tmp_path / "out" / "cleaned_resampled.parquet").num_rows == 3
+
+
+def _mapped_table(path: Path, batches: int, rows: int, width: int):
+    import pyarrow as pa
+
+    schema = pa.schema([("id", pa.int64()), ("messages", pa.string())])
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema) as out:
+        for b in range(batches):
+            ids = list(range(b * rows, (b + 1) * rows))
+            text = [f"{i:08d}" + "x" * width for i in ids]
+            out.write_batch(pa.record_batch([pa.array(ids), pa.array(text)], schema=schema))
+    return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+
+
+def test_final_rows_are_taken_batch_by_batch_in_any_order(tmp_path):
+    """The final write takes rows from the memory-mapped valid rows without concatenating the
+    columns first (at 20K rows that overflowed 32-bit string offsets and held the whole
+    messages column in memory): the rows asked for, in request order, repeats kept."""
+    import pyarrow as pa
+
+    from drvenus.data.writing import RowTaker
+
+    table = _mapped_table(tmp_path / "valid.arrow", batches=64, rows=32, width=20_000)
+    taker = RowTaker(table)
+    rng = random.Random(5)
+    wanted = [rng.randrange(table.num_rows) for _ in range(256)] + [0, 0, table.num_rows - 1]
+    before = pa.total_allocated_bytes()
+    part = taker.take(wanted)
+    used = pa.total_allocated_bytes() - before
+    assert part.column("id").to_pylist() == wanted
+    assert [m[:8] for m in part.column("messages").to_pylist()] == [f"{i:08d}" for i in wanted]
+    assert used < 3 * 259 * 20_000  # the rows asked for (and their copy), not the column
+    assert taker.take([]).num_rows == 0
+    with pytest.raises(IndexError, match="out of range"):
+        taker.take([table.num_rows])
+
+
+@pytest.mark.slow
+def test_final_rows_from_more_than_2_gib_of_messages(tmp_path):
+    """Past 2 GiB of message text a plain ``take`` fails (32-bit string offsets); the final
+    write's batch-by-batch take does not, and copies only the rows asked for."""
+    import pyarrow as pa
+
+    from drvenus.data.writing import RowTaker
+
+    table = _mapped_table(tmp_path / "valid.arrow", batches=110, rows=1000, width=20_000)
+    assert table.column("messages").nbytes > 2**31
+    wanted = [109_999, 0, 54_321, 0]
+    with pytest.raises(pa.ArrowInvalid, match="offset overflow"):
+        table.take(pa.array(wanted))  # the control: what stage 8 did before
+    before = pa.total_allocated_bytes()
+    part = RowTaker(table).take(wanted)
+    assert part.column("id").to_pylist() == wanted
+    assert pa.total_allocated_bytes() - before < 2**20

@@ -14,17 +14,21 @@ All exports stream the input in record batches.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from drvenus.data.reading import open_cleaned_parquet
+from drvenus.data.reading import DataInputError, open_cleaned_parquet
 from drvenus.protocol import ANSWER_SPLIT, TRAJECTORY_LAYOUT
 
 EXPORT_FORMATS = ("verl", "sharegpt", "swift", "hf")
+HF_DATA = "data/train-00000-of-00001.parquet"
+HF_FILES = (HF_DATA, "README.md", "dataset_info.json")
 _ROLE_TO_SHAREGPT = {"system": "system", "user": "human", "assistant": "gpt", "tool": "observation"}
 
 
@@ -90,14 +94,13 @@ def _write_verl(src: Path, dst: Path, data_source: str) -> int:
 
 def _write_hf(src: Path, out_dir: Path, name: str) -> int:
     pf = open_cleaned_parquet(src)
-    data_dir = out_dir / "data"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    target = data_dir / "train-00000-of-00001.parquet"
+    target = out_dir / HF_DATA
+    target.parent.mkdir(parents=True, exist_ok=True)
     cols = [c for c in ("question", "messages", "gt") if c in pf.schema_arrow.names]
     schema = pf.schema_arrow
     schema = pa.schema([schema.field(c) for c in cols])
     n = 0
-    with pq.ParquetWriter(target, schema) as writer:
+    with _atomic(target) as tmp, pq.ParquetWriter(tmp, schema) as writer:
         for batch in pf.iter_batches(batch_size=256, columns=cols):
             writer.write_batch(batch)
             n += batch.num_rows
@@ -136,11 +139,35 @@ def export_dataset(src: Path, fmt: str, output: Path, *, name: str = "drvenus-sf
         choices = ", ".join(EXPORT_FORMATS)
         raise ValueError(f"unknown export format {fmt!r}; choose one of {choices}")
     open_cleaned_parquet(src)  # bad input fails here, before any output exists
+    targets = [output / p for p in HF_FILES] if fmt == "hf" else [output]
+    if any(_same_file(src, t) for t in targets):
+        raise DataInputError(f"{output}: the export would write over its input {src}; "
+                             "choose another output")
     if fmt == "hf":
         return _write_hf(src, output, name)
     output.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "verl":
-        return _write_verl(src, output, name)
-    if fmt == "sharegpt":
-        return _write_jsonl(src, output, _sharegpt)
-    return _write_jsonl(src, output, lambda row: {"messages": _plain(row["messages"])})
+    with _atomic(output) as tmp:
+        if fmt == "verl":
+            return _write_verl(src, tmp, name)
+        if fmt == "sharegpt":
+            return _write_jsonl(src, tmp, _sharegpt)
+        return _write_jsonl(src, tmp, lambda row: {"messages": _plain(row["messages"])})
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
+@contextmanager
+def _atomic(path: Path) -> Iterator[Path]:
+    """A temporary file next to ``path``, renamed onto it when the block completes (removed
+    when it fails): an interrupted export leaves the previous ``path``, never half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

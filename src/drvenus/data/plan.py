@@ -19,6 +19,7 @@ from drvenus.data.reading import (
     stage_schemas,
 )
 from drvenus.data.rows import RowOptions
+from drvenus.data.writing import OUTPUT_NAMES
 from drvenus.protocol import build_system_prompt, load_system_prompt
 
 
@@ -66,6 +67,15 @@ def plan_run(opts: CleanOptions) -> RunPlan:
         raise NothingReadError(
             f"no input files found under {input_path} with pattern {opts.file_pattern!r}"
         )
+    out_dir = Path(opts.output_dir).expanduser().resolve()
+    overwritten = sorted(
+        str(f) for f in files if f.resolve().parent == out_dir and f.resolve().name in OUTPUT_NAMES
+    )
+    if overwritten:
+        raise DataInputError(
+            f"{', '.join(overwritten)}: an input this run would write over (an output of an "
+            f"earlier run in --output-dir {out_dir}?); choose another output folder or input"
+        )
     inputs = check_inputs(files)
     if len(inputs.errors) == len(files):
         raise nothing_read_error(inputs.errors)
@@ -79,7 +89,6 @@ def plan_run(opts: CleanOptions) -> RunPlan:
         keep_stage1=opts.keep_intermediate,
     )
     return RunPlan(
-        opts, opts.correctness_mode, input_path, Path(opts.output_dir).expanduser().resolve(),
-        files, inputs, row_options, stage1_schema, valid_schema, current_date,
-        opts.worker_count,
+        opts, opts.correctness_mode, input_path, out_dir, files, inputs, row_options,
+        stage1_schema, valid_schema, current_date, opts.worker_count,
     )

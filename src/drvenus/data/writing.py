@@ -8,8 +8,10 @@ interrupted run (Ctrl-C) leaves no partial or empty output and no temporary file
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -24,6 +26,7 @@ FINAL_JSONL = "cleaned_resampled.jsonl"
 STAGE1_PARQUET = "stage1_normalized.parquet"
 STAGE2_PARQUET = "stage2_deduped.parquet"
 STATS_JSON = "stats.json"
+OUTPUT_NAMES = frozenset({FINAL_PARQUET, FINAL_JSONL, STAGE1_PARQUET, STAGE2_PARQUET, STATS_JSON})
 
 
 class OutputFiles:
@@ -96,6 +99,44 @@ class LazyParquetWriter:
             self._writer.close()
 
 
+class RowTaker:
+    """Rows of a (memory-mapped, many-batch) table by index, a few at a time, in any order.
+
+    ``Table.take`` on a chunked table first concatenates each column's chunks: on a large
+    input that copies the whole (memory-mapped) messages column into memory, and past 2 GiB of
+    strings the 32-bit offsets overflow ("offset overflow while concatenating arrays"). Here
+    each index is taken from its own record batch, so only the rows asked for are copied.
+    """
+
+    def __init__(self, table: pa.Table):
+        self._batches = [b for b in table.to_batches() if b.num_rows]
+        self._schema = table.schema
+        self._starts: list[int] = []
+        total = 0
+        for batch in self._batches:
+            self._starts.append(total)
+            total += batch.num_rows
+        self.num_rows = total
+
+    def take(self, indices: Sequence[int]) -> pa.Table:
+        """The rows at ``indices`` (in that order, repeats allowed) as one small table."""
+        by_batch: dict[int, list[tuple[int, int]]] = {}
+        for position, index in enumerate(indices):
+            if not 0 <= index < self.num_rows:
+                raise IndexError(f"row {index} out of range (table of {self.num_rows} rows)")
+            b = bisect.bisect_right(self._starts, index) - 1
+            by_batch.setdefault(b, []).append((position, index - self._starts[b]))
+        parts, order = [], []
+        for b, wanted in by_batch.items():
+            parts.append(self._batches[b].take(pa.array([i for _, i in wanted], pa.int64())))
+            order += [position for position, _ in wanted]
+        if not parts:
+            return self._schema.empty_table()
+        gathered = pa.Table.from_batches(parts, schema=self._schema).combine_chunks()
+        back = sorted(range(len(order)), key=order.__getitem__)  # gathered row -> request order
+        return gathered.take(pa.array(back, pa.int64()))
+
+
 def write_stats(out: OutputFiles, stats: dict[str, Any]) -> None:
     out.temp(STATS_JSON).write_text(
         json.dumps(stats, ensure_ascii=False, indent=2), encoding="utf-8"
@@ -122,11 +163,12 @@ def write_final(
         schema = schema.append(pa.field("_resample_multiplier", pa.int64())).append(
             pa.field("_sample_copy", pa.int64())
         )
+    rows = RowTaker(base)
     jsonl = out.temp(FINAL_JSONL).open("w", encoding="utf-8") if write_jsonl else None
     try:
         with pq.ParquetWriter(out.temp(FINAL_PARQUET), schema) as writer:
             for s in range(0, len(sample.index), slice_rows):
-                part = base.take(pa.array(sample.index[s : s + slice_rows], pa.int64()))
+                part = rows.take(sample.index[s : s + slice_rows])
                 if keep_metadata:
                     part = part.append_column(
                         "_resample_multiplier",
