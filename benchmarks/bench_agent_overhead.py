@@ -52,7 +52,8 @@ def load_tokenizer():
         base_url=engine.listening_address, headers={"Authorization": f"Bearer {key}"}
     )
 
-    def tokenize(text: str) -> int:
+    def tokenize(text: str, _server: LlamaCppServer = server) -> int:
+        # ``_server`` keeps the engine alive: it shuts down when its server object is freed
         reply = client.post("/tokenize", json={"content": text, "add_special": False})
         return len(reply.json()["tokens"])
 

@@ -140,6 +140,17 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
     assert r.returncode == 2 and "no report.json" in r.stderr
 
 
+def test_a_malformed_judge_endpoint_fails_before_any_agent_run(tmp_path, corpus):
+    out = tmp_path / "run"
+    with StubServer([], default=ANSWER) as server:
+        r = drvenus(*eval_args(qa_file(tmp_path, 2), out, server, corpus, "--judge-base-url",
+                               "ftp://judge.example", "--judge-model", "j"))
+        assert server.chat_requests == []  # the agent never ran
+    assert r.returncode == 2 and "judge endpoint" in r.stderr and "http" in r.stderr
+    assert len([x for x in r.stderr.splitlines() if x.strip()]) == 1
+    assert not (out / "results.jsonl").exists()
+
+
 def test_encrypted_benchmark_with_judge_writes_no_plaintext(tmp_path, corpus):
     canary = "SYNTHETIC CANARY for a test"
     question, answer = "SECRETQUESTION 谁写了德古拉？", "SECRETANSWER 布莱姆·斯托克"

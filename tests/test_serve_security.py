@@ -118,6 +118,7 @@ def test_cli_refuses_a_public_address_without_a_token():
     r = _drvenus("serve", "--host", "0.0.0.0", "--port", "0")
     assert r.returncode == 2
     assert "without a token" in r.stderr
+    assert "DRVENUS_SERVE_TOKEN" in r.stderr and "DRVENUS_TOOLS_TOKEN" not in r.stderr  # its own
 
 
 @pytest.mark.slow

@@ -264,3 +264,48 @@ def test_sequence_parallel_relaxes_the_batch_check():
     assert config.validate().grad_accumulation(8) == 1  # 4 / (1 x 8 / 2)
     with pytest.raises(SFTConfigError, match="sequence-parallel"):
         SFTConfig(train="t", model="m", output="o", sequence_parallel=2).validate()
+
+
+def _one_error(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    return lines[0]
+
+
+def test_settings_that_would_fail_late_are_refused_before_loading(tmp_path, jsonl, monkeypatch):
+    """A local-looking model path that is missing (not a hub id), an output that cannot be
+    written, a negative step limit: one line before any model is loaded (the dry run too)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    blocker = tmp_path / "file"
+    blocker.write_text("x", encoding="utf-8")
+    out = str(tmp_path / "o")
+    for model in ("runs/missing", "./missing", "missing/model.gguf", str(tmp_path / "nope")):
+        line = _one_error(runner.invoke(app, ["sft", "--model", model, "--train", str(jsonl),
+                                              "--output", out, "--dry-run"]))
+        assert model in line and "no such file or folder" in line
+    line = _one_error(_sft("--train", str(jsonl), "--output", str(blocker / "o"), "--dry-run"))
+    assert "--output" in line and "cannot write there" in line
+    config = tmp_path / "sft.yaml"
+    config.write_text("max_steps: -5\n", encoding="utf-8")
+    line = _one_error(_sft("--config", str(config), "--train", str(jsonl), "--output", out,
+                           "--dry-run"))
+    assert "--max-steps -5" in line
+    assert _sft("--train", str(jsonl), "--output", out, "--dry-run").exit_code == 0  # hub id
+    assert not (tmp_path / "o").exists() or (tmp_path / "o").is_dir()
+
+
+def test_rl_without_a_judge_for_its_llm_reward_fails_in_the_dry_run(tmp_path, jsonl, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for var in ("DRVENUS_JUDGE_BASE_URL", "DRVENUS_JUDGE_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    model = tmp_path / "model"
+    model.mkdir()
+    args = ["rl", "--train", str(jsonl), "--model", str(model), "--output", str(tmp_path / "o")]
+    line = _one_error(runner.invoke(app, [*args, "--reward-type", "llm", "--dry-run"]))
+    assert "--reward-type llm needs a judge" in line
+    assert runner.invoke(app, [*args, "--reward-type", "f1", "--dry-run"]).exit_code == 0
+    line = _one_error(runner.invoke(app, [*args, "--reward-type", "f1", "--total-steps", "-3",
+                                          "--dry-run"]))
+    assert "--total-steps -3" in line

@@ -89,7 +89,8 @@ def serve(
             from drvenus.config import load_settings
 
             token = load_settings().serve_token_value()
-        check_bind(host, token)
+        check_bind(host, token, what="the web app",
+                   token_hint="set DRVENUS_SERVE_TOKEN (or pass --token)")
         require_serve_extra()
         require_mcp()
         settings, pool = _pool(agent, max_runs)

@@ -18,8 +18,8 @@ import typer
 from rich.table import Table
 
 from drvenus.cli.common import err, fail, log_progress, out, with_options
-from drvenus.flags import flag
-from drvenus.train.rl.config import RLConfig
+from drvenus.train.options import check_paths
+from drvenus.train.rl.config import NO_JUDGE, RLConfig, RLConfigError
 from drvenus.train.sft.config import SFTConfig
 
 ConfigOption = Annotated[
@@ -98,11 +98,7 @@ def sft(
     _check_config_file(config)
     try:
         settings = load_config(config, **values)
-        for name in ("train", "val", "model"):
-            path = getattr(settings, name)
-            if path and not Path(path).exists() and not (name == "model" and "/" in path
-                                                         and not path.startswith((".", "/"))):
-                raise ValueError(f"{flag(name)} {path}: no such file or folder")
+        check_paths(settings, ("train", "val", "model"), hub=("model",))
         if dry_run:
             _print_plan(settings)
             return
@@ -123,11 +119,15 @@ def sft(
 
 
 # ---------------------------------------------------------------- rl
-def _check_paths(config: RLConfig) -> None:
-    for name in ("train", "model", "corpus", "system_prompt_file"):
-        path = getattr(config, name)
-        if path and not Path(path).exists():
-            raise ValueError(f"{flag(name)} {path}: no such file or folder")
+def _check_rl(config: RLConfig) -> None:
+    """What ``drvenus rl`` needs before it loads anything (the dry run too): its files, a
+    writable output, and the outcome judge when the reward asks for one."""
+    check_paths(config, ("train", "model", "corpus", "system_prompt_file", "val"))
+    if config.reward_type == "llm":
+        from drvenus.grading.judge import JudgeConfig
+
+        if JudgeConfig.from_options(config.judge_url, config.judge_model) is None:
+            raise RLConfigError(NO_JUDGE)
 
 
 def _rl_summary(result: Any, config: RLConfig) -> None:
@@ -209,7 +209,7 @@ def rl(
     _check_config_file(config)
     try:
         settings = load_config(config, **values)
-        _check_paths(settings)
+        _check_rl(settings)
         if settings.trainer == "verl":
             _run_verl(settings, dry_run)
             return

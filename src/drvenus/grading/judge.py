@@ -27,7 +27,7 @@ from pydantic.dataclasses import dataclass as options_dataclass
 
 from drvenus.flags import Cli
 from drvenus.llm.base import LLMError, SamplingParams
-from drvenus.llm.openai_compat import OpenAICompatModel
+from drvenus.llm.openai_compat import OpenAICompatModel, normalize_base_url
 from drvenus.protocol import ANSWER_SPLIT
 from drvenus.protocol.legacy import strip_thinking
 
@@ -91,6 +91,11 @@ class JudgeConfig:
         model = model or settings.judge_model
         if not base_url or not model:
             return None
+        try:  # a malformed endpoint fails here, before any agent run, not at the first verdict
+            normalize_base_url(base_url)
+        except ValueError as exc:
+            raise ValueError(f"judge endpoint (--judge-base-url / DRVENUS_JUDGE_BASE_URL): {exc}"
+                             ) from None
         return cls(base_url=base_url, model=model, api_key=settings.judge_api_key_value(), **kwargs)
 
 

@@ -10,6 +10,8 @@ derives one option per field (``--<field-name>``, help from the field's metadata
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -31,6 +33,38 @@ def opt(help: str, default: Any = None, **kw: Any) -> Any:
 def field_help(cls: type) -> dict[str, str]:
     """Help text of each field of ``cls``."""
     return {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def is_hub_id(value: str) -> bool:
+    """``org/name`` as the Hugging Face hub spells a model, and not a path on this machine:
+    one slash, no file suffix of a model file, no leading ``.``/``~``/``/``, and a first part
+    that is not a local folder (``runs/x`` with a ``runs`` folder here is a local path)."""
+    if not _HUB_ID.fullmatch(value) or value.endswith((".gguf", ".safetensors", ".bin")):
+        return False
+    return not Path(value.split("/", 1)[0]).is_dir()
+
+
+def check_paths(config: Any, names: tuple[str, ...], error: type[ConfigError] = ConfigError,
+                *, hub: tuple[str, ...] = ()) -> None:
+    """Every path option in ``names`` that is set names an existing file or folder (those in
+    ``hub`` may also be a hub model id); the ``output`` folder can be created and written."""
+    for name in names:
+        value = getattr(config, name, None)
+        if value and not Path(value).expanduser().exists() and not (
+            name in hub and is_hub_id(str(value))
+        ):
+            raise error(f"{flag(name)} {value}: no such file or folder")
+    output = getattr(config, "output", None)
+    if output:
+        parent = Path(output).expanduser().absolute()
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise error(f"{flag('output')} {output}: cannot write there ({parent} is not a "
+                        "writable folder)")
 
 
 def one_line_reason(exc: BaseException) -> str:

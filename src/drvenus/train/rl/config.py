@@ -110,7 +110,7 @@ class RLConfig:
     # schedule and output
     batch_size: int = _opt("Questions per step.", 16)
     epochs: int = _opt("Passes over the questions.", 1)
-    total_steps: int = _opt("Stop after this many steps (overrides --epochs if > 0).", -1)
+    total_steps: int = _opt("Stop after this many steps (-1: the epochs decide).", -1)
     seed: int = _opt("Random seed (question order, rollout sampling).", 0)
     save_freq: int = _opt("Checkpoint every N steps (and at the end).", 5)
     keep_checkpoints: int | None = _opt("Keep at most N checkpoints (all if unset).")
@@ -162,6 +162,9 @@ class RLConfig:
             raise RLConfigError("--temperature must be positive (IG and the loss divide by it)")
         if self.learning_rate <= 0:
             raise RLConfigError("--learning-rate must be positive")
+        if self.total_steps != -1 and self.total_steps < 1:
+            raise RLConfigError(f"--total-steps {self.total_steps}: give at least 1 (or -1: the "
+                                "epochs decide)")
         if self.trainer == "verl":
             if self.engine == "transformers":
                 raise RLConfigError("--trainer verl rolls out with --engine vllm or sglang")
@@ -183,11 +186,15 @@ class RLConfig:
         return self
 
 
+NO_JUDGE = ("--reward-type llm needs a judge: --judge-url and --judge-model (or "
+            "DRVENUS_JUDGE_BASE_URL / DRVENUS_JUDGE_MODEL), or --reward-type f1")
+
+
 def load_config(path: str | Path | None = None, **overrides: Any) -> RLConfig:
     """An :class:`RLConfig` from YAML with ``overrides`` on top, validated."""
     values = options.read_values(RLConfig, path, overrides, RLConfigError)
     return RLConfig(**values).validate()
 
 
-__all__ = ["ENGINES", "INFO_GAIN_TYPES", "NORM_MODES", "ROLLOUT_MODES", "RLConfig",
+__all__ = ["ENGINES", "INFO_GAIN_TYPES", "NORM_MODES", "NO_JUDGE", "ROLLOUT_MODES", "RLConfig",
            "RLConfigError", "load_config"]

@@ -50,7 +50,7 @@ from drvenus.train.rl.batch import (
     trainer_gains,
 )
 from drvenus.train.rl.collect import Rollout, RolloutConfig, run_rollouts
-from drvenus.train.rl.config import RLConfig, RLConfigError
+from drvenus.train.rl.config import NO_JUDGE, RLConfig, RLConfigError
 from drvenus.train.rl.ig import IGConfig
 from drvenus.train.rl.policy import policy_loss, token_logprobs
 from drvenus.train.rl.questions import question_rows
@@ -389,8 +389,7 @@ def make_judge(judge_url: str | None, judge_model: str | None,
     concurrency = concurrency or RLConfig().judge_concurrency
     cfg = JudgeConfig.from_options(judge_url, judge_model, concurrency=concurrency)
     if cfg is None:
-        raise RLConfigError("--reward-type llm needs a judge: --judge-url and --judge-model (or "
-                            "DRVENUS_JUDGE_BASE_URL / DRVENUS_JUDGE_MODEL), or --reward-type f1")
+        raise RLConfigError(NO_JUDGE)
     client = JudgeClient(cfg)
 
     async def judge(question: str, answer: str, gt: str) -> bool:

@@ -54,7 +54,7 @@ class SFTConfig:
                          False)
     # schedule
     epochs: float = _opt("Training epochs.", 1.0)
-    max_steps: int = _opt("Stop after this many optimizer steps (overrides --epochs if > 0).", -1)
+    max_steps: int = _opt("Stop after this many optimizer steps (-1: the epochs decide).", -1)
     global_batch_size: int = _opt("Sequences per optimizer step, all processes together.", 32)
     micro_batch_size: int = _opt("Sequences per process per forward pass.", 1)
     learning_rate: float = _opt("Peak learning rate.", 1e-5)
@@ -146,6 +146,9 @@ class SFTConfig:
                 raise SFTConfigError(f"{flag(name)} must be in [0, 1)")
         if self.learning_rate <= 0 or self.epochs <= 0:
             raise SFTConfigError("--learning-rate and --epochs must be positive")
+        if self.max_steps != -1 and self.max_steps < 1:
+            raise SFTConfigError(f"--max-steps {self.max_steps}: give at least 1 (or -1: the "
+                                 "epochs decide)")
         if self.val and self.val_fraction:
             raise SFTConfigError("give --val or --val-fraction, not both")
         if self.engine not in ENGINES:
