@@ -214,3 +214,21 @@ def test_every_command_loads_without_the_optional_extras():
                 f"sys.argv = ['drvenus', {command!r}, '--help']\nmain()")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert done.returncode == 0, (command, done.stderr[-2000:])
+
+
+def test_secrets_never_reach_records_traces_or_logs(corpus, tmp_path):
+    """A gateway that echoes the refused key in its 401 body, a password inside --base-url,
+    httpx's request log at -v: the key and the password appear nowhere the user can read."""
+    key, password = "sk-test-1234567890abcdef", "pa55-w0rd-secret"
+    with StubServer([]) as server:
+        server.fail_next(10, status=401, message=f"invalid api key {key} (user bob)")
+        url = server.base_url.replace("http://", f"http://bob:{password}@")
+        trace = tmp_path / "trace.jsonl"
+        r = drvenus("-v", "ask", "Who wrote Dracula?", "--base-url", url, "--model-name", "m",
+                    "--corpus", str(corpus), "--json", "--trace", str(trace),
+                    env={"DRVENUS_MAX_ATTEMPTS": "2", "DRVENUS_API_KEY": key}, timeout=120)
+    record = json.loads(r.stdout)
+    assert record["termination"] == "llm_error" and "invalid api key ***" in record["error"]
+    everything = r.stdout + r.stderr + trace.read_text(encoding="utf-8")
+    assert key not in everything and password not in everything
+    assert "HTTP Request" in r.stderr or "127.0.0.1" in r.stderr  # -v did log the requests

@@ -394,3 +394,19 @@ def test_serve_refuses_a_foreign_host_and_non_json(tmp_path):
         assert c.post("/api/runs", content=question, headers=TEXT).status_code == 415
         assert c.post("/v1/chat/completions", content="{}", headers=TEXT).status_code == 415
         assert c.get("/api/runs").status_code == 200
+
+
+def test_registered_secrets_and_url_credentials_are_redacted():
+    import logging
+
+    from drvenus.net.secrets import RedactingFilter, redact, register_secret, register_url_secrets
+
+    register_secret("tok-EXAMPLE-0042")
+    register_secret("abc")  # too short to redact safely: ordinary words would go too
+    register_url_secrets("https://user:p%40ss-long-one@gw.example/v1")
+    text = "401 for tok-EXAMPLE-0042 at https://x:y@host/v1 (p@ss-long-one) abc"
+    assert redact(text) == "401 for *** at https://***@host/v1 (***) abc"
+    record = logging.LogRecord("httpx", logging.INFO, __file__, 1, "HTTP Request: %s %s",
+                               ("POST", "https://u:tok-EXAMPLE-0042@h/v1"), None)
+    assert RedactingFilter().filter(record)
+    assert record.getMessage() == "HTTP Request: POST https://***@h/v1"

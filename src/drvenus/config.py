@@ -11,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from drvenus.net.secrets import register_secret, register_url_secrets
 
 SEARCH_PROVIDERS = ("serper", "searxng", "local")
 VISIT_READERS = ("jina", "fetch", "local")
@@ -146,6 +148,18 @@ class Settings(BaseSettings):
 
     def serper_api_key_value(self) -> str | None:
         return _secret(self.serper_api_key)
+
+    @model_validator(mode="after")
+    def _register_secrets(self) -> Settings:
+        """Every key and token here, and any password inside a URL here, is redacted from
+        logs and error texts from now on (:mod:`drvenus.net.secrets`)."""
+        for name, value in self:
+            if isinstance(value, SecretStr):
+                for part in value.get_secret_value().split(","):  # JINA_API_KEYS: a list
+                    register_secret(part.strip())
+            elif name.endswith("_url") and isinstance(value, str):
+                register_url_secrets(value)
+        return self
 
     def jina_api_keys(self) -> list[str]:
         return [k.strip() for k in (_secret(self.jina_api_key) or "").split(",") if k.strip()]

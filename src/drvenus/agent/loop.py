@@ -31,6 +31,7 @@ from drvenus.agent.events import EventCallback, TraceEvent
 from drvenus.agent.record import ResultRecord, Termination
 from drvenus.llm.base import ChatModel, Generation, GrammarKind, LLMError, SamplingParams
 from drvenus.net.retry import RetryPolicy
+from drvenus.net.secrets import redact
 from drvenus.protocol import ParsedTurn, ToolCall
 
 log = logging.getLogger(__name__)
@@ -488,7 +489,7 @@ class ResearchAgent:
             raise
         except Exception as exc:  # recorded, never raised to the caller
             log.exception("agent run failed")
-            state.last_error = f"{type(exc).__name__}: {exc}"
+            state.last_error = redact(f"{type(exc).__name__}: {exc}")
             record = state.record("exception")
         await state.emit("finished", record=record.to_dict())
         return record

@@ -32,6 +32,7 @@ from rich.logging import RichHandler
 from rich.markup import escape
 
 from drvenus.flags import KEEP, Cli, flag
+from drvenus.net.secrets import RedactingFilter
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -109,11 +110,11 @@ def warn_short_token(token: str | None) -> None:
 
 
 def setup_logging(verbose: int) -> None:
-    """Logs on stderr: warnings, ``-v`` info, ``-vv`` debug."""
+    """Logs on stderr: warnings, ``-v`` info, ``-vv`` debug; known secrets redacted."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(
-        level=level, format="%(message)s", handlers=[RichHandler(console=err, show_path=False)]
-    )
+    handler = RichHandler(console=err, show_path=False)
+    handler.addFilter(RedactingFilter())  # httpx logs request URLs; servers echo keys
+    logging.basicConfig(level=level, format="%(message)s", handlers=[handler])
 
 
 def log_progress() -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from drvenus.net.retry import TransientError
+from drvenus.net.secrets import redact
 from drvenus.protocol import STOP_STRINGS
 
 # The turns a grammar-constrained generation may produce: any well-formed turn, or only one
@@ -31,7 +32,8 @@ class LLMError(TransientError):
         retry_after: float | None = None,
         context_overflow: bool = False,
     ) -> None:
-        super().__init__(message, retryable=retryable, retry_after=retry_after)
+        # the server may echo the key it refused: the text never carries a known secret
+        super().__init__(redact(message), retryable=retryable, retry_after=retry_after)
         self.context_overflow = context_overflow
 
 

@@ -24,6 +24,7 @@ from drvenus.net import (
     redact_url,
     with_retries,
 )
+from drvenus.net.secrets import redact
 from drvenus.net.server import is_loopback
 from drvenus.protocol import TOOL_NAMES, ToolCall, tool_error_message, unknown_tool_message
 from drvenus.tools.base import ProviderError
@@ -110,10 +111,10 @@ class RemoteToolbox:
             )
         except ProviderError as exc:
             log.warning("%s via %s failed: %s", name, self.where, exc)
-            return tool_error_message(name, str(exc))
+            return tool_error_message(name, redact(str(exc)))
         except Exception as exc:  # never raise into the agent loop
             log.exception("%s via %s failed", name, self.where)
-            return tool_error_message(name, str(exc) or type(exc).__name__)
+            return tool_error_message(name, redact(str(exc) or type(exc).__name__))
 
     async def _post(self, name: str, arguments: dict[str, Any], timeout: float | None) -> str:
         url = f"{self.base_url}/{name}"

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from drvenus.net.guard import Guard
+from drvenus.net.secrets import redact
 from drvenus.net.server import (
     DEFAULT_HOST,
     MAX_BODY_BYTES,
@@ -274,7 +275,8 @@ class ToolService:
         try:
             call = normalize_tool_call({"name": name, "arguments": arguments})
         except ToolCallError as exc:
-            return 422, {"error": str(exc), "content": _tool_error(name, str(exc))}
+            reason = redact(str(exc))
+            return 422, {"error": reason, "content": _tool_error(name, reason)}
         try:
             content, shared = await self.cache.get_or_call(call.key(), lambda: self._run(call))
         except Busy:
@@ -291,7 +293,7 @@ class ToolService:
             raise
         except Exception as exc:  # Toolbox.call does not raise; another runner might
             log.exception("tool %s raised", call.name)
-            return _tool_error(call.name, str(exc) or type(exc).__name__)
+            return _tool_error(call.name, redact(str(exc) or type(exc).__name__))
         finally:
             self.routes.in_flight -= 1
 

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from drvenus.corpus import CorpusIndex, CorpusSource, open_index
+from drvenus.net.secrets import redact
 from drvenus.protocol import ToolCall, tool_error_message, unknown_tool_message
 from drvenus.tools.base import Tool
 from drvenus.tools.extract import Extractor
@@ -52,7 +53,7 @@ class Toolbox:
             raise
         except Exception as exc:  # the agent gets the error as text
             log.exception("tool %s failed", tool_call.name)
-            reason = str(exc) or type(exc).__name__
+            reason = redact(str(exc) or type(exc).__name__)
             return tool_error_message(tool_call.name, reason)
 
     async def aclose(self) -> None:
