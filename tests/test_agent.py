@@ -106,7 +106,7 @@ def test_empty_question_is_rejected():
 def test_all_terminations_are_known():
     assert set(TERMINATIONS) == {
         "answered", "answered_token_limit", "token_limit_no_answer", "answered_max_steps",
-        "max_steps", "timeout", "llm_error", "exception", "interrupted",
+        "max_steps", "timeout", "llm_error", "tool_error", "exception", "interrupted",
     }
 
 

@@ -138,3 +138,19 @@ def test_ask_through_the_tool_server(tool_server, tmp_path):
                       env={"cache": str(tmp_path), "DRVENUS_TOOLS_TOKEN": "a-long-enough-test-token"})
     assert "Bram Stoker" in _tool_responses(record)[0]
     assert record["prediction"] == "Bram Stoker"
+
+
+def test_a_dead_tool_server_or_a_wrong_token_fails_before_any_question(tool_server, tmp_path):
+    """Not a tool-less benchmark that looks answered: one line, exit 2, the model never asked."""
+    for url, token, expected in (
+        (tool_server, "wrong-token-of-length", "401, the token is wrong"),
+        (tool_server, "", "401, it needs a token"),
+        ("http://127.0.0.1:9", "x" * 20, "not reachable"),
+    ):
+        with StubServer([ANSWER]) as model:
+            r = drvenus("ask", "Who wrote Dracula?", "--base-url", model.base_url, "--json",
+                        "--tools-url", url, env={"DRVENUS_CACHE_DIR": str(tmp_path),
+                                                 "DRVENUS_TOOLS_TOKEN": token}, timeout=120)
+            assert model.chat_requests == []
+        lines = [x for x in r.stderr.splitlines() if x.strip()]
+        assert r.returncode == 2 and len(lines) == 1 and expected in lines[0], r.stderr

@@ -411,3 +411,42 @@ def test_remote_toolbox_from_settings(monkeypatch):
     monkeypatch.delenv("DRVENUS_TOOLS_URL")
     with pytest.raises(ValueError, match="DRVENUS_TOOLS_URL"):
         RemoteToolbox.from_settings(load_settings())
+
+
+def test_a_run_whose_every_tool_call_found_the_server_unusable_is_a_failed_run(server, tmp_path):
+    """The server refusing the token (401) or gone (connection refused) mid-batch: the item is
+    a ``tool_error`` (a failed run the rerun retries), not an answered, scored item; one call
+    that worked keeps the run an outcome."""
+    from drvenus.batch import read_results, run_batch
+    from drvenus.questions import Question
+    from drvenus.tools.remote import ToolServerUnusable
+
+    script = [call("search", query=["Bram Stoker novel"]), answer("Bram Stoker")]
+
+    async def one(tools) -> object:
+        agent = ResearchAgent(ScriptedModel(script), tools, AgentConfig(max_steps=5))
+        try:
+            return await agent.run("Who wrote Dracula?")
+        finally:
+            await tools.aclose()
+
+    for tools in (RemoteToolbox(server.url, "wrong-token-0123456789", retry=RetryPolicy(1)),
+                  RemoteToolbox("http://127.0.0.1:9", TOKEN, retry=RetryPolicy(1))):
+        record = run(one(tools))
+        assert record.termination == "tool_error" and record.failed, record.termination
+        assert "tool server" in record.error and record.prediction == "Bram Stoker"
+    assert run(one(RemoteToolbox(server.url, TOKEN))).termination == "answered"
+    with pytest.raises(ToolServerUnusable, match="401, the token is wrong"):
+        RemoteToolbox(server.url, "wrong-token-0123456789").check()
+    RemoteToolbox(server.url, TOKEN).check()
+
+    out = tmp_path / "results.jsonl"
+    items = [Question(id="1", question="Who wrote Dracula?")]
+    bad = RemoteToolbox(server.url, "wrong-token-0123456789", retry=RetryPolicy(1))
+    agent = ResearchAgent(ScriptedModel(script), bad, AgentConfig(max_steps=5))
+    summary = run(run_batch(agent, items, out, workers=1))
+    assert summary.failed == 1 and not read_results(out).is_done("1")  # a rerun retries it
+    good = ResearchAgent(ScriptedModel(script), RemoteToolbox(server.url, TOKEN),
+                         AgentConfig(max_steps=5))
+    assert run(run_batch(good, items, out, workers=1)).terminations["answered"] == 1
+    assert read_results(out).is_done("1")

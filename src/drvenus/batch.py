@@ -7,8 +7,8 @@
   run is cancelled (Ctrl-C) writes nothing.
 - One item's unexpected failure becomes that item's ``exception`` row; it never ends the batch.
 - A rerun skips items whose latest row is a finished outcome and retries those whose latest row
-  failed (``llm_error``, ``exception``, ``interrupted``). Nothing is rewritten in place: the
-  latest row of an id wins.
+  failed (``llm_error``, ``tool_error``, ``exception``, ``interrupted``). Nothing is rewritten in
+  place: the latest row of an id wins.
 """
 
 from __future__ import annotations

@@ -143,14 +143,17 @@ def build_extractor(settings: Settings):
 
 
 def build_toolbox(settings: Settings, *, progress: bool = False, metrics: Any = None) -> Any:
-    """``search`` + ``visit`` as the settings say: a tool server (``tools_url``), or providers
+    """``search`` + ``visit`` as the settings say: a tool server (``tools_url``, checked up and
+    taking the token: :class:`~drvenus.tools.remote.ToolServerUnusable`), or providers
     in process (local index, Serper, SearXNG; local pages, direct fetch, Jina Reader) with the
     shared cache, the extractor and the URL policy. ``metrics``: a
     :class:`~drvenus.tools.metrics.Metrics` to report to (the tool server's)."""
     if settings.tools_url:
         from drvenus.tools.remote import RemoteToolbox
 
-        return RemoteToolbox(settings.tools_url, settings.tools_token_value())
+        remote = RemoteToolbox(settings.tools_url, settings.tools_token_value())
+        remote.check()  # a dead server or a wrong token fails here, not in every tool call
+        return remote
     from drvenus.corpus import open_index
     from drvenus.tools.cache import ToolCache
     from drvenus.tools.search import Search

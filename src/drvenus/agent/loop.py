@@ -182,6 +182,8 @@ class _QuestionRun:
         self.start = time.monotonic()
         self.step = 0
         self.turns = self.parse_errors = self.tool_calls = self.dedups = 0
+        self.unusable_calls = 0  # tool calls that found the tools unusable (see execute)
+        self.tool_problem: str | None = None
         self.seen_calls: set[str] = set()
         self.meter = ContextMeter(self.model.count_tokens)
         for m in self.messages:
@@ -229,6 +231,10 @@ class _QuestionRun:
     def record(self, termination: Termination, prediction: str | None = None) -> ResultRecord:
         if prediction is None:
             prediction = self._last_prediction()
+        if self.tool_calls and self.unusable_calls == self.tool_calls and termination not in (
+            "interrupted", "llm_error"
+        ):  # not one tool could be used: a failed run, not the question's outcome
+            termination, self.last_error = "tool_error", self.tool_problem
         return ResultRecord(
             question=self.question,
             messages=self.messages,
@@ -388,6 +394,9 @@ class _QuestionRun:
         self.seen_calls.add(call.key())
         await self.emit("tool_call", name=call.name, arguments=call.arguments)
         body = await self.agent.tools.call(call)
+        if getattr(body, "unusable", False):  # the tool server is down or refuses us
+            self.unusable_calls += 1
+            self.tool_problem = str(body)
         await self.append(
             "tool_result", "user", protocol.wrap_tool_response(body), name=call.name, content=body
         )

@@ -13,13 +13,17 @@ Termination = Literal[
     "max_steps",
     "timeout",
     "llm_error",
+    "tool_error",
     "exception",
     "interrupted",
 ]
 TERMINATIONS: tuple[str, ...] = Termination.__args__  # type: ignore[attr-defined]
-# The run itself failed (the model could not be reached, a crash, Ctrl-C): not an outcome of
-# the question. A batch rerun retries these; every other termination is a finished item.
-FAILED_TERMINATIONS: frozenset[str] = frozenset({"llm_error", "exception", "interrupted"})
+# The run itself failed (the model could not be reached, every tool call found the tool server
+# down or refusing us, a crash, Ctrl-C): not an outcome of the question. A batch rerun retries
+# these; every other termination is a finished item.
+FAILED_TERMINATIONS: frozenset[str] = frozenset(
+    {"llm_error", "tool_error", "exception", "interrupted"}
+)
 
 
 @dataclass

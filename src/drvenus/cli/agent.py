@@ -116,7 +116,7 @@ def run(
 ) -> None:
     """Research every question in a file, concurrently; rerun to resume where it stopped.
 
-    A rerun skips answered questions and retries failed ones (llm_error, exception). Exit code:
+    A rerun skips answered questions and retries failed ones (llm_error, tool_error, exception). Exit code:
     0 when no question of this run failed, 1 when some did, 2 for bad input or a locked output,
     130 when interrupted (Ctrl-C; finished results are kept).
     """
@@ -221,7 +221,7 @@ def _run_locked(
     if summary.failed:
         err.print(
             f"[bold red]{summary.failed} of {len(todo.todo)} question(s) failed[/] "
-            "(llm_error/exception); rerun the same command to retry them"
+            "(llm_error/tool_error/exception); rerun the same command to retry them"
         )
         return 1
     return 0

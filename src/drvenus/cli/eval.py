@@ -174,7 +174,7 @@ def _run_locked(
 
     summary = asyncio.run(go())
     if summary.failed:
-        err.print(f"[bold red]{summary.failed} pair(s) failed[/] (llm_error/exception); "
+        err.print(f"[bold red]{summary.failed} pair(s) failed[/] (llm_error/tool_error/exception); "
                   "rerun the same command to retry them")
         return 1
     return 0

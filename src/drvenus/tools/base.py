@@ -36,6 +36,17 @@ class ProviderError(TransientError):
         retryable: bool = False,
         retry_after: float | None = None,
         refused: bool = False,
+        unusable: bool = False,
     ) -> None:
         super().__init__(message, retryable=retryable, retry_after=retry_after)
         self.refused = refused
+        self.unusable = unusable  # no call can succeed: the tool server is down or refuses us
+
+
+class UnusableToolText(str):
+    """The tool error text of a call that failed because the tools cannot be used at all (the
+    tool server unreachable, or refusing the token). It reads as any tool error to the model;
+    a run whose every tool call ended so is a failed run (``tool_error``), retried by a
+    rerun, not an answered item."""
+
+    unusable = True

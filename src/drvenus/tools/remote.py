@@ -27,7 +27,7 @@ from drvenus.net import (
 from drvenus.net.secrets import redact
 from drvenus.net.server import is_loopback
 from drvenus.protocol import TOOL_NAMES, ToolCall, tool_error_message, unknown_tool_message
-from drvenus.tools.base import ProviderError
+from drvenus.tools.base import ProviderError, UnusableToolText
 
 if TYPE_CHECKING:
     from drvenus.config import Settings
@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 
 # The server's own tool timeout (Toolbox's 300 s) plus room for the queue and the network.
 DEFAULT_REMOTE_TIMEOUT = 330.0
+
+
+class ToolServerUnusable(ValueError):
+    """The tool server cannot serve this client at all (down, or refusing its token)."""
 
 
 class RemoteToolbox:
@@ -111,7 +115,8 @@ class RemoteToolbox:
             )
         except ProviderError as exc:
             log.warning("%s via %s failed: %s", name, self.where, exc)
-            return tool_error_message(name, redact(str(exc)))
+            text = tool_error_message(name, redact(str(exc)))
+            return UnusableToolText(text) if exc.unusable else text
         except Exception as exc:  # never raise into the agent loop
             log.exception("%s via %s failed", name, self.where)
             return tool_error_message(name, redact(str(exc) or type(exc).__name__))
@@ -123,7 +128,7 @@ class RemoteToolbox:
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise ProviderError(
                 f"tool server {self.where} unreachable: {exc or type(exc).__name__}",
-                retryable=True,
+                retryable=True, unusable=True,
             ) from None
         except httpx.TimeoutException:
             raise ProviderError(
@@ -150,7 +155,7 @@ class RemoteToolbox:
             why = "wrong token" if self._has_token else "no token given"
             raise ProviderError(
                 f"tool server {self.where} refused the request (401, {why}): "
-                "set DRVENUS_TOOLS_TOKEN to the server's token"
+                "set DRVENUS_TOOLS_TOKEN to the server's token", unusable=True,
             )
         if status == 413:
             raise ProviderError(f"tool server {self.where}: request too large (413)")
@@ -161,6 +166,32 @@ class RemoteToolbox:
             retryable=is_retryable_status(status),
             retry_after=parse_retry_after(response.headers.get("retry-after")),
         )
+
+    def check(self, timeout: float = 10.0) -> None:
+        """Before any question runs: the server is up (``/health``) and takes this toolbox's
+        token (``/metrics`` needs it). Raises :class:`ToolServerUnusable` naming what to fix,
+        so a wrong token or a closed port fails the command instead of every tool call."""
+        try:
+            with httpx.Client(headers=self._headers, timeout=timeout, trust_env=False) as client:
+                health = client.get(f"{self.base_url}/health")
+                up = health.status_code == 200
+                probe = client.get(f"{self.base_url}/metrics") if up else None
+        except httpx.HTTPError as exc:
+            raise ToolServerUnusable(
+                f"tool server {self.where} is not reachable ({exc or type(exc).__name__}): "
+                "start it with `drvenus tools serve`, or fix --tools-url / DRVENUS_TOOLS_URL"
+            ) from None
+        if probe is None:
+            raise ToolServerUnusable(
+                f"tool server {self.where}: /health answered HTTP {health.status_code} (is this "
+                "a drvenus tool server?)"
+            )
+        if probe.status_code == 401:
+            why = "the token is wrong" if self._has_token else "it needs a token"
+            raise ToolServerUnusable(
+                f"tool server {self.where} refused us (401, {why}): set DRVENUS_TOOLS_TOKEN to "
+                "the server's token"
+            )
 
     async def health(self) -> dict[str, Any]:
         """The server's ``/health`` answer; raises ProviderError when it is not up."""
@@ -175,4 +206,4 @@ class RemoteToolbox:
         await self._clients.aclose()
 
 
-__all__ = ["DEFAULT_REMOTE_TIMEOUT", "RemoteToolbox"]
+__all__ = ["DEFAULT_REMOTE_TIMEOUT", "RemoteToolbox", "ToolServerUnusable"]
