@@ -299,6 +299,17 @@ def test_judge_failures_are_counted_not_wrong(tmp_path, shared_data):
             assert st["drop_reasons"].get("judge_failed", 0) == (0 if keep else 1)
 
 
+def test_a_judge_outage_fails_the_run_and_writes_nothing(ref_input, tmp_path):
+    """Every judge call failing (a dead endpoint) is not a dataset of exact matches only."""
+    from drvenus.data.correctness import JudgeOutage
+
+    judge = JudgeConfig("http://127.0.0.1:9/v1", "gone", retries=0, timeout_s=2)
+    out = tmp_path / "o"
+    with pytest.raises(JudgeOutage, match=r"failed on (\d+) of \1 rows"):
+        run_clean(CleanOptions(input=ref_input, output_dir=out, judge=judge, workers=1))
+    assert not (out / "cleaned_resampled.parquet").exists()
+
+
 # --------------------------------------------------------------------------- robustness, CLI
 
 

@@ -140,6 +140,25 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
     assert r.returncode == 2 and "no report.json" in r.stderr
 
 
+def test_a_rerun_with_another_model_or_data_file_is_refused(tmp_path, corpus):
+    """Results of one model (or data file) are never reused as another's."""
+    out = tmp_path / "run"
+    data = qa_file(tmp_path, 2)
+    with StubServer([], default=ANSWER) as server:
+        assert drvenus(*eval_args(data, out, server, corpus, "--runs", "1")).returncode == 0
+        before = (out / "results.jsonl").read_bytes()
+        r = drvenus("eval", "--benchmark", "jsonl", "--data", str(data), "--out", str(out),
+                    "--runs", "1", "--base-url", server.base_url, "--model-name", "other",
+                    "--corpus", str(corpus))
+        assert r.returncode == 2 and "holds results of another model" in r.stderr, r.stderr
+        assert "model_name=stub" in r.stderr and "model_name=other" in r.stderr
+        other = tmp_path / "other.jsonl"
+        other.write_bytes(data.read_bytes())
+        r = drvenus(*eval_args(other, out, server, corpus, "--runs", "1"))
+        assert r.returncode == 2 and "use another --out" in r.stderr
+    assert (out / "results.jsonl").read_bytes() == before
+
+
 def test_a_malformed_judge_endpoint_fails_before_any_agent_run(tmp_path, corpus):
     out = tmp_path / "run"
     with StubServer([], default=ANSWER) as server:

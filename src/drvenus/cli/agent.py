@@ -116,9 +116,9 @@ def run(
 ) -> None:
     """Research every question in a file, concurrently; rerun to resume where it stopped.
 
-    A rerun skips answered questions and retries failed ones (llm_error, tool_error, exception). Exit code:
-    0 when no question of this run failed, 1 when some did, 2 for bad input or a locked output,
-    130 when interrupted (Ctrl-C; finished results are kept).
+    A rerun skips answered questions and retries failed ones (llm_error, tool_error,
+    exception). Exit code: 0 when no question of this run failed, 1 when some did, 2 for bad
+    input or a locked output, 130 when interrupted (Ctrl-C; finished results are kept).
     """
     from drvenus.batch import OutputLockedError, ResultsFile
     from drvenus.questions import read_questions

@@ -104,6 +104,23 @@ def evaluate(
 eval_app.command("run", help="Same as 'drvenus eval' with options.")(evaluate)
 
 
+def _model_spec(agent: AgentOptions) -> dict[str, str]:
+    """What names the model of a run, as given (no server asked; a server's URL may change
+    between runs of one model): model name, GGUF file, adapter."""
+    settings = agent.settings()
+    spec = {
+        "model_name": settings.model_name,
+        "model_path": str(settings.model_path) if settings.model_path else None,
+        "adapter": "none" if settings.no_adapter else
+        (str(settings.adapter) if settings.adapter else None),
+    }
+    return {k: v for k, v in spec.items() if v}
+
+
+def _show(spec: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in spec.items()) or "the embedded model"
+
+
 def _run_agent(
     setup: EvalSetup, agent: AgentOptions, workers: int, endpoints: list[str]
 ) -> int:
@@ -117,6 +134,10 @@ def _run_agent(
         raise fail(exc) from None
     try:
         todo = pending(setup, results)
+        spec, before = _model_spec(agent), setup.manifest.get("model_spec")
+        if before and before != spec and (todo.done or todo.retry):
+            raise fail(CliError(f"{setup.out} holds results of another model ({_show(before)}; "
+                                f"now {_show(spec)}): use another --out (or remove it)"))
         if not todo.todo:
             out.print(f"All {len(setup.pairs())} (item, run) pairs are done in {setup.out}.")
             return 0
@@ -157,7 +178,13 @@ def _run_locked(
             asyncio.run(_close(stack, agents[1:]))
             raise fail(exc) from None
         agents.append(ResearchAgent(model, stack.tools, stack.agent.config))
-    save_manifest(setup, model=stack.model.name, endpoints=1 + len(endpoints))
+    before = setup.manifest.get("model")
+    if before and before != stack.model.name and (todo.done or todo.retry):
+        asyncio.run(_close(stack, agents[1:]))
+        raise fail(CliError(f"{setup.out} holds results of the model {before!r}, not "
+                            f"{stack.model.name!r}: use another --out (or remove it)"))
+    save_manifest(setup, model=stack.model.name, model_spec=_model_spec(agent),
+                  endpoints=1 + len(endpoints))
     progress = _progress("research")
     task = progress.add_task("run", total=len(todo.todo), last="")
 

@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from drvenus.grading.judge import JudgeConfig, judge_many
+from drvenus.net.urls import redact_url
 
 
 @dataclass
@@ -95,4 +96,16 @@ def _judge_rows(
     )
     if failed and not keep_failures:
         out.drops["judge_failed"] = failed
+    if ask and failed * 2 > len(ask):  # an outage, not a few hard rows: say so, write nothing
+        errors = [v.error for v in verdicts if v.correct is None and v.error]
+        raise JudgeOutage(
+            f"the judge ({cfg.model} at {redact_url(cfg.base_url)}) failed on {failed} of "
+            f"{len(ask)} rows it was asked about (last error: {errors[-1] if errors else '?'}); "
+            "nothing was written. Check the judge and rerun (its verdicts so far are cached)"
+        )
     return correct, failed
+
+
+class JudgeOutage(ValueError):
+    """Most judge calls of a run failed: the run stops (one error line, exit 2) instead of
+    writing a gutted dataset."""

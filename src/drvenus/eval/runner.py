@@ -89,6 +89,9 @@ def prepare(
     old = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {}
     if old and old.get("benchmark") != spec.name:
         raise ValueError(f"{out} holds a {old.get('benchmark')} evaluation; use another --out")
+    if old.get("data") and old["data"] != str(Path(data).resolve()):
+        raise ValueError(f"{out} holds an evaluation of {old['data']}, not of {data}: its results "
+                         "would be reused for other items; use another --out")
     setup = EvalSetup(spec, items, runs, out, Path(data))
     if spec.corpus is not None:
         setup.corpus = out / CORPUS
