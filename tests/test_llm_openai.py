@@ -209,6 +209,46 @@ def test_slow_server_times_out():
         assert len(server.chat_requests) == 2
 
 
+def test_a_trickling_server_cannot_outlast_the_request_timeout():
+    """Headers at once, then a byte every 0.2 s: each read is quick, the response never ends.
+    The timeout is a deadline for the whole response."""
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: 100000\r\n\r\n")
+                while not stop.is_set():
+                    try:
+                        conn.sendall(b" ")
+                    except OSError:
+                        break
+                    time.sleep(0.2)
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    start = time.monotonic()
+    try:
+        with pytest.raises(LLMError, match="response timeout, not complete after 1s"):
+            run(asyncio.wait_for(_generate(_fast(url, timeout=1.0, max_retries=0)), 10))
+        assert time.monotonic() - start < 3
+    finally:
+        stop.set()
+        listener.close()
+
+
 def test_concurrent_generations_share_one_client():
     async def many(model):
         try:

@@ -162,7 +162,13 @@ class HttpTransport:
         else:
             url = self.base_url + path
         try:
-            response = await self._http().request(method, url, json=body, timeout=limits)
+            # httpx's timeouts bound each read; the deadline bounds the whole response (a
+            # server trickling a byte a second never trips a read timeout)
+            async with asyncio.timeout(seconds):
+                response = await self._http().request(method, url, json=body, timeout=limits)
+        except TimeoutError:
+            raise LLMError(f"{self.where}: response timeout, not complete after {seconds:g}s",
+                           retryable=True) from None
         except httpx.ConnectError as exc:
             reason = one_line(exc) or "connection refused"
             raise LLMError(f"{self.where}: cannot connect ({reason})", retryable=True) from None
