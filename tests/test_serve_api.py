@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -217,6 +218,36 @@ def test_replay_reads_traces_and_result_records(client, runs_dir):
     assert events[-1]["view"]["sources"] == [DRACULA]
     bad = client.post("/api/replay", json={"text": "not json"})
     assert bad.status_code == 422 and "cannot replay" in bad.json()["error"]
+
+
+def test_a_replay_being_parsed_does_not_stall_the_server(client, server, monkeypatch):
+    """A big replay file is parsed off the event loop: while it parses, the server answers."""
+    import threading
+
+    import drvenus.serve.app as app_module
+
+    answered = threading.Event()
+    real = app_module.load_saved
+
+    def slow_parse(text: str):
+        if not answered.wait(10):  # on the event loop, the request below could never finish
+            raise ValueError("the server stalled while a replay was parsed")
+        return real(text)
+
+    monkeypatch.setattr(app_module, "load_saved", slow_parse)
+    result: dict = {}
+
+    def post() -> None:
+        result["r"] = httpx.post(server.url + "/api/replay", json={"text": "not json"}, timeout=30)
+
+    poster = threading.Thread(target=post)
+    poster.start()
+    time.sleep(0.2)  # the replay request is in
+    assert client.get("/api/config").status_code == 200
+    answered.set()
+    poster.join(30)
+    assert "cannot replay" in result["r"].json()["error"]  # parsed after, not "stalled"
+    assert "stalled" not in result["r"].json()["error"]
 
 
 def test_openai_client_non_stream_and_stream(server):

@@ -450,3 +450,18 @@ def test_a_run_whose_every_tool_call_found_the_server_unusable_is_a_failed_run(s
                          AgentConfig(max_steps=5))
     assert run(run_batch(good, items, out, workers=1)).terminations["answered"] == 1
     assert read_results(out).is_done("1")
+
+
+def test_cli_bounds_the_queue(monkeypatch, corpus, tmp_path):
+    from typer.testing import CliRunner
+
+    import drvenus.tools.server as server_module
+    from drvenus.cli import app
+
+    seen = {}
+    monkeypatch.setattr(server_module, "serve", lambda *a, **kw: seen.update(kw))
+    monkeypatch.setenv("DRVENUS_CACHE_DIR", str(tmp_path))
+    result = CliRunner().invoke(app, ["tools", "serve", "--corpus", str(corpus),
+                                      "--max-queue", "3", "--max-concurrency", "2"])
+    assert result.exit_code == 0, result.output
+    assert seen["max_queue"] == 3 and seen["max_concurrency"] == 2

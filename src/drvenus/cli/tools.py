@@ -21,7 +21,12 @@ from drvenus.cli.common import (
 )
 from drvenus.cli.options import ToolOptions
 from drvenus.net.server import DEFAULT_HOST
-from drvenus.tools.server import DEFAULT_CACHE_SIZE, DEFAULT_MAX_CONCURRENCY, DEFAULT_PORT
+from drvenus.tools.server import (
+    DEFAULT_CACHE_SIZE,
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_PORT,
+)
 
 tools_app = typer.Typer(
     name="tools",
@@ -50,6 +55,10 @@ def serve(
     max_concurrency: Annotated[
         int, typer.Option("--max-concurrency", min=1, help="Tool calls running at once.")
     ] = DEFAULT_MAX_CONCURRENCY,
+    max_queue: Annotated[
+        int, typer.Option("--max-queue", min=0, help="Tool calls waiting for a slot; beyond "
+                          "that, 503 with Retry-After.")
+    ] = DEFAULT_MAX_QUEUE,
     cache_size: Annotated[
         int, typer.Option("--cache-size", min=0, help="Responses kept in memory (0: none).")
     ] = DEFAULT_CACHE_SIZE,
@@ -82,7 +91,7 @@ def serve(
     try:
         run_server(
             toolbox, host, port, secret, on_ready=ready, metrics=metrics,
-            max_concurrency=max_concurrency, cache_size=cache_size,
+            max_concurrency=max_concurrency, max_queue=max_queue, cache_size=cache_size,
         )
     except known_errors(ImportError) as exc:
         raise fail(exc) from None

@@ -19,6 +19,7 @@ questions up to :data:`MAX_QUESTION_CHARS`, runs bounded by the registry.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -152,15 +153,19 @@ def _api_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> 
         text = body.get("text")
         if not isinstance(text, str):
             raise Reject(400, {"error": "'text' must be the saved file's content"})
-        try:
+        def parse() -> dict[str, Any]:  # tens of MB: off the event loop, streams keep flowing
             runs = load_saved(text)
+            return {"runs": [
+                {"question": r["question"],
+                 "events": [for_client(i, e) for i, e in enumerate(r["events"])]}
+                for r in runs
+            ]}
+
+        try:
+            answer = await asyncio.to_thread(parse)
         except ValueError as exc:
             raise Reject(422, {"error": f"cannot replay this file: {exc}"}) from None
-        return _json(200, {"runs": [
-            {"question": r["question"],
-             "events": [for_client(i, e) for i, e in enumerate(r["events"])]}
-            for r in runs
-        ]})
+        return _json(200, answer)
 
     app.add_route("/api/config", config, methods=["GET"])
     app.add_route("/api/runs", create, methods=["POST"])
