@@ -290,9 +290,52 @@ def test_mcp_over_http_with_the_sdk_client(server):
             return tools, found, read, research
 
     tools, found, read, research = asyncio.run(go())
-    assert tools == {"deep_research", "search", "visit"}
+    assert tools == {"deep_research", "start_research", "research_status", "search", "visit"}
     hits = protocol.parse_search_body(found.content[0].text)
     assert hits[0]["web_page_info_list"][0]["url"] == DRACULA
     assert "Bram Stoker wrote Dracula." in read.content[0].text
     assert research.content[0].text.startswith("Bram Stoker")
     assert DRACULA in research.content[0].text
+
+
+def test_mcp_research_longer_than_the_client_timeout_completes(server):
+    """A client whose requests time out after 1 s: deep_research reports progress as it goes,
+    start_research + research_status (long polls shorter than the timeout) get the answer of a
+    run that takes longer; errors are tool errors (isError), the server has a version."""
+    pytest.importorskip("mcp")
+    from mcp import Client
+
+    from drvenus import __version__
+
+    async def go():
+        progress: list[str] = []
+
+        async def on_progress(done, total, message):
+            progress.append(message)
+
+        async with Client(server.url + "/mcp", read_timeout_seconds=1.0) as mcp_client:
+            info = mcp_client.server_info
+            quick = await mcp_client.call_tool("deep_research", {"question": "Who wrote it?"},
+                                               progress_callback=on_progress)
+            started = await mcp_client.call_tool("start_research",
+                                                 {"question": "slow: who wrote Dracula?"})
+            run_id = started.structured_content["run_id"]
+            polls = []
+            for _ in range(20):
+                status = await mcp_client.call_tool(
+                    "research_status", {"run_id": run_id, "wait_seconds": 0.5})
+                polls.append(status.structured_content)
+                if polls[-1]["status"] == "done":
+                    break
+            empty = await mcp_client.call_tool("deep_research", {"question": "  "})
+            unknown = await mcp_client.call_tool("research_status", {"run_id": "nope"})
+            return info, quick, progress, polls, empty, unknown
+
+    info, quick, progress, polls, empty, unknown = asyncio.run(go())
+    assert quick.content[0].text.startswith("Bram Stoker")
+    assert any(m and m.startswith("Searching: Dracula author") for m in progress), progress
+    assert len(polls) > 1 and polls[0]["status"] != "done"  # it outlasted one poll
+    assert polls[-1]["status"] == "done" and polls[-1]["answer"].startswith("Bram Stoker")
+    assert empty.is_error and "empty" in empty.content[0].text
+    assert unknown.is_error and "no run" in unknown.content[0].text
+    assert info.version == __version__ and info.version

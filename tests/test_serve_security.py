@@ -143,6 +143,6 @@ def test_mcp_over_stdio_with_the_sdk_client(tmp_path, models_dir):
             return tools, found.content[0].text, read.content[0].text
 
     tools, found, read = asyncio.run(asyncio.wait_for(go(), 400))
-    assert tools == {"deep_research", "search", "visit"}
+    assert tools == {"deep_research", "start_research", "research_status", "search", "visit"}
     assert "https://en.wikipedia.org/wiki/" in found
     assert DRACULA in read and "Stoker" in read
