@@ -329,9 +329,13 @@ def test_mcp_research_longer_than_the_client_timeout_completes(server):
                     break
             empty = await mcp_client.call_tool("deep_research", {"question": "  "})
             unknown = await mcp_client.call_tool("research_status", {"run_id": "nope"})
-            return info, quick, progress, polls, empty, unknown
+            wrong = await mcp_client.call_tool("research_status", {"wait_seconds": "x"})
+            return info, quick, progress, polls, empty, unknown, wrong
 
-    info, quick, progress, polls, empty, unknown = asyncio.run(go())
+    info, quick, progress, polls, empty, unknown, wrong = asyncio.run(go())
+    assert wrong.is_error and wrong.content[0].text.startswith(
+        "invalid arguments for research_status: run_id is required; wait_seconds: ")
+    assert "pydantic" not in wrong.content[0].text
     assert quick.content[0].text.startswith("Bram Stoker")
     assert any(m and m.startswith("Searching: Dracula author") for m in progress), progress
     assert len(polls) > 1 and polls[0]["status"] != "done"  # it outlasted one poll

@@ -17,7 +17,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from drvenus.protocol import ToolCallError, normalize_tool_call
 from drvenus.serve.runs import Busy, Run, RunRegistry
@@ -87,6 +87,19 @@ def _steps(run: Run) -> int:
     return sum(1 for e in run.events if e.get("type") == "step_started")
 
 
+def argument_problem(tool: str, exc: ValidationError) -> str:
+    """``invalid arguments for TOOL: question is required; wait_seconds: ...`` from the SDK's
+    argument check."""
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(x) for x in error.get("loc", ())) or "arguments"
+        if error.get("type") == "missing":
+            parts.append(f"{where} is required")
+        else:
+            parts.append(f"{where}: {str(error.get('msg', 'invalid')).lower()}")
+    return f"invalid arguments for {tool}: " + "; ".join(parts)
+
+
 QUESTION = Field(description="The question to research, in natural language.")
 RUN_ID = Field(description="The run_id that start_research returned.")
 WAIT = Field(ge=0, le=50, description="Seconds to wait for the run to end before "
@@ -101,8 +114,18 @@ def build_mcp(registry: RunRegistry) -> MCPServer:
 
     from drvenus import __version__
 
-    server = MCPServer("drvenus", version=__version__, instructions=INSTRUCTIONS,
-                       log_level="WARNING")
+    class _Server(MCPServer):
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None
+                            ) -> Any:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:  # the SDK's argument check: one plain line, no pydantic dump
+                if isinstance(exc.__cause__, ValidationError):
+                    raise ToolError(argument_problem(name, exc.__cause__)) from None
+                raise
+
+    server = _Server("drvenus", version=__version__, instructions=INSTRUCTIONS,
+                     log_level="WARNING")
 
     @server.tool()
     async def deep_research(question: Annotated[str, QUESTION], ctx: Context) -> str:
