@@ -273,6 +273,15 @@ def test_openai_client_non_stream_and_stream(server):
     assert "Searching: Dracula author" in reasoning and "Read:" in reasoning
     assert content.startswith("Bram Stoker") and DRACULA in content
     assert chunks[-1].choices[0].finish_reason == "stop"
+    assert all(c.usage is None for c in chunks)  # not asked for
+    counted = list(oa.chat.completions.create(
+        model="drvenus", stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "Who wrote Dracula?"}],
+    ))
+    assert counted[-1].choices == [] and counted[-1].usage is not None
+    usage = counted[-1].usage
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert all(c.usage is None for c in counted[:-1])
     with pytest.raises(openai.BadRequestError):
         oa.chat.completions.create(model="drvenus", messages=[{"role": "system", "content": "x"}])
 

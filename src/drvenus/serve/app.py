@@ -198,7 +198,8 @@ def _openai_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) 
         model = str(body.get("model") or oa.MODEL_ID)
         if body.get("stream"):
             return StreamingResponse(
-                oa.stream(run, model), media_type="text/event-stream", headers=SSE_HEADERS
+                oa.stream(run, model, include_usage=oa.wants_usage(body)),
+                media_type="text/event-stream", headers=SSE_HEADERS,
             )
         return _json(200, await oa.complete(run, model))
 

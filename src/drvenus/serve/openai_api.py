@@ -126,9 +126,16 @@ def _chunk(run: Run, model: str, delta: dict[str, Any], finish: str | None = Non
     return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
 
 
-async def stream(run: Run, model: str) -> AsyncIterator[bytes]:
-    """Server-sent chat.completion.chunk events: progress as reasoning, then the answer.
-    Closing the stream leaves the run going (its result stays in the registry)."""
+def wants_usage(body: Mapping[str, Any]) -> bool:
+    """``stream_options.include_usage``: a last chunk with the token usage and no choices."""
+    options = body.get("stream_options")
+    return isinstance(options, Mapping) and options.get("include_usage") is True
+
+
+async def stream(run: Run, model: str, *, include_usage: bool = False) -> AsyncIterator[bytes]:
+    """Server-sent chat.completion.chunk events: progress as reasoning, then the answer (and,
+    with ``include_usage``, a usage chunk, as OpenAI sends it). Closing the stream leaves the
+    run going (its result stays in the registry)."""
     yield _chunk(run, model, {"role": "assistant", "content": ""})
     async for item in run.follow():
         if item is None:
@@ -139,6 +146,13 @@ async def stream(run: Run, model: str) -> AsyncIterator[bytes]:
             yield _chunk(run, model, {"reasoning_content": line + "\n"})
     yield _chunk(run, model, {"content": final_text(run.record or {})})
     yield _chunk(run, model, {}, finish="stop")
+    if include_usage:
+        body = {
+            "id": f"chatcmpl-{run.id}", "object": "chat.completion.chunk",
+            "created": int(run.created), "model": model or MODEL_ID, "choices": [],
+            "usage": _usage(run.record or {}),
+        }
+        yield b"data: " + json.dumps(body).encode() + b"\n\n"
     yield b"data: [DONE]\n\n"
 
 
@@ -151,4 +165,5 @@ __all__ = [
     "question_of",
     "start_run",
     "stream",
+    "wants_usage",
 ]
