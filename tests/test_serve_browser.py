@@ -43,10 +43,11 @@ def _chromium() -> str:
 class Served:
     """``drvenus serve --port 0`` in a subprocess; its URL read from the ready line."""
 
-    def __init__(self, runs_dir: Path, env: dict[str, str]) -> None:
+    def __init__(self, runs_dir: Path, env: dict[str, str], *args: str) -> None:
         self.runs_dir = runs_dir
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "drvenus", "serve", "--port", "0", "--runs-dir", str(runs_dir)],
+            [sys.executable, "-m", "drvenus", "serve", "--port", "0", "--runs-dir", str(runs_dir),
+             *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
         )
         self.lines: list[str] = []
@@ -180,3 +181,42 @@ def test_v1_chat_completion_on_the_embedded_model(served):
     assert "Searching:" in message.model_extra["reasoning_content"]
     assert reply.usage.completion_tokens > 0
     assert time.monotonic() - start < 400
+
+
+def test_research_with_a_remote_model_in_a_browser(tmp_path, browser, artifacts):
+    """``serve --base-url`` (the DR-Venus-4B case, here a loopback OpenAI-compatible stub): the
+    page offers the model's own 200-step limit, Research runs, the answer shows; a step limit
+    the server refuses opens the settings and says why instead of doing nothing."""
+    from stub_server import StubServer
+    from test_cli import ANSWER, search_turn
+
+    pythonpath = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": pythonpath, "DRVENUS_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("DRVENUS_SERVE_TOKEN", None)
+    with StubServer([search_turn("Dracula novel author"), ANSWER], default=ANSWER) as model:
+        served = Served(tmp_path / "runs", env, "--base-url", model.base_url, "--model-name",
+                        "stub-4b")
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(served.url + "/")
+            page.wait_for_selector("#opt-model option", state="attached")
+            assert page.input_value("#opt-steps") == "200"
+            page.fill("#question", QUESTION)
+            page.click("#settings summary")  # open, set beyond the cap, close again
+            page.fill("#opt-steps", "100000")
+            page.click("#settings summary")
+            page.click("#ask-btn")  # refused with a reason, the panel opened
+            page.wait_for_selector("#flash:not([hidden])")
+            assert "Step limit" in page.inner_text("#flash")
+            assert page.evaluate("document.getElementById('settings').open")
+            page.fill("#opt-steps", "200")
+            page.click("#ask-btn")
+            assert _answer_shown(page).strip().startswith("Bram Stoker")
+            assert page.locator(".tool.search .chip").count() >= 1
+            page.screenshot(path=str(artifacts / "serve-remote.png"), full_page=True)
+            assert not errors, errors
+            page.close()
+        finally:
+            served.stop()

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STEP_CAP = 50  # the most steps a request may ask for (the time limit still bounds a run)
+STEP_CAP = 200  # the most steps a request may ask for: DR-Venus's 200 tool calls (the time
+# limit still bounds a run); never below a preset's own step limit
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ class AgentPool:
     ) -> None:
         if not models or not tools:
             raise ValueError("a pool needs at least one model and one tools preset")
-        self.models, self.tools, self.step_cap = models, tools, step_cap
+        own = [p.config.max_steps for p in models.values() if p.config is not None]
+        self.models, self.tools, self.step_cap = models, tools, max([step_cap, *own])
         self._built: dict[tuple[str, str], Any] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._agents: dict[tuple[str, str, int], ResearchAgent] = {}
@@ -69,7 +71,8 @@ class AgentPool:
         """What a client may choose (for the settings panel and ``/v1/models``)."""
         default = next(iter(self.models.values())).config or AgentConfig()
         return {
-            "models": [{"id": k, "label": p.label, "about": p.about}
+            "models": [{"id": k, "label": p.label, "about": p.about,
+                        "max_steps": (p.config or AgentConfig()).max_steps}
                        for k, p in self.models.items()],
             "tools": [{"id": k, "label": p.label} for k, p in self.tools.items()],
             "max_steps": default.max_steps,

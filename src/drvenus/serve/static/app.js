@@ -262,7 +262,15 @@ async function ask(event) {
   if (!question) return;
   flash("");
   const body = { question, model: $("opt-model").value || null, tools: $("opt-tools").value || null };
-  const steps = parseInt($("opt-steps").value, 10);
+  const field = $("opt-steps");
+  const steps = parseInt(field.value, 10);
+  if (field.value !== "" && !field.checkValidity()) {
+    // the field sits in the (maybe closed) settings panel: open it and say what is wrong
+    $("settings").open = true;
+    flash(`Step limit: give a whole number from ${field.min} to ${field.max}.`);
+    field.focus();
+    return;
+  }
   if (!Number.isNaN(steps)) body.max_steps = steps;
   $("ask-btn").disabled = true;
   try {
@@ -399,13 +407,20 @@ async function init() {
     state.config = await api("/api/config");
     fillSelect($("opt-model"), state.config.models);
     showAbout();
-    $("opt-model").addEventListener("change", showAbout);
+    $("opt-model").addEventListener("change", () => { showAbout(); showSteps(); });
     fillSelect($("opt-tools"), state.config.tools);
     $("opt-steps").value = state.config.max_steps;
     $("opt-steps").max = state.config.step_cap;
   } catch (err) { flash("Cannot reach the server: " + err.message); }
   const match = /run=([^&]+)/.exec(location.hash);
   if (match) follow(decodeURIComponent(match[1]), "");
+}
+
+function showSteps() {
+  // the chosen model's own step limit (the embedded model: 4; a real model: 200)
+  const id = $("opt-model").value;
+  const model = (state.config.models || []).find((m) => m.id === id);
+  if (model && model.max_steps) $("opt-steps").value = model.max_steps;
 }
 
 function showAbout() {
