@@ -115,7 +115,7 @@ def test_the_page_and_its_files_are_served(client):
     assert client.get("/static/app.js").status_code == 200
     assert client.get("/static/app.css").status_code == 200
     config = client.get("/api/config").json()
-    assert config["models"] == [{"id": "default", "label": "scripted", "about": ""}]
+    assert config["models"] == [{"id": "default", "label": "scripted", "about": "", "max_steps": 5}]
     assert config["max_steps"] == 5 and config["step_cap"] >= 5
 
 
