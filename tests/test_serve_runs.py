@@ -116,3 +116,44 @@ def test_final_text_and_progress_lines():
              "data": {"name": "visit", "arguments": {"url": [DRACULA], "goal": "g"}}}
     assert progress_line(event) == f"Visiting: {DRACULA}"
     assert progress_line({"type": "turn", "step": 0, "data": {}}) is None
+
+
+def test_serve_says_when_its_model_server_is_down_and_logs_each_run(tmp_path):
+    """``serve --base-url`` with a dead model server warns at start and the page's config says
+    so; with a live one, the operator's console gets a line per run started and finished."""
+    import os
+    import time
+
+    import httpx
+
+    from stub_server import StubServer
+    from test_cli import ANSWER
+    from test_serve_browser import ROOT, Served
+
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "DRVENUS_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("DRVENUS_SERVE_TOKEN", None)
+    dead = Served(tmp_path / "r1", env, "--base-url", "http://127.0.0.1:9/v1", "--model-name",
+                  "m")
+    try:
+        assert any("warning:" in line and "not answering" in line for line in dead.lines)
+        problem = httpx.get(dead.url + "/api/config", timeout=30).json()["problem"]
+        assert "not answering" in problem
+    finally:
+        dead.stop()
+    with StubServer([ANSWER], default=ANSWER) as model:
+        live = Served(tmp_path / "r2", env, "--base-url", model.base_url, "--model-name", "m")
+        try:
+            assert httpx.get(live.url + "/api/config", timeout=30).json()["problem"] is None
+            run_id = httpx.post(live.url + "/api/runs", json={"question": "Who wrote Dracula?"},
+                                timeout=30).json()["id"]
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not any(
+                f"run {run_id} finished" in line for line in live.lines
+            ):
+                time.sleep(0.2)
+        finally:
+            live.stop()
+    text = "".join(live.lines)
+    assert f"run {run_id} started: Who wrote Dracula?" in text
+    assert f"run {run_id} finished: answered" in text

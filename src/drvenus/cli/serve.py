@@ -50,6 +50,9 @@ def _pool(agent: AgentOptions, max_runs: int) -> tuple[Settings, AgentPool]:
         settings, system_prompt_file=agent.prompt_file, parallel=max_runs, notify=notice
     )
     pool.prebuild()
+    problem = asyncio.run(pool.problem(timeout=10.0))
+    if problem:  # serve anyway (the model server may come up later); the page says so too
+        err.print(f"[yellow]warning:[/] {escape(problem)}")
     return settings, pool
 
 
@@ -98,7 +101,8 @@ def serve(
         raise fail(exc) from None
     warn_short_token(token)
     registry = RunRegistry(
-        pool, _runs_dir(settings, runs_dir), max_running=max_runs, max_waiting=max_waiting
+        pool, _runs_dir(settings, runs_dir), max_running=max_runs, max_waiting=max_waiting,
+        notify=lambda line: err.print(escape(line), highlight=False),
     )
     app = create_app(registry, token=token)
 

@@ -3,9 +3,9 @@
 ``build_index`` builds the index on first use under the cache directory, in a folder keyed by
 the corpus content (file hash + field map + schema version), atomically: the index is written
 to a temporary folder and renamed into place, so a crashed build never leaves half an index.
-``CorpusIndex`` answers searches (title boosted, snippets around the matched terms) and looks
-pages up by URL. It is cheap to open, shared per process by ``open_index``, and thread-safe, so
-async code can call it through ``asyncio.to_thread``.
+``CorpusIndex`` answers searches (title boosted; the snippet is the page's lead unless another
+window holds more of the query) and looks pages up by URL. It is cheap to open, shared per
+process by ``open_index``, and thread-safe, so async code can call it through ``asyncio.to_thread``.
 """
 
 from __future__ import annotations
@@ -497,6 +497,7 @@ class CorpusIndex:
             return []
         snippets = tantivy.SnippetGenerator.create(searcher, parsed, self._schema, "text")
         snippets.set_max_num_chars(SNIPPET_CHARS)
+        weights = self.term_weights(text)
         hits = []
         for score, address in top:
             doc = searcher.doc(address)
@@ -512,11 +513,34 @@ class CorpusIndex:
                     id=doc.get_first("id") or "",
                     title=doc.get_first("title") or "",
                     url=doc.get_first("url") or "",
-                    snippet=make_snippet(body, start, end),
+                    snippet=self.choose_snippet(body, start, end, weights),
                     score=float(score),
                 )
             )
         return hits
+
+    def term_weights(self, text: str) -> dict[str, float]:
+        """Each token of sanitised query ``text`` with its idf in the page texts."""
+        n = self._searcher.num_docs
+        tokens = {
+            t for word in _PHRASE.sub(" ", text).split() for t in self._analyzer.analyze(word)
+        }
+        return {t: _idf(self._searcher.doc_freq("text", t), n) for t in tokens}
+
+    def choose_snippet(self, body: str, start: int, end: int, weights: Mapping[str, float]) -> str:
+        """The window around ``body[start:end]`` (the best-matching fragment), unless the
+        page's lead holds as much of the query (the idf of the distinct query tokens each
+        window contains): a page's opening says what it is about (a novel's author, a city's
+        country), where the densest fragment may only repeat the title's word."""
+        fragment = make_snippet(body, start, end)
+        if start == 0:
+            return fragment
+        lead = make_snippet(body, 0, 0)
+
+        def coverage(window: str) -> float:
+            return sum(weights.get(t, 0.0) for t in set(self._analyzer.analyze(window)))
+
+        return lead if coverage(lead) >= coverage(fragment) else fragment
 
     def _clauses(self, text: str) -> list[_Clause] | None:
         """The clauses the query parser makes of sanitised text: each distinct word, then each

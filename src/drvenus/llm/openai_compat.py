@@ -292,6 +292,16 @@ class OpenAICompatModel:
         )
         return self.parse_response(data)
 
+    async def check(self, timeout: float = 5.0) -> None:
+        """Is the server up and serving a model? Raises :class:`LLMError` saying why not."""
+        try:
+            data = await self.transport.request("GET", "/models", None, timeout)
+        except LLMError as exc:
+            raise LLMError(f"the model server is not answering: {exc}") from None
+        models = data.get("data") if isinstance(data, Mapping) else None
+        if not isinstance(models, list) or not models:
+            raise LLMError(f"{self.transport.where}: /models lists no model")
+
     async def context_window(self) -> int | None:
         try:
             await self._probe(30.0)

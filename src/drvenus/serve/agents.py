@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from drvenus.agent import AgentConfig, ResearchAgent
+from drvenus.llm.base import LLMError
 
 if TYPE_CHECKING:
     from drvenus.config import Settings
@@ -99,6 +100,19 @@ class AgentPool:
             key = next(iter(presets))
             if (kind, key) not in self._built:
                 self._built[(kind, key)] = presets[key].build()
+
+    async def problem(self, timeout: float = 3.0) -> str | None:
+        """Why the default model cannot answer now (its server down), or None: a model behind
+        a server is asked for its ``/models``; an in-process one is always there."""
+        built = self._built.get(("model", next(iter(self.models))))
+        check = getattr(built, "check", None)
+        if check is None:
+            return None
+        try:
+            await check(timeout)
+        except LLMError as exc:
+            return str(exc)
+        return None
 
     async def _get(self, kind: str, key: str) -> Any:
         slot = (kind, key)

@@ -124,7 +124,8 @@ def _api_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> 
     async def config(request: Request) -> Response:
         options = registry.pool.options()
         options.update(version=__version__, max_running=registry.max_running,
-                       max_question_chars=MAX_QUESTION_CHARS)
+                       max_question_chars=MAX_QUESTION_CHARS,
+                       problem=await registry.pool.problem())
         return _json(200, options)
 
     async def create(request: Request) -> Response:

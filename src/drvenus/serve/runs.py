@@ -14,7 +14,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +24,7 @@ from drvenus.agent.record import ResultRecord
 from drvenus.net.server import Busy  # every run slot taken and the waiting line full
 from drvenus.serve.agents import AgentPool, Choice
 from drvenus.serve.server import DEFAULT_MAX_RUNNING, DEFAULT_MAX_WAITING
+from drvenus.text import one_line
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +133,13 @@ class RunRegistry:
         max_running: int = DEFAULT_MAX_RUNNING,
         max_waiting: int = DEFAULT_MAX_WAITING,
         keep: int = DEFAULT_KEEP,
+        notify: Callable[[str], None] | None = None,
     ) -> None:
         if max_running < 1 or max_waiting < 0:
             raise ValueError("max_running must be >= 1 and max_waiting >= 0")
         self.pool, self.runs_dir = pool, runs_dir
         self.max_running, self.max_waiting, self.keep = max_running, max_waiting, keep
+        self.notify = notify  # the operator's console: a line per run started and finished
         self._runs: dict[str, Run] = {}
         self._sem: asyncio.Semaphore | None = None
         if runs_dir is not None:
@@ -173,6 +176,7 @@ class RunRegistry:
             async with self._sem:
                 run.status = "running"
                 run._notify()
+                self._say(f"run {run.id} started: {one_line(run.question, 80)}")
                 agent = await self.pool.agent(run.choice)
                 await agent.run(run.question, run.add)
         except asyncio.CancelledError:
@@ -183,6 +187,18 @@ class RunRegistry:
             self._fail(run, "exception", f"{type(exc).__name__}: {exc}")
         finally:
             run.end()
+            record = run.record or {}
+            self._say(f"run {run.id} finished: {record.get('termination', 'no record')}, "
+                      f"{record.get('tool_call_count', 0)} tool calls, "
+                      f"{record.get('elapsed_seconds', 0):.1f} s")
+
+    def _say(self, line: str) -> None:
+        log.info("%s", line)
+        if self.notify is not None:
+            try:
+                self.notify(line)
+            except Exception:  # a console that cannot print must not end the run
+                log.exception("could not report a run")
 
     @staticmethod
     def _fail(run: Run, termination: str, error: str) -> None:

@@ -411,6 +411,7 @@ async function init() {
     fillSelect($("opt-tools"), state.config.tools);
     $("opt-steps").value = state.config.max_steps;
     $("opt-steps").max = state.config.step_cap;
+    if (state.config.problem) flash("The model is not answering now, so research will fail: " + state.config.problem);
   } catch (err) { flash("Cannot reach the server: " + err.message); }
   const match = /run=([^&]+)/.exec(location.hash);
   if (match) follow(decodeURIComponent(match[1]), "");
