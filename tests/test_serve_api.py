@@ -114,6 +114,8 @@ def test_the_page_and_its_files_are_served(client):
     assert 'id="question"' in page.text and "/static/app.js" in page.text
     assert client.get("/static/app.js").status_code == 200
     assert client.get("/static/app.css").status_code == 200
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
     config = client.get("/api/config").json()
     assert config["models"] == [{"id": "default", "label": "scripted", "about": "", "max_steps": 5}]
     assert config["max_steps"] == 5 and config["step_cap"] >= 5

@@ -183,26 +183,31 @@ def test_v1_chat_completion_on_the_embedded_model(served):
     assert time.monotonic() - start < 400
 
 
-def test_research_with_a_remote_model_in_a_browser(tmp_path, browser, artifacts):
+def test_research_with_a_remote_model_in_a_browser(tmp_path, browser, artifacts, shared_data):
     """``serve --base-url`` (the DR-Venus-4B case, here a loopback OpenAI-compatible stub): the
-    page offers the model's own 200-step limit, Research runs, the answer shows; a step limit
-    the server refuses opens the settings and says why instead of doing nothing."""
+    page offers the model's own 200-step limit, Research runs, the answer shows as Markdown and
+    comes into view; a step limit the server refuses opens the settings and says why; run links
+    and Back follow runs, an unknown run says so; a DR-Venus trajectory replays with its answer."""
     from stub_server import StubServer
-    from test_cli import ANSWER, search_turn
+    from test_cli import search_turn
 
+    answer = "<think>\nDone.\n</think>\n<answer>\n**Bram Stoker** wrote it\n</answer>"
     pythonpath = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": pythonpath, "DRVENUS_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("DRVENUS_SERVE_TOKEN", None)
-    with StubServer([search_turn("Dracula novel author"), ANSWER], default=ANSWER) as model:
-        served = Served(tmp_path / "runs", env, "--base-url", model.base_url, "--model-name",
-                        "stub-4b")
+    with StubServer([search_turn("Dracula novel author"), answer], default=answer) as model:
+        served = Served(tmp_path / "runs", env, "--base-url", model.base_url)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page = browser.new_page(viewport={"width": 1280, "height": 700})
             errors: list[str] = []
+            missing: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("response", lambda r: missing.append(r.url)
+                    if r.status == 404 and "/api/" not in r.url else None)  # files, favicon
             page.goto(served.url + "/")
             page.wait_for_selector("#opt-model option", state="attached")
             assert page.input_value("#opt-steps") == "200"
+            assert model.base_url not in page.content()  # a preset never shows the server URL
             page.fill("#question", QUESTION)
             page.click("#settings summary")  # open, set beyond the cap, close again
             page.fill("#opt-steps", "100000")
@@ -213,10 +218,36 @@ def test_research_with_a_remote_model_in_a_browser(tmp_path, browser, artifacts)
             assert page.evaluate("document.getElementById('settings').open")
             page.fill("#opt-steps", "200")
             page.click("#ask-btn")
-            assert _answer_shown(page).strip().startswith("Bram Stoker")
+            assert _answer_shown(page).strip() == "Bram Stoker wrote it"
+            assert page.inner_text("#a-text strong") == "Bram Stoker"  # Markdown, rendered
+            page.wait_for_function("document.getElementById('answer').getBoundingClientRect()"
+                                   ".top < window.innerHeight")  # brought into view
+            assert model.base_url not in page.inner_text("#v-meta")
             assert page.locator(".tool.search .chip").count() >= 1
+            assert int(page.inner_text("#c-steps")) == page.locator("#timeline > li").count()
+            first = page.evaluate("location.hash")
             page.screenshot(path=str(artifacts / "serve-remote.png"), full_page=True)
+
+            page.evaluate("location.hash = 'run=nope'")  # a link to a run this server lacks
+            page.wait_for_selector("#c-status.failed")
+            assert "no such run" in page.inner_text("#c-status")
+            page.go_back()  # Back: the first run again
+            page.wait_for_function(f"location.hash === {first!r}")
+            assert _answer_shown(page).strip() == "Bram Stoker wrote it"
+
+            page.click("button[data-tab=replay]")
+            assert page.get_attribute("button[data-tab=replay]", "aria-selected") == "true"
+            page.set_input_files("#replay-file",
+                                 str(shared_data / "trajectories" / "dr-venus-sft" / "0000.json"))
+            page.wait_for_selector("#player:not([hidden])")
+            page.click("#rp-all")
+            assert page.inner_text("#a-text").strip() == "Paul Beneke"
+            assert "No answer" not in page.inner_text("#answer h3")
+            titles = page.locator("#timeline > li h4").all_text_contents()
+            assert titles[0] == "Step 1" and not any("step limit" in t for t in titles)
+            assert "24 tool calls" in page.inner_text("#a-meta")
             assert not errors, errors
+            assert not missing, missing  # the favicon too
             page.close()
         finally:
             served.stop()

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from drvenus import __version__
-from drvenus.net.guard import Guard
+from drvenus.net.guard import OPEN_PATHS, Guard
 from drvenus.net.server import MAX_BODY_BYTES, Busy, Reject, read_json_body, require_serve_extra
 from drvenus.serve.agents import Choice
 from drvenus.serve.runs import Run, RunRegistry
@@ -208,6 +208,13 @@ def _openai_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) 
     app.add_route("/v1/chat/completions", chat, methods=["POST"])
 
 
+FAVICON = (  # a small mark in the page's accent colour
+    b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><circle cx="14" cy="14" r="9" '
+    b'fill="none" stroke="#3b5bdb" stroke-width="4"/><path d="M21 21l7 7" stroke="#3b5bdb" '
+    b'stroke-width="4" stroke-linecap="round"/></svg>'
+)
+
+
 def _page_routes(app: FastAPI) -> None:
     from fastapi.responses import FileResponse
     from fastapi.staticfiles import StaticFiles
@@ -218,8 +225,13 @@ def _page_routes(app: FastAPI) -> None:
     async def health(request: Request) -> Response:
         return _json(200, {"status": "ok"})
 
+    async def favicon(request: Request) -> Response:
+        return Response(FAVICON, media_type="image/svg+xml",
+                        headers={"Cache-Control": "max-age=86400"})
+
     app.add_route("/", index, methods=["GET"])
     app.add_route("/health", health, methods=["GET"])
+    app.add_route("/favicon.ico", favicon, methods=["GET"])
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
 
@@ -290,7 +302,8 @@ def create_app(
         return _json(500, {"error": "internal error"})
 
     app.state.registry = registry
-    app.add_middleware(Guard, token=token, json_prefixes=JSON_ONLY_PREFIXES, browser_login=True)
+    app.add_middleware(Guard, token=token, json_prefixes=JSON_ONLY_PREFIXES, browser_login=True,
+                       open_paths=OPEN_PATHS | {"/favicon.ico"})
     return app
 
 

@@ -178,7 +178,14 @@ class RunRegistry:
                 run._notify()
                 self._say(f"run {run.id} started: {one_line(run.question, 80)}")
                 agent = await self.pool.agent(run.choice)
-                await agent.run(run.question, run.add)
+                label = self.pool.models[self.pool.check(run.choice).model or ""].label
+
+                def add(event: TraceEvent) -> None:
+                    if event.type == "started":  # the preset's name, never the server's URL
+                        event.data["model"] = label
+                    run.add(event)
+
+                await agent.run(run.question, add)
         except asyncio.CancelledError:
             if run.record is None:  # stopped while waiting or while the model was built
                 self._fail(run, "interrupted", "stopped before the research began")

@@ -277,8 +277,25 @@ def events_from_record(record: Mapping[str, Any]) -> list[EventDict]:
         events.extend(_message_events(message, step))
         if message.get("role") == "assistant":
             step += 1
-    events.append(_event("finished", max(step - 1, 0), record=dict(record)))
+    full = _completed(record, question, events, turns=step)
+    events.append(_event("finished", max(step - 1, 0), record=full))
     return events
+
+
+def _completed(record: Mapping[str, Any], question: str, events: list[EventDict], turns: int
+               ) -> dict[str, Any]:
+    """The record with what a bare trajectory (DR-Venus's ``{question, messages, gt}``, an SFT
+    row) lacks, read from its own conversation: the answer, the termination, the counts."""
+    full = dict(record)
+    if full.get("termination"):
+        return full
+    answers = [e["data"]["answer"] for e in events if e["type"] == "answer"]
+    full.setdefault("question", question)
+    full["prediction"] = full.get("prediction") or (answers[-1] if answers else "")
+    full["termination"] = "answered" if answers else "max_steps"
+    full.setdefault("turns", turns)
+    full.setdefault("tool_call_count", sum(1 for e in events if e["type"] == "tool_call"))
+    return full
 
 
 def _message_events(message: dict[str, Any], step: int) -> Iterator[EventDict]:

@@ -27,6 +27,76 @@ function link(url, text) {
               : el("span", {}, text || url || "");
 }
 
+// Markdown, safely: built as DOM nodes (never innerHTML); links only to http(s)
+const INLINE = /(`[^`]+`)|(\*\*[^*]+\*\*)|(\*[^*\s][^*]*\*|_[^_\s][^_]*_)|(\[[^\]]+\]\(https?:\/\/[^)\s]+\))|(https?:\/\/[^\s<>()]+)/;
+
+function inline(text) {
+  const nodes = [];
+  let rest = text;
+  while (rest) {
+    const m = INLINE.exec(rest);
+    if (!m) { nodes.push(rest); break; }
+    if (m.index) nodes.push(rest.slice(0, m.index));
+    const [token] = m;
+    if (m[1]) nodes.push(el("code", {}, token.slice(1, -1)));
+    else if (m[2]) nodes.push(el("strong", {}, ...inline(token.slice(2, -2))));
+    else if (m[3]) nodes.push(el("em", {}, ...inline(token.slice(1, -1))));
+    else if (m[4]) {
+      const cut = token.indexOf("](");
+      nodes.push(link(token.slice(cut + 2, -1), token.slice(1, cut)));
+    } else nodes.push(link(token));
+    rest = rest.slice(m.index + token.length);
+  }
+  return nodes;
+}
+
+function markdown(text) {
+  const out = document.createDocumentFragment();
+  let list = null;
+  let para = [];
+  const endPara = () => {
+    if (para.length) out.append(el("p", {}, ...inline(para.join(" "))));
+    para = [];
+  };
+  for (const raw of String(text || "").split(/\r?\n/)) {
+    const line = raw.trim();
+    const item = /^([-*+]|\d+[.)])\s+(.*)$/.exec(line);
+    const head = /^(#{1,6})\s+(.*)$/.exec(line);
+    if (item) {
+      endPara();
+      const tag = /\d/.test(item[1]) ? "ol" : "ul";
+      if (!list || list.tagName.toLowerCase() !== tag) { list = el(tag, {}); out.append(list); }
+      list.append(el("li", {}, ...inline(item[2])));
+      continue;
+    }
+    list = null;
+    if (head) { endPara(); out.append(el("h4", {}, ...inline(head[2]))); }
+    else if (!line) endPara();
+    else para.push(line);
+  }
+  endPara();
+  return out;
+}
+
+const TERMINATIONS = {
+  answered: "Answered",
+  answered_token_limit: "Answered when the token budget ran out",
+  answered_max_steps: "Answered at the step limit",
+  max_steps: "Step limit reached without an answer",
+  token_limit_no_answer: "Token budget ran out without an answer",
+  timeout: "Time limit reached",
+  llm_error: "The model could not be reached",
+  tool_error: "The tools could not be used (tool server down or refusing the token)",
+  exception: "The run failed with an error",
+  interrupted: "Stopped",
+};
+const FORCED_NOTE = "Forced answer: the step or token budget ran out before the model answered " +
+  "on its own, so it was asked for its best answer from what it had found. Check the sources.";
+
+function inWords(termination) {
+  return TERMINATIONS[termination] || String(termination || "").replace(/_/g, " ");
+}
+
 function flash(message) {
   const box = $("flash");
   box.textContent = message || "";
@@ -88,6 +158,7 @@ function stepBox(step) {
   if (!box) {
     box = el("li", { class: "step", "data-step": step }, el("h4", {}, `Step ${step + 1}`));
     $("timeline").append(box);
+    setCounters({ steps: $("timeline").children.length });  // the counter counts the cards
   }
   return box;
 }
@@ -107,16 +178,16 @@ const renderers = {
   },
   step_started(ev, v) {
     const box = stepBox(ev.step);
-    if (state.maxSteps !== undefined && ev.step >= state.maxSteps) {
+    if (Number.isInteger(state.maxSteps) && state.maxSteps > 0 && ev.step >= state.maxSteps) {
       box.querySelector("h4").textContent = "Final answer (step limit)";
     }
-    setCounters({ steps: ev.step + 1, tokens: v.context_tokens });
+    setCounters({ tokens: v.context_tokens });
   },
   model_output(ev, v) {
     if (!v.thinking) return;
     const box = stepBox(ev.step);
     box.append(el("details", { class: "thinking" }, el("summary", {}, "Thinking"),
-                  el("p", {}, v.thinking)));
+                  el("div", { class: "md" }, markdown(v.thinking))));
   },
   tool_call(ev, v) {
     const box = stepBox(ev.step);
@@ -175,8 +246,9 @@ const renderers = {
   finished(ev, v) {
     showAnswer(Object.assign({ forced: $("a-forced").hidden === false }, v));
     setCounters({ tokens: v.final_token_count, seconds: v.elapsed_seconds });
-    setStatus(v.termination.replace(/_/g, " "), v.answered ? "done" : "failed");
+    setStatus(inWords(v.termination), v.answered ? "done" : "failed");
     stopTimer();
+    if (!state.replay) $("answer").scrollIntoView({ behavior: "smooth", block: "start" });
   },
 };
 
@@ -185,16 +257,20 @@ function showAnswer(v) {
   box.hidden = false;
   box.classList.toggle("failed", !v.answered);
   box.querySelector("h3").firstChild.textContent = v.answered ? "Answer " : "No answer ";
+  box.classList.toggle("forced", Boolean(v.answered && v.forced));
   $("a-forced").hidden = !v.forced;
-  $("a-text").textContent = v.answered ? v.prediction : (v.error || v.prediction || "");
+  $("a-forced-note").hidden = !v.forced;
+  $("a-forced-note").textContent = FORCED_NOTE;
+  $("a-text").replaceChildren(markdown(v.answered ? v.prediction : (v.error || v.prediction || "")));
   const sources = $("a-sources");
   if (v.sources === undefined) return;
   sources.replaceChildren(v.sources.length
     ? el("div", {}, el("b", {}, "Sources visited"),
          el("ul", { class: "sources" }, ...v.sources.map((u) => el("li", {}, link(u)))))
     : el("div", { class: "meta" }, "No page was visited."));
-  $("a-meta").textContent = `${v.termination} · ${v.tool_call_count} tool calls · ` +
-    `${v.turns} turns · ${(v.elapsed_seconds || 0).toFixed(1)} s`;
+  const parts = [inWords(v.termination), `${v.tool_call_count} tool calls`, `${v.turns} turns`];
+  if (v.elapsed_seconds > 0) parts.push(`${v.elapsed_seconds.toFixed(1)} s`);
+  $("a-meta").textContent = parts.join(" · ");
 }
 
 function render(ev) {
@@ -204,15 +280,36 @@ function render(ev) {
 }
 
 // ------------------------------------------------------------------ live runs
-function follow(runId, question) {
+async function follow(runId, question) {
   closeStream();
   state.runId = runId;
   state.last = -1;
   state.finished = false;
   resetView(question);
   setStatus("connecting");
-  location.hash = "run=" + encodeURIComponent(runId);
+  if (location.hash !== "#run=" + encodeURIComponent(runId)) {
+    location.hash = "run=" + encodeURIComponent(runId);
+  }
+  try {
+    const run = await api(`/api/runs/${encodeURIComponent(runId)}`);
+    if (state.runId !== runId) return;
+    if (!$("question").value) $("question").value = run.question || "";  // after a reload
+    if (!question) $("v-question").textContent = run.question || "";
+  } catch (err) {
+    if (state.runId !== runId) return;
+    state.finished = true;
+    setStatus("no such run on this server", "failed");
+    flash(`Run ${runId}: ${err.message}`);
+    return;
+  }
   connect();
+}
+
+function followHash() {
+  // run links, Back and Forward: the page follows the run its address names
+  const match = /run=([^&]+)/.exec(location.hash);
+  const runId = match ? decodeURIComponent(match[1]) : null;
+  if (runId && runId !== state.runId) { stopReplay(); showTab("ask"); follow(runId, ""); }
 }
 
 function connect() {
@@ -377,6 +474,7 @@ function stopReplay() {
 function showTab(name) {
   for (const button of document.querySelectorAll(".tabs button")) {
     button.classList.toggle("active", button.dataset.tab === name);
+    button.setAttribute("aria-selected", String(button.dataset.tab === name));
   }
   for (const tab of ["ask", "runs", "replay"]) $("tab-" + tab).hidden = tab !== name;
   if (name === "runs") loadRuns();
@@ -413,8 +511,8 @@ async function init() {
     $("opt-steps").max = state.config.step_cap;
     if (state.config.problem) flash("The model is not answering now, so research will fail: " + state.config.problem);
   } catch (err) { flash("Cannot reach the server: " + err.message); }
-  const match = /run=([^&]+)/.exec(location.hash);
-  if (match) follow(decodeURIComponent(match[1]), "");
+  window.addEventListener("hashchange", followHash);
+  followHash();
 }
 
 function showSteps() {
