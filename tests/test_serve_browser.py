@@ -203,7 +203,7 @@ def test_research_with_a_remote_model_in_a_browser(tmp_path, browser, artifacts,
             missing: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.on("response", lambda r: missing.append(r.url)
-                    if r.status == 404 and "/api/" not in r.url else None)  # files, favicon
+                    if r.status >= 400 and "/api/" not in r.url else None)  # files, favicon
             page.goto(served.url + "/")
             page.wait_for_selector("#opt-model option", state="attached")
             assert page.input_value("#opt-steps") == "200"

@@ -216,7 +216,7 @@ FAVICON = (  # a small mark in the page's accent colour
 
 
 def _page_routes(app: FastAPI) -> None:
-    from fastapi.responses import FileResponse
+    from fastapi.responses import FileResponse, Response
     from fastapi.staticfiles import StaticFiles
 
     async def index(request: Request) -> Response:
