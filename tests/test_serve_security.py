@@ -35,13 +35,22 @@ def test_every_route_but_health_needs_the_token(server):
                              ("GET", "/api/runs"), ("GET", "/v1/models"),
                              ("POST", "/v1/chat/completions"), ("POST", "/mcp"),
                              ("GET", "/mcp"), ("POST", "/api/runs")]:
+            expected = 403 if path == "/mcp" else 401  # no OAuth challenge for MCP clients
             r = c.request(method, path, json={})
-            assert r.status_code == 401, (method, path)
+            assert r.status_code == expected, (method, path)
             wrong = c.request(method, path, json={}, headers={"Authorization": "Bearer nope"})
-            assert wrong.status_code == 401, (method, path)
+            assert wrong.status_code == expected, (method, path)
+            assert ("www-authenticate" in r.headers) == (expected == 401)
+        mcp = c.post("/mcp", json={})
+        assert "missing or wrong token" in mcp.text and "Authorization: Bearer" in mcp.text
         ok = c.get("/api/config", headers={"Authorization": f"Bearer {TOKEN}"})
         assert ok.status_code == 200
-        assert c.get("/?token=wrong").status_code == 401
+        page = c.get("/")  # the page without its token: a form to enter it
+        assert page.status_code == 401 and "text/html" in page.headers["content-type"]
+        assert '<form method="get" action="/">' in page.text and 'name="token"' in page.text
+        assert "not the right one" not in page.text
+        wrong_page = c.get("/?token=wrong")
+        assert wrong_page.status_code == 401 and "not the right one" in wrong_page.text
 
 
 def test_the_page_gets_a_cookie_from_the_token_link(server):
@@ -49,7 +58,8 @@ def test_the_page_gets_a_cookie_from_the_token_link(server):
         r = c.get(f"/?token={TOKEN}")
         assert r.status_code == 303 and r.headers["location"] == "/"
         cookie = r.headers["set-cookie"]
-        assert cookie.startswith(f"{COOKIE}=") and "HttpOnly" in cookie and "Strict" in cookie
+        # Lax: a run link opened from another site carries it (POSTs must be JSON anyway)
+        assert cookie.startswith(f"{COOKIE}=") and "HttpOnly" in cookie and "SameSite=Lax" in cookie
         assert c.get("/").status_code == 200  # the client kept the cookie
         run = c.post("/api/runs", json={"question": "direct with cookie"})
         assert run.status_code == 201

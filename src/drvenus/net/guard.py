@@ -4,8 +4,9 @@ front of every route (HTTP and websocket requests alike).
 - With a token, every route but the open ones (``/health``) needs it: ``Authorization: Bearer
   <token>`` (API clients, MCP, :class:`~drvenus.tools.remote.RemoteToolbox`). With
   ``browser_login`` also the ``drvenus_token`` cookie (the browser): opening ``/?token=<token>``
-  sets that cookie (HttpOnly, SameSite=Strict) and redirects to ``/`` so the token leaves the
-  address bar. Comparisons take constant time.
+  sets that cookie (HttpOnly, SameSite=Lax) and redirects to ``/`` so the token leaves the
+  address bar; ``/`` without it is a page asking for the token. ``/mcp`` refuses with 403 and
+  the reason (a 401 challenge sends MCP clients into OAuth). Comparisons take constant time.
 - Without a token (loopback only, see :func:`drvenus.net.server.check_bind`), the ``Host``
   header must name a loopback host (421 otherwise), so a web page on another site cannot reach
   the server through DNS rebinding.
@@ -29,6 +30,7 @@ from drvenus.net.server import is_loopback
 
 COOKIE = "drvenus_token"
 OPEN_PATHS = frozenset({"/health"})
+NO_CHALLENGE_PREFIXES = ("/mcp",)  # refused with 403 and a reason, not a 401 OAuth challenge
 
 
 def header(scope: dict[str, Any], name: bytes) -> bytes:
@@ -90,7 +92,15 @@ class Guard:
             await send({"type": "websocket.close", "code": 1008})  # policy violation
             return
         if problem is not None:
-            await self._refuse(send, *problem)
+            status, text = problem
+            if status == 401 and self.browser_login and path == "/":
+                await _login_page(send, wrong=bool(self._given_query_token(scope)))
+            elif status == 401 and path.startswith(NO_CHALLENGE_PREFIXES):
+                # MCP clients answer a 401 challenge with OAuth discovery; say what is wrong
+                await self._refuse(send, 403, f"{text}: send Authorization: Bearer <token>",
+                                   challenge=False)
+            else:
+                await self._refuse(send, status, text)
             return
         if self.browser_login and self.token and path == "/" and self._query_token(scope):
             await _set_cookie_redirect(send, self.token)
@@ -122,26 +132,57 @@ class Guard:
             return True
         return path == "/" and self._query_token(scope)
 
+    @staticmethod
+    def _given_query_token(scope: dict[str, Any]) -> str:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        return (query.get("token") or [""])[0]
+
     def _query_token(self, scope: dict[str, Any]) -> bool:
         assert self.token is not None
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        given = (query.get("token") or [""])[0]
+        given = self._given_query_token(scope)
         return hmac.compare_digest(given.encode(), self.token.encode())
 
-    async def _refuse(self, send: Any, status: int, text: str) -> None:
+    async def _refuse(self, send: Any, status: int, text: str, *, challenge: bool = True
+                      ) -> None:
         if self.json_errors:
             body, kind = json.dumps({"error": text}).encode(), b"application/json"
         else:
             body, kind = text.encode(), b"text/plain; charset=utf-8"
         headers = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
-        if status == 401:
+        if status == 401 and challenge:
             headers.append((b"www-authenticate", b"Bearer"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 
+LOGIN_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1"><title>drvenus: token</title>
+<style>body{{font:16px system-ui,sans-serif;max-width:28rem;margin:12vh auto;padding:0 1rem}}
+input,button{{font:inherit;padding:.4rem .6rem}}input{{width:100%;box-sizing:border-box}}
+p.bad{{color:#c92a2a}}</style></head><body><h1>drvenus</h1>
+<p>This server needs its token (the one it was started with: <code>--token</code> or
+<code>DRVENUS_SERVE_TOKEN</code>).</p>{wrong}
+<form method="get" action="/"><label for="t">Token</label>
+<input id="t" name="token" type="password" autocomplete="current-password" required autofocus>
+<p><button type="submit">Open</button></p></form></body></html>"""
+
+
+async def _login_page(send: Any, *, wrong: bool) -> None:
+    """The page ``/`` shows without the token: a form to enter it (then the cookie is set)."""
+    note = '<p class="bad">That token is not the right one.</p>' if wrong else ""
+    body = LOGIN_PAGE.format(wrong=note).encode()
+    await send({"type": "http.response.start", "status": 401, "headers": [
+        (b"content-type", b"text/html; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()), (b"cache-control", b"no-store"),
+        (b"www-authenticate", b"Bearer"),
+    ]})
+    await send({"type": "http.response.body", "body": body})
+
+
 async def _set_cookie_redirect(send: Any, token: str) -> None:
-    cookie = f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
+    # Lax: a run link opened from another site (a top-level GET) carries it; cross-site POSTs
+    # do not, and every POST must be JSON anyway
+    cookie = f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Lax"
     await send({
         "type": "http.response.start",
         "status": 303,
