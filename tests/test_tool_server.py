@@ -204,6 +204,51 @@ def test_full_queue_is_503_and_the_rest_wait():
     assert statuses.count(200) == 2 and statuses.count(503) == 2
 
 
+def test_a_call_whose_client_has_gone_is_cancelled_and_frees_its_slot():
+    """A client that gives up: its tool call stops (not run to the end holding the only slot),
+    and the next client is served at once; a call two clients share survives one leaving."""
+
+    class Watched(SlowTool):
+        def __init__(self) -> None:
+            super().__init__(delay=30)
+            self.cancelled: list[str] = []
+            self.finished: list[str] = []
+
+        async def __call__(self, arguments) -> str:
+            query = arguments["query"][0]
+            try:
+                await asyncio.sleep(2 if query.startswith("shared") else self.delay)
+            except asyncio.CancelledError:
+                self.cancelled.append(query)
+                raise
+            self.finished.append(query)
+            return f"found {query}"
+
+    tool = Watched()
+    app = create_app(Toolbox([tool]), max_concurrency=1, max_queue=4, cache_size=0)
+
+    async def go(url: str) -> tuple[int, int]:
+        async with httpx.AsyncClient(base_url=url) as client:
+            with pytest.raises(httpx.ReadTimeout):
+                await client.post("/search", json={"query": ["slow"]}, timeout=0.5)
+            for _ in range(40):
+                if tool.cancelled:
+                    break
+                await asyncio.sleep(0.1)
+            leaving = asyncio.ensure_future(
+                client.post("/search", json={"query": ["shared"]}, timeout=0.5))
+            staying = client.post("/search", json={"query": ["shared"]}, timeout=30)
+            stayed = await staying
+            with pytest.raises(httpx.ReadTimeout):
+                await leaving
+            return stayed.status_code, len(tool.finished)
+
+    with ServerThread(app) as running:
+        status, finished = run(go(running.url))
+    assert tool.cancelled == ["slow"]  # the abandoned call stopped
+    assert status == 200 and finished == 1  # the shared one ran to the end for the other client
+
+
 def test_tool_errors_are_never_500():
     class Raising:
         names = ("search",)

@@ -29,12 +29,14 @@ fastapi and uvicorn are optional: ``pip install 'drvenus[serve]'``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
@@ -67,6 +69,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 8765
 DEFAULT_MAX_CONCURRENCY = 32
 DEFAULT_MAX_QUEUE = 1024
+DRAIN_SECONDS = 10.0  # after Ctrl-C, how long running calls may still finish
 DEFAULT_CACHE_SIZE = 4096
 DEFAULT_CACHE_TTL = 600.0
 OPEN_ROUTES = frozenset({"/health"})
@@ -171,7 +174,7 @@ class ResponseCache:
     def __init__(self, size: int = DEFAULT_CACHE_SIZE, ttl: float = DEFAULT_CACHE_TTL) -> None:
         self.size, self.ttl = size, ttl
         self._items: OrderedDict[str, tuple[float, str]] = OrderedDict()
-        self._pending: dict[str, asyncio.Future[str]] = {}
+        self._pending: dict[str, _Shared] = {}
 
     def get(self, key: str) -> str | None:
         item = self._items.get(key)
@@ -194,29 +197,39 @@ class ResponseCache:
     async def get_or_call(
         self, key: str, compute: Callable[[], Awaitable[str]]
     ) -> tuple[str, bool]:
-        """(content, whether it came without a call of our own)."""
+        """(content, whether it came without a call of our own). The call runs as its own task
+        that every identical request waits on; a waiter cancelled (its client gone) stops
+        waiting, and the call itself is cancelled when no one waits for it any more."""
         hit = self.get(key)
         if hit is not None:
             return hit, True
-        pending = self._pending.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending), True
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._pending[key] = future
+        shared = self._pending.get(key)
+        ours = shared is None
+        if shared is None:
+            shared = self._pending[key] = _Shared(asyncio.ensure_future(compute()))
+            shared.task.add_done_callback(lambda task: self._settle(key, task))
+        shared.waiters += 1
         try:
-            content = await compute()
-        except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                future.cancel()
-            else:
-                future.set_exception(exc)
-                future.exception()  # mark retrieved: nobody else may be waiting
+            content = await asyncio.shield(shared.task)
+        except asyncio.CancelledError:
+            if not shared.task.done():
+                shared.waiters -= 1
+                if shared.waiters == 0:
+                    shared.task.cancel()  # nobody wants it any more
             raise
-        finally:
+        return content, not ours
+
+    def _settle(self, key: str, task: asyncio.Future[str]) -> None:
+        if self._pending.get(key) is not None and self._pending[key].task is task:
             del self._pending[key]
-        future.set_result(content)
-        self.put(key, content)
-        return content, False
+        if not task.cancelled() and task.exception() is None:
+            self.put(key, task.result())
+
+
+@dataclass
+class _Shared:
+    task: asyncio.Future[str]
+    waiters: int = 0
 
 
 class RouteTimer:
@@ -332,7 +345,9 @@ def create_app(
 
     async def tool_route(name: str, request: Request) -> Response:
         try:
-            status, body = await service.handle(name, request)
+            status, body = await _unless_gone(request, service.handle(name, request))
+        except ClientGone:  # nobody to answer: the call was cancelled (unless shared)
+            return Response(b"", 499)
         except Reject as exc:
             headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
             return json_response(exc.status, exc.body, headers)
@@ -369,6 +384,28 @@ def create_app(
     return app
 
 
+
+class ClientGone(Exception):
+    """The client closed its connection before the answer was ready."""
+
+
+async def _unless_gone(request: Any, work: Awaitable[Any], poll: float = 0.5) -> Any:
+    """``work``'s result, or :class:`ClientGone` (``work`` cancelled) once the client has
+    disconnected: a tool call nobody waits for stops instead of holding a slot."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=poll)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                raise ClientGone
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
 # ----------------------------------------------------------------------------- running it
 
 
@@ -392,7 +429,8 @@ def serve(
     except BaseException:
         close_quietly(toolbox)
         raise
-    server = uvicorn_server(app, sock)
+    # Ctrl-C: calls in flight get DRAIN_SECONDS to finish, then they are cancelled
+    server = uvicorn_server(app, sock, graceful_seconds=DRAIN_SECONDS)
     if on_ready is not None:
         on_ready(socket_url(sock))
     log.info("tool server listening on %s", socket_url(sock))
