@@ -510,3 +510,38 @@ def test_cli_bounds_the_queue(monkeypatch, corpus, tmp_path):
                                       "--max-queue", "3", "--max-concurrency", "2"])
     assert result.exit_code == 0, result.output
     assert seen["max_queue"] == 3 and seen["max_concurrency"] == 2
+
+
+@pytest.mark.slow
+def test_ctrl_c_with_a_full_queue_ends_quietly(tmp_path):
+    """200 calls queued behind 4 slow ones, then Ctrl-C twice: the server ends, answering the
+    waiting calls 503 (shutting down), without a traceback per request."""
+    import signal
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "slow_tool_server.py"),
+                             str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    assert proc.stdout.readline().startswith("ready")
+
+    async def burst() -> list:
+        limits = httpx.Limits(max_connections=300)
+        async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+            calls = [asyncio.ensure_future(client.post(f"http://127.0.0.1:{port}/search",
+                                                       json={"query": [f"q{i}"]}))
+                     for i in range(200)]
+            await asyncio.sleep(2)
+            proc.send_signal(signal.SIGINT)
+            await asyncio.sleep(1)
+            proc.send_signal(signal.SIGINT)
+            return await asyncio.gather(*calls, return_exceptions=True)
+
+    answers = run(burst())
+    _, stderr = proc.communicate(timeout=60)
+    assert len(stderr.splitlines()) < 20, stderr[-3000:]
+    assert "Traceback" not in stderr
+    statuses = [a.status_code for a in answers if isinstance(a, httpx.Response)]
+    assert statuses and set(statuses) <= {503}

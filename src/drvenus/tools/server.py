@@ -348,6 +348,9 @@ def create_app(
             status, body = await _unless_gone(request, service.handle(name, request))
         except ClientGone:  # nobody to answer: the call was cancelled (unless shared)
             return Response(b"", 499)
+        except asyncio.CancelledError:  # the server is stopping: an answer, not a traceback
+            return json_response(503, {"error": "the tool server is shutting down"},
+                                 {"Retry-After": "5"})
         except Reject as exc:
             headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
             return json_response(exc.status, exc.body, headers)
