@@ -36,6 +36,13 @@ from stub_server import StubServer
         ("1, 3, x", "1, 2, x", False),
         ("b.c, d", "b c, d", False),  # list elements keep their punctuation
         ("Egalitarian", "egalitarian", True),
+        # the official normalisation removes white space (full-width too) and ASCII
+        # punctuation only: CJK and full-width marks and letters stay as they are
+        ("hello!", "Hello", True),
+        ("北京\u3000上海", "北京上海", True),
+        ("北京，上海", "北京上海", False),
+        ("東京。", "東京", False),
+        ("ＡＢＣ", "abc", False),
     ],
 )
 def test_gaia_match(prediction, truth, ok):
@@ -241,6 +248,12 @@ def test_deepsearchqa_set_judge_and_fallback(tmp_path):
     assert (local.correct, local.method) == (True, "set")
     single = _grade("deepsearchqa", EvalItem("t", "q", "Rome", ["Rome"]), "rome", None)
     assert single.correct is True
+    # the dataset spells the types "Set Answer" / "Single Answer": a reordered set is right
+    spelled = EvalItem("u", "Name them", "Paris, Lyon, Nice", ["Paris, Lyon, Nice"],
+                       {"answer_type": "Set Answer"})
+    assert _grade("deepsearchqa", spelled, "Nice; Lyon; Paris", None).correct is True
+    one = EvalItem("v", "q", "Rome", ["Rome"], {"answer_type": "Single Answer"})
+    assert _grade("deepsearchqa", one, "rome", None).method != "set"
 
 
 def test_without_judge_deterministic():

@@ -66,10 +66,12 @@ def test_majority_vote_uses_normalised_answers():
     assert M.majority_vote(rows) == 0.0
 
 
-def test_judge_errors_are_not_wrong():
-    rows = [R("a", 0, True), R("b", 0, None), R("c", 0, False)]
+def test_judge_errors_count_as_wrong_and_are_shown():
+    """1 right, 1 wrong, 2 judge errors: 25%, as the official graders report it (not 50%)."""
+    rows = [R("a", 0, True), R("b", 0, None), R("c", 0, False), R("d", 0, None)]
     s = M.summarize(rows)
-    assert s["avg_at_k"] == 0.5 and s["judge_errors"] == 1
+    assert s["avg_at_k"] == 0.25 and s["judge_errors"] == 2
+    assert s["pass_at_k"]["1"] == 0.25 and s["majority_vote"] == 0.25
 
 
 def test_calibration_error():

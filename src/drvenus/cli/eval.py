@@ -232,8 +232,8 @@ def _grade_and_report(setup: EvalSetup, judge: JudgeConfig | None) -> None:
         raise fail(exc) from None
     out.print(Markdown(render_markdown(report).split("\n## Per run")[0]))
     if report["metrics"]["judge_errors"]:
-        err.print(f"[yellow]{report['metrics']['judge_errors']} judge error(s)[/]: not counted; "
-                  "rerun to ask again")
+        err.print(f"[yellow]{report['metrics']['judge_errors']} judge error(s)[/]: counted as "
+                  "wrong; rerun to ask the judge again")
     out.print(f"Report: {escape(str(paths[1]))} ({len(paths) - 2} plots)")
 
 

@@ -169,6 +169,12 @@ def load_simpleqa(path: Path) -> list[EvalItem]:
 
 
 # ---------------------------------------------------------------------------- generic QA
+def is_set_answer(meta: dict[str, Any]) -> bool:
+    """DeepSearchQA's ``answer_type`` names a set: "Set Answer" (the dataset's spelling) or
+    "Set"; "Single Answer" / "Single" do not."""
+    return str(meta.get("answer_type") or "").strip().lower() in ("set", "set answer")
+
+
 GENERIC_META = ("level", "data_source", "answer_type")
 
 

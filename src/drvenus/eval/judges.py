@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from drvenus.eval.benchmarks import EvalItem
+from drvenus.eval.benchmarks import EvalItem, is_set_answer
 from drvenus.eval.scoring import (
     SetScore,
     em,
@@ -315,7 +315,7 @@ async def grade_xbench(item: EvalItem, prediction: str, judge: JudgeClient | Non
 async def grade_deepsearchqa(item: EvalItem, prediction: str, judge: JudgeClient | None) -> Grade:
     """DeepSearchQA: Set answers item by item (fully correct = every item, no extras, plus
     item F1); Single answers as short-answer QA."""
-    if item.meta.get("answer_type", "Single").lower() != "set":
+    if not is_set_answer(item.meta):
         return await grade_qa(item, prediction, judge)
     gold = split_set(item.answer)
     use_judge = judge is not None and bool(prediction.strip()) and bool(gold)

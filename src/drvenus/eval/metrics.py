@@ -3,8 +3,9 @@ majority vote, HLE-style calibration error, DeepSearchQA set scores, per-level a
 termination histogram, tool calls / tokens / wall time per question and, for local corpora, the
 recall of gold paragraphs among the documents the agent retrieved or visited.
 
-A judge error (``correct is None``) is neither right nor wrong: it is left out of accuracies and
-counted on its own.
+A judge error (``correct is None``: no verdict could be had) counts as wrong in every accuracy,
+as the official graders count a missing verdict, and is counted on its own beside it (a rerun
+of ``eval`` asks the judge again).
 """
 
 from __future__ import annotations
@@ -116,9 +117,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def accuracy(flags: Iterable[bool | None]) -> float | None:
-    """Share of True among the graded flags (None = judge error, left out)."""
-    graded = [f for f in flags if f is not None]
-    return sum(graded) / len(graded) if graded else None
+    """Share of True among the flags (None, a judge error, counts as wrong); None if empty."""
+    values = list(flags)
+    return sum(bool(f) for f in values) / len(values) if values else None
 
 
 def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float] | None:
@@ -137,8 +138,7 @@ def item_interval(results: Iterable[RunResult]) -> tuple[float, float] | None:
     how far the Avg@k of another draw of as many questions may lie."""
     per_item: dict[str, list[bool]] = defaultdict(list)
     for r in results:
-        if r.correct is not None:
-            per_item[r.item_id].append(bool(r.correct))
+        per_item[r.item_id].append(bool(r.correct))  # a judge error counts as wrong
     return wilson_interval(sum(sum(v) / len(v) for v in per_item.values()), len(per_item))
 
 
@@ -167,7 +167,7 @@ def calibration_error(
 
 def majority_vote(results: Iterable[RunResult]) -> float | None:
     """Accuracy of the most frequent (normalised) prediction per item across runs; a tie goes to
-    the earliest run's answer; items whose chosen answer was not graded are left out."""
+    the earliest run's answer (an ungraded one counts as wrong)."""
     by_item: dict[str, list[RunResult]] = defaultdict(list)
     for r in results:
         by_item[r.item_id].append(r)
@@ -210,11 +210,11 @@ def per_run_accuracy(results: Iterable[RunResult]) -> dict[int, float | None]:
 
 
 def pass_at_k_curve(results: Iterable[RunResult]) -> dict[int, float]:
-    """Mean unbiased Pass@k over items, for k = 1 .. the fewest graded runs of any item."""
+    """Mean unbiased Pass@k over items, for k = 1 .. the fewest runs of any item (a judge error
+    counts as a wrong run)."""
     per_item: dict[str, list[bool]] = defaultdict(list)
     for r in results:
-        if r.correct is not None:
-            per_item[r.item_id].append(r.correct)
+        per_item[r.item_id].append(bool(r.correct))
     if not per_item:
         return {}
     k_max = min(len(v) for v in per_item.values())
@@ -225,7 +225,7 @@ def pass_at_k_curve(results: Iterable[RunResult]) -> dict[int, float]:
 
 
 def _set_metrics(rows: Sequence[RunResult]) -> dict[str, Any] | None:
-    sets = [r for r in rows if r.is_set and r.correct is not None]
+    sets = [r for r in rows if r.is_set]
     if not sets:
         return None
     return {"items": len(sets), "fully_correct": accuracy(r.correct for r in sets),

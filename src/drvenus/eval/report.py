@@ -96,7 +96,7 @@ def _headline(m: dict[str, Any]) -> list[str]:
         (f"Pass@{k}" if k else "Pass@k", _pct(pass_k[k]) if k else "–"),
         ("Majority vote", _pct(m["majority_vote"])),
         ("Mean score (F1)", _num(m["mean_score"], 3)),
-        ("Judge errors (not counted)", str(m["judge_errors"])),
+        ("Judge errors (counted as wrong)", str(m["judge_errors"])),
     ]
     if m["calibration_error"] is not None:
         rows.append(("Calibration error (RMS, bins of 100)", _pct(m["calibration_error"])))

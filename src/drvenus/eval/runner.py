@@ -28,7 +28,14 @@ from drvenus.batch import (
     iter_jsonl,
     plan,
 )
-from drvenus.eval.benchmarks import BenchmarkSpec, EvalItem, get_spec, load, write_corpus
+from drvenus.eval.benchmarks import (
+    BenchmarkSpec,
+    EvalItem,
+    get_spec,
+    is_set_answer,
+    load,
+    write_corpus,
+)
 from drvenus.eval.judges import grade
 from drvenus.eval.metrics import RunResult, gold_recall, tool_use
 from drvenus.grading.judge import JudgeClient, JudgeConfig
@@ -202,7 +209,7 @@ def _result(item: EvalItem, run: int, row: dict[str, Any], graded: dict[str, Any
         completion_tokens=int(usage.get("completion_tokens") or 0),
         elapsed=float(row.get("elapsed_seconds") or 0.0), score=graded.get("score"),
         confidence=graded.get("confidence"), level=item.meta.get("level"),
-        is_set=str(item.meta.get("answer_type", "")).lower() == "set",
+        is_set=is_set_answer(item.meta),
         recall_visited=gold_recall(gold, use.visited) if gold else None,
         recall_retrieved=gold_recall(gold, use.retrieved + use.visited) if gold else None,
         grade=graded,

@@ -15,7 +15,8 @@ from drvenus.grading.match import exact_match, f1_score, normalize_answer
 from drvenus.protocol import ANSWER_SPLIT
 
 _LIST_SEPARATORS = re.compile(r"[,;]")
-_ALL_PUNCT = set(string.punctuation) | {"，", "。", "；", "：", "、", "！", "？", "（", "）"}
+_ASCII_PUNCT = frozenset(string.punctuation)  # what GAIA's official scorer removes
+_ALL_PUNCT = _ASCII_PUNCT | {"，", "。", "；", "：", "、", "！", "？", "（", "）"}
 
 
 def _joined(answers: Sequence[str] | str) -> str:
@@ -42,12 +43,13 @@ def parse_number(text: str) -> float | None:
         return None
 
 
-def squash(text: str, *, keep_punctuation: bool = False) -> str:
-    """Lower case, every white-space character removed, punctuation removed unless kept."""
+def squash(text: str, *, keep_punctuation: bool = False,
+           punctuation: frozenset[str] | set[str] = _ALL_PUNCT) -> str:
+    """Lower case, every white-space character removed, ``punctuation`` removed unless kept."""
     text = "".join(text.split()).lower()
     if keep_punctuation:
         return text
-    return "".join(c for c in text if c not in _ALL_PUNCT)
+    return "".join(c for c in text if c not in punctuation)
 
 
 def _is_number(text: str) -> bool:
@@ -64,7 +66,8 @@ def gaia_match(prediction: str, truth: str) -> bool:
     - a numeric truth: the prediction, stripped of ``$``, ``%`` and commas, is the same number;
     - a truth containing ``,`` or ``;``: a list of the same length whose elements match in order
       (numbers as numbers, others as strings, punctuation kept);
-    - otherwise the strings are equal once lower-cased, without spaces and punctuation.
+    - otherwise the strings are equal once lower-cased, without white space and ASCII
+      punctuation (``string.punctuation``: CJK and full-width marks stay, as they do there).
     """
     prediction = prediction if isinstance(prediction, str) else str(prediction)
     truth = str(truth).strip()
@@ -84,7 +87,7 @@ def gaia_match(prediction: str, truth: str) -> bool:
             elif squash(p, keep_punctuation=True) != squash(g, keep_punctuation=True):
                 return False
         return True
-    return squash(prediction) == squash(truth)
+    return squash(prediction, punctuation=_ASCII_PUNCT) == squash(truth, punctuation=_ASCII_PUNCT)
 
 
 def gaia_score(prediction: str, answers: Sequence[str] | str) -> bool:
