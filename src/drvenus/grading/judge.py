@@ -71,7 +71,8 @@ class JudgeConfig:
         Cli(flags=("--judge-timeout",)),
         Field(gt=0, description="Seconds per judge request."),
     ] = 60.0
-    max_tokens: Annotated[int, Cli(hidden=True), Field(ge=1)] = 256
+    # no cap by default: a thinking judge cut off before its verdict would be a judge error
+    max_tokens: Annotated[int | None, Cli(hidden=True), Field(ge=1)] = None
     cache_path: Annotated[
         Path | None,
         Cli(flags=("--judge-cache",)),
@@ -163,7 +164,7 @@ def parse_verdict(reply: str) -> bool | None:
 
 
 JUDGE_SAMPLING = SamplingParams(
-    temperature=0.0, top_p=1.0, top_k=-1, presence_penalty=0.0, max_tokens=256, stop=()
+    temperature=0.0, top_p=1.0, top_k=-1, presence_penalty=0.0, max_tokens=None, stop=()
 )
 
 
