@@ -9,6 +9,8 @@ Each engine runs in its own process (spawn), so its peak RSS is its own: build t
 on disk, peak RSS, p50/p95 latency and queries/s. "ours" answers with full hits (title, url,
 snippet), FTS5 with the stored id/title/text of the top 10, bm25s with document indices.
 
+The baselines need the ``bench`` extra: ``pip install -e ".[bench]"`` (bm25s and numba).
+
 Usage: python benchmarks/bench_index.py [--passages 1000000] [--queries 1000] [--engines ...]
 Results go to stdout (a markdown table) and benchmarks/out/index.json.
 """
@@ -162,15 +164,16 @@ def engine_fts5(corpus: Path, work: Path) -> tuple[float, Path, Callable[[str], 
     return seconds, folder, search
 
 
-def engine_bm25s(corpus: Path, work: Path) -> tuple[float, Path, Callable[[str], list[Any]]]:
+def engine_bm25s(corpus: Path, work: Path, backend: str = "numpy"
+                 ) -> tuple[float, Path, Callable[[str], list[Any]]]:
     import bm25s
 
-    folder = work / "bm25s"
+    folder = work / f"bm25s-{backend}"
     start = time.perf_counter()
     texts = [f"{r['title']} {r['text']}" for r in read_rows(corpus)]
     tokens = bm25s.tokenize(texts, stopwords="en", show_progress=False)
     del texts
-    retriever = bm25s.BM25()
+    retriever = bm25s.BM25(backend=backend)  # "numba": bm25s's fast path (pip: numba)
     retriever.index(tokens, show_progress=False)
     retriever.save(str(folder))
     seconds = time.perf_counter() - start
@@ -186,7 +189,12 @@ def engine_bm25s(corpus: Path, work: Path) -> tuple[float, Path, Callable[[str],
     return seconds, folder, search
 
 
-ENGINES = {"ours": engine_ours, "fts5": engine_fts5, "bm25s": engine_bm25s}
+def engine_bm25s_numba(corpus: Path, work: Path) -> tuple[float, Path, Callable[[str], list[Any]]]:
+    return engine_bm25s(corpus, work, backend="numba")
+
+
+ENGINES = {"ours": engine_ours, "fts5": engine_fts5, "bm25s": engine_bm25s,
+           "bm25s-numba": engine_bm25s_numba}
 
 
 def _dir_size(path: Path) -> int:

@@ -1,10 +1,18 @@
-"""Time to tokenise the shared DR-Venus trajectories with assistant masks: ours versus the
-common approach of re-tokenising every prefix (tokenise ``messages[:i]`` with the generation
-prompt and ``messages[:i+1]`` for every assistant turn, as many SFT scripts derive masks).
+"""Time to tokenise the shared DR-Venus trajectories with assistant masks: ours versus two
+baselines users run:
 
-Both use the embedded SmolLM2 tokenizer (from its GGUF) at full length; both must produce the
-same masks. Then the share of real (non-padding) tokens at a few max lengths, one row per
-sequence versus packed. Usage: ``python benchmarks/bench_sft_tokenize.py [--repeat 3]``.
+- **verl-style** (the baseline): the way verl's multi-turn SFT dataset, DR-Venus's SFT loader,
+  builds a row: each message rendered through the chat template and tokenised on its own, the
+  template's default system prompt cut from every message but the first, the assistant's
+  generation prompt left out of the loss, then the whole conversation tokenised once to check
+  the ids agree. Its mask also trains the newline after each assistant end-of-turn (ours stops
+  at the end-of-turn token), so masks are compared up to those newlines;
+- re-tokenising every prefix (tokenise ``messages[:i]`` with the generation prompt and
+  ``messages[:i+1]`` for every assistant turn, as many SFT scripts derive masks): same masks.
+
+All use the embedded SmolLM2 tokenizer (from its GGUF) at full length. Then the share of real
+(non-padding) tokens at a few max lengths, one row per sequence versus packed. Usage:
+``python benchmarks/bench_sft_tokenize.py [--repeat 3]``.
 """
 
 from __future__ import annotations
@@ -45,6 +53,40 @@ def naive_mask(messages: list[dict], tok) -> tuple[list[int], list[int]]:
     return full, mask
 
 
+def verl_style_mask(messages: list[dict], tok) -> tuple[list[int], list[int]]:
+    """verl's method (see the module doc): per-message templates, then one check of the whole."""
+    def ids(msgs: list[dict], generation: bool = False) -> list[int]:
+        text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=generation)
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    probe = [{"role": "user", "content": "x"}]
+    alone = ids(probe)
+    system = alone[: len(alone) - len(tok("<|im_start|>user\nx<|im_end|>\n",
+                                           add_special_tokens=False)["input_ids"])]
+    generation = ids(probe, True)[len(alone):]
+    input_ids: list[int] = []
+    mask: list[int] = []
+    for i, message in enumerate(messages):
+        part = ids([message])
+        if i and message["role"] != "system":
+            part = part[len(system):]
+        input_ids += part
+        if message["role"] == "assistant":
+            mask += [0] * len(generation) + [1] * (len(part) - len(generation))
+        else:
+            mask += [0] * len(part)
+    if input_ids != ids(messages):  # verl's sanity check: the whole conversation, once
+        raise AssertionError("per-message tokens differ from the whole conversation's")
+    return input_ids, mask
+
+
+def _same_up_to_newlines(ours, ids: list[int], mask: list[int], newline: set[int]) -> bool:
+    if ours.input_ids != ids:
+        return False
+    return all(a == b or (b and not a and t in newline)
+               for a, b, t in zip(ours.loss_mask, mask, ids, strict=True))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
@@ -54,8 +96,11 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     rows = [json.loads(p.read_text())["messages"] for p in sorted(SHARED.glob("*.json"))]
     times: dict[str, float] = {}
+    newline = set(tok("\n", add_special_tokens=False)["input_ids"])
+    same: dict[str, bool] = {}
     for name, fn in (
         ("ours", lambda m: tokenize_conversation(m, tok)),
+        ("verl-style (baseline)", lambda m: verl_style_mask(m, tok)),
         ("re-tokenise every prefix", lambda m: naive_mask(m, tok)),
     ):
         best = float("inf")
@@ -66,15 +111,17 @@ def main() -> None:
         times[name] = best
         if name == "ours":
             ours = out
+        elif name.startswith("verl"):
+            same[name] = all(_same_up_to_newlines(o, ids, mask, newline)
+                             for o, (ids, mask) in zip(ours, out, strict=True))
         else:
-            same = all(
-                o.input_ids == ids and o.loss_mask == mask
-                for o, (ids, mask) in zip(ours, out, strict=True)
-            )
+            same[name] = all(o.input_ids == ids and o.loss_mask == mask
+                             for o, (ids, mask) in zip(ours, out, strict=True))
     tokens = sum(len(o) for o in ours)
     turns = sum(1 for m in rows for x in m if x["role"] == "assistant")
-    base = times["re-tokenise every prefix"]
-    print(f"{len(rows)} trajectories, {tokens:,} tokens, {turns} assistant turns; same: {same}")
+    base = times["verl-style (baseline)"]
+    print(f"{len(rows)} trajectories, {tokens:,} tokens, {turns} assistant turns; same ids and "
+          f"masks: {same}")
     print(f"| method | seconds (best of {args.repeat}) | tokens/s | vs baseline |")
     print("|---|---|---|---|")
     for name, t in times.items():
