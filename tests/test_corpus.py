@@ -66,6 +66,16 @@ DOCS = [
         + FILLER * 4,
     },
     {
+        "id": "ferry",
+        "title": "Night Ferry",
+        "url": "https://example.org/books/night-ferry/",
+        "text": "Night Ferry is an 1897 novel by the Irish author Agnes Roe. "
+        + FILLER * 3
+        + "On the night ferry the crew of the Night Ferry fear the storm, and the Night Ferry "
+        "sails into the harbour at dawn. "
+        + FILLER * 2,
+    },
+    {
         "id": "tower-bridge",
         "title": "Tower Bridge",
         "url": "https://en.wikipedia.org/wiki/Tower_Bridge",
@@ -271,6 +281,17 @@ def test_snippet_is_a_window_around_the_match(index: CorpusIndex) -> None:
     assert inner.strip() in " ".join(text.split())  # cut at word boundaries
     words = set(text.split())
     assert all(w in words for w in hit.snippet.removeprefix("...").removesuffix("...").split())
+
+
+def test_snippet_is_the_lead_unless_a_window_holds_more_of_the_query(index: CorpusIndex) -> None:
+    """The densest window only repeats the title's words: the lead says what the page is."""
+    for query in ("Night Ferry", "who wrote the novel Night Ferry"):
+        (hit,) = index.search(query, k=1)
+        assert hit.id == "ferry" and hit.snippet.startswith("Night Ferry is an 1897 novel by")
+    (hit,) = index.search("Night Ferry storm harbour", k=1)
+    assert hit.snippet.startswith("...") and "harbour" in hit.snippet
+    (hit,) = index.search("gold nugget Green Valley", k=1)  # the title alone does not win it
+    assert hit.id == "valley" and "gold nugget" in hit.snippet
 
 
 def test_make_snippet_edges() -> None:

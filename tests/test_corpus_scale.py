@@ -15,7 +15,7 @@ import tantivy
 
 from drvenus.corpus import CorpusError, CorpusIndex, build_index, load_corpus, url_key
 from drvenus.corpus import index as index_module
-from drvenus.corpus.index import SNIPPET_CHARS, TITLE_BOOST, make_snippet, sanitize_query
+from drvenus.corpus.index import SNIPPET_CHARS, TITLE_BOOST, sanitize_query
 from drvenus.corpus.urls import _canonical_key
 
 N_DOCS = 3000
@@ -155,7 +155,8 @@ def test_tsv_bad_rows_and_header(tmp_path: Path) -> None:
 
 
 def reference_search(index: CorpusIndex, query: str, k: int) -> list[tuple[str, str]]:
-    """The search as it was: parser query, full evaluation, tantivy snippets."""
+    """The search as it was: parser query, full evaluation, tantivy snippets (then the index's
+    own lead-or-fragment choice, tested on its own in test_corpus.py)."""
     text = sanitize_query(query)
     if not text:
         return []
@@ -166,6 +167,7 @@ def reference_search(index: CorpusIndex, query: str, k: int) -> list[tuple[str, 
     result = searcher.search(parsed, limit=k)
     gen = tantivy.SnippetGenerator.create(searcher, parsed, index._schema, "text")
     gen.set_max_num_chars(SNIPPET_CHARS)
+    weights = index.term_weights(text)
     out = []
     for _, address in result.hits:
         doc = searcher.doc(address)
@@ -177,7 +179,7 @@ def reference_search(index: CorpusIndex, query: str, k: int) -> list[tuple[str, 
             raw = body.encode()
             start = len(raw[: span.start].decode(errors="ignore"))
             end = start + len(raw[span.start : span.end].decode(errors="ignore"))
-        out.append((doc.get_first("id"), make_snippet(body, start, end)))
+        out.append((doc.get_first("id"), index.choose_snippet(body, start, end, weights)))
     return out
 
 
