@@ -249,7 +249,7 @@ def test_cli_export_adapter_and_models_info(tmp_path):
     done = runner.invoke(app, ["models", "info", "--no-adapter"])
     assert "none (--no-adapter)" in done.output
     done = runner.invoke(app, ["models", "info"])  # the shipped adapter, by default
-    assert done.exit_code == 0 and "smollm2-135m-drvenus-sft.gguf" in done.output
+    assert done.exit_code == 0 and "smollm2-135m-drvenus-igpo.gguf" in done.output
     assert "alpha 32" in done.output and "model card" in done.output
     done = runner.invoke(app, ["models", "export-adapter", str(tmp_path), "-o", "x.gguf"])
     assert done.exit_code != 0 and "no adapter_config.json" in done.output

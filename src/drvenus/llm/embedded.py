@@ -39,7 +39,7 @@ EMBEDDED_NAME = "SmolLM2-135M-Instruct-Q4_1"
 # drvenus ships for the embedded model and applies to it by default (``--no-adapter`` or
 # ``DRVENUS_NO_ADAPTER=1`` runs the bare model): a file name under ``drvenus/llm/adapters/``
 # (its model card: ``adapters/README.md``; rebuilt by ``recipes/embedded/rebuild.py``).
-EMBEDDED_ADAPTER: str | None = "smollm2-135m-drvenus-sft.gguf"
+EMBEDDED_ADAPTER: str | None = "smollm2-135m-drvenus-igpo.gguf"
 ADAPTERS_DIR = Path(__file__).with_name("adapters")
 
 # SmolLM2 was trained with an 8K context: the whole agent prompt plus a few turns fit.

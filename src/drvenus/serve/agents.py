@@ -170,7 +170,7 @@ def model_label(settings: Settings) -> str:
 
 EMBEDDED_ABOUT = (
     "The embedded model: SmolLM2-135M with drvenus's trained adapter, offline on this machine. "
-    "A 135M demonstration of the recipe, not a research agent: it answers about a third of "
+    "A 135M demonstration of the recipe, not a research agent: it answers about half of "
     "simple one-fact questions about the built-in Wikipedia summaries, and rarely follows up "
     "with a second search or a page visit. For research, serve a real model (--base-url)."
 )
