@@ -119,11 +119,12 @@ def sft(
 
 
 # ---------------------------------------------------------------- rl
-def _check_rl(config: RLConfig) -> None:
-    """What ``drvenus rl`` needs before it loads anything (the dry run too): its files, a
-    writable output, and the outcome judge when the reward asks for one."""
+def _check_rl(config: RLConfig, dry_run: bool) -> None:
+    """What ``drvenus rl`` needs before it loads anything (the local trainer's dry run too):
+    its files, a writable output, and the outcome judge when the reward asks for one (a verl
+    dry run only writes the launch plan: the cluster may hold the judge settings)."""
     check_paths(config, ("train", "model", "corpus", "system_prompt_file", "val"))
-    if config.reward_type == "llm":
+    if config.reward_type == "llm" and not (dry_run and config.trainer == "verl"):
         from drvenus.grading.judge import JudgeConfig
 
         if JudgeConfig.from_options(config.judge_url, config.judge_model) is None:
@@ -209,7 +210,7 @@ def rl(
     _check_config_file(config)
     try:
         settings = load_config(config, **values)
-        _check_rl(settings)
+        _check_rl(settings, dry_run)
         if settings.trainer == "verl":
             _run_verl(settings, dry_run)
             return
