@@ -54,6 +54,11 @@ class Settings(BaseSettings):
     # where the index and the embedded model are cached
     cache_dir: Path | None = None
     models_dir: Path | None = None
+    # official texts (DR-Venus's prompts, the benchmarks' graders): local checkouts named after
+    # their repositories, else the cache filled over HTTPS from reference_url (a template with
+    # {repo}, {commit}, {path}); see drvenus.reference
+    reference_dir: Path | None = None
+    reference_url: str | None = None
 
     # tools: providers in fallback order, comma-separated ("serper,searxng,local");
     # visit None: the local corpus when search is local only, else fetching pages directly

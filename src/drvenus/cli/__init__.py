@@ -1,6 +1,6 @@
 """The ``drvenus`` command. Thin: it parses flags and calls the modules.
 
-One module per command group (``agent``: ask, run; ``index``; ``models``; ``data``; ``eval``;
+One module per command group (``agent``: ask, run; ``index``; ``models``; ``reference``; ``data``; ``eval``;
 ``serve``: serve, mcp; ``tools``; ``train``: sft, rl), all on :mod:`drvenus.cli.common` (the
 consoles, the one error boundary, the options derived from config fields). Heavy imports (torch,
 the web server, the trainer) happen inside the commands, so every command starts on the default
@@ -20,6 +20,7 @@ from drvenus.cli.data import data_app
 from drvenus.cli.eval import eval_app
 from drvenus.cli.index import index_app
 from drvenus.cli.models import models_app
+from drvenus.cli.reference import reference_app
 from drvenus.cli.serve import mcp, serve
 from drvenus.cli.tools import tools_app
 from drvenus.cli.train import rl, sft
@@ -63,6 +64,7 @@ app.command()(ask)
 app.command()(run)
 app.add_typer(index_app, name="index")
 app.add_typer(models_app, name="models")
+app.add_typer(reference_app, name="reference")
 app.add_typer(tools_app, name="tools")
 app.add_typer(data_app, name="data")
 app.add_typer(eval_app, name="eval")

@@ -1,0 +1,209 @@
+"""Find a pinned official file, check its SHA-256, and hand over its bytes.
+
+Where a file comes from, in order:
+
+1. ``DRVENUS_REFERENCE_DIR`` set: ``<dir>/<source name>/<path>`` (local checkouts named after
+   their repositories: ``DR-Venus/``, ``simple-evals/``, ...), and nowhere else: a missing file
+   there is an error, not a reason to go online;
+2. the cache, ``<cache>/reference/<name>@<commit>/<path>``, filled by an earlier pull;
+3. a download over HTTPS of the file at the pinned commit (``reference_url``, a template with
+   ``{repo}``, ``{commit}`` and ``{path}``), checked before it is kept.
+
+Every read checks the hash, so a checkout at another commit, an edited file or a truncated
+download is refused with one line that names the file, the hash found and the one expected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from drvenus.net.retry import is_retryable_status
+from drvenus.net.urls import redact_url
+from drvenus.reference.sources import SOURCES, Source
+
+log = logging.getLogger(__name__)
+
+DEFAULT_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"
+DOWNLOAD_ATTEMPTS = 3
+DOWNLOAD_TIMEOUT = 30.0
+MAX_FILE_BYTES = 8 * 1024 * 1024  # the official files are source files of a few KB
+
+
+class ReferenceError(ValueError):
+    """An official file that cannot be had as pinned (missing, another version, offline)."""
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _where(src: Source, path: str) -> str:
+    return f"{src.name}/{path}"
+
+
+@dataclass(frozen=True)
+class FileState:
+    """Where one pinned file stands: ``state`` is ``ok``, ``missing`` or ``mismatch``."""
+
+    source: str
+    path: str
+    state: str
+    location: Path | None
+    expected: str
+    found: str | None = None
+
+
+class ReferenceStore:
+    """Pinned official files from local checkouts, the cache, or HTTPS (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        cache_dir: Path,
+        local_dir: Path | None = None,
+        url_template: str | None = None,
+        download: bool = True,
+        timeout: float = DOWNLOAD_TIMEOUT,
+        sources: Mapping[str, Source] | None = None,
+    ) -> None:
+        # ``sources``: the pinned sources (default: SOURCES); tests give their own fixtures'
+        self.sources = dict(SOURCES if sources is None else sources)
+        self.cache_dir = cache_dir
+        self.local_dir = local_dir
+        self.url_template = url_template or DEFAULT_URL
+        self.download = download
+        self.timeout = timeout
+
+    # where a file would be -------------------------------------------------------------------
+
+    def source(self, name: str) -> Source:
+        try:
+            return self.sources[name]
+        except KeyError:
+            known = ", ".join(sorted(self.sources))
+            raise ReferenceError(f"no reference source {name!r} (known: {known})") from None
+
+    def _expected(self, src: Source, path: str) -> str:
+        try:
+            return src.files[path]
+        except KeyError:
+            raise ReferenceError(
+                f"{_where(src, path)} is not a pinned file of {src.short}") from None
+
+    def location(self, name: str, path: str) -> Path:
+        """The local checkout's copy when ``local_dir`` is set, else the cache's."""
+        src = self.source(name)
+        if self.local_dir is not None:
+            return self.local_dir / src.name / path
+        return self.cache_dir / f"{src.name}@{src.commit}" / path
+
+    def state(self, name: str, path: str) -> FileState:
+        src = self.source(name)
+        expected = self._expected(src, path)
+        where = self.location(name, path)
+        if not where.is_file():
+            return FileState(src.name, path, "missing", where, expected)
+        found = sha256(where.read_bytes())
+        return FileState(src.name, path, "ok" if found == expected else "mismatch", where,
+                         expected, found)
+
+    def states(self, names: list[str] | None = None) -> list[FileState]:
+        return [self.state(n, p) for n in (names or list(self.sources))
+                for p in self.source(n).files]
+
+    # reading -----------------------------------------------------------------------------------
+
+    def read_bytes(self, name: str, path: str) -> bytes:
+        """The pinned file's bytes, hash checked (downloaded into the cache when allowed)."""
+        src = self.source(name)
+        expected = self._expected(src, path)
+        where = self.location(name, path)
+        if where.is_file():
+            data = where.read_bytes()
+            self._check(src, path, data, expected, where)
+            return data
+        if self.local_dir is not None:
+            raise ReferenceError(
+                f"{_where(src, path)}: not found in DRVENUS_REFERENCE_DIR ({self.local_dir}); "
+                f"expected a checkout of {src.repo} at {src.commit[:7]} with sha256 "
+                f"{expected}")
+        if not self.download:
+            raise ReferenceError(
+                f"{_where(src, path)}: not in the cache; run `drvenus reference pull` with a "
+                f"network, or set DRVENUS_REFERENCE_DIR to local checkouts")
+        data = self._download(src, path, expected)
+        where.parent.mkdir(parents=True, exist_ok=True)
+        part = where.with_name(where.name + f".part{os.getpid()}")
+        part.write_bytes(data)
+        part.replace(where)
+        log.info("reference: saved %s (%d bytes)", _where(src, path), len(data))
+        return data
+
+    def read_text(self, name: str, path: str) -> str:
+        return self.read_bytes(name, path).decode("utf-8")
+
+    def pull(self, names: list[str] | None = None) -> list[FileState]:
+        """Make every pinned file of ``names`` (default: all) available; their states after."""
+        for state in self.states(names):
+            if state.state != "ok":
+                self.read_bytes(state.source, state.path)
+        return self.states(names)
+
+    # internals ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check(src: Source, path: str, data: bytes, expected: str, where: Path | str) -> None:
+        found = sha256(data)
+        if found != expected:
+            raise ReferenceError(
+                f"{_where(src, path)}: sha256 {found} where {expected} is expected "
+                f"({src.repo} at {src.commit[:7]}; read from {where})")
+
+    def _download(self, src: Source, path: str, expected: str) -> bytes:
+        url = self.url_template.format(repo=src.repo, commit=src.commit, path=path)
+        shown = redact_url(url)
+        last = ""
+        for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
+            try:
+                with httpx.Client(timeout=self.timeout, follow_redirects=True) as client:
+                    with client.stream("GET", url) as reply:
+                        if reply.status_code != 200:
+                            last = f"HTTP {reply.status_code}"
+                            if not is_retryable_status(reply.status_code):
+                                break
+                        else:
+                            data = b""
+                            for chunk in reply.iter_bytes():
+                                data += chunk
+                                if len(data) > MAX_FILE_BYTES:
+                                    raise ReferenceError(
+                                        f"{_where(src, path)}: {shown} is over "
+                                        f"{MAX_FILE_BYTES} bytes")
+                            self._check(src, path, data, expected, shown)
+                            return data
+            except httpx.HTTPError as exc:
+                last = type(exc).__name__
+            if attempt < DOWNLOAD_ATTEMPTS:
+                time.sleep(0.5 * 2 ** (attempt - 1))
+        raise ReferenceError(
+            f"{_where(src, path)}: cannot download {shown} ({last}); run `drvenus reference "
+            f"pull` with a network, or set DRVENUS_REFERENCE_DIR to local checkouts")
+
+
+def reference_store(settings: object | None = None) -> ReferenceStore:
+    """The store of ``settings`` (default: the environment's): ``reference_dir``,
+    ``reference_url`` and the cache root."""
+    from drvenus.config import Settings, load_settings
+
+    s = settings if isinstance(settings, Settings) else load_settings()
+    local = s.reference_dir.expanduser() if s.reference_dir is not None else None
+    return ReferenceStore(cache_dir=s.cache_root() / "reference", local_dir=local,
+                          url_template=s.reference_url)
