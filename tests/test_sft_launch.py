@@ -126,6 +126,7 @@ def _assert_same_hyperparameters(config: SFTConfig, o: dict[str, str]) -> None:
     assert int(o["trainer.total_epochs"]) == config.epochs
     assert float(o["optim.lr_warmup_steps_ratio"]) == config.warmup_ratio
     assert float(o["optim.weight_decay"]) == config.weight_decay
+    assert o["optim.betas"] == f"[{config.adam_beta1},{config.adam_beta2}]" == "[0.9,0.95]"
     assert float(o["optim.clip_grad"]) == config.max_grad_norm
     assert o["optim.lr_scheduler"] == config.lr_scheduler == "cosine"
     assert int(o["trainer.seed"]) == config.seed

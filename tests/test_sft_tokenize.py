@@ -149,6 +149,60 @@ def test_over_length_rows_are_truncated_or_dropped_and_counted(trajectories, cha
         tokenize_conversation(messages, chatml_tokenizer, max_length=10)
 
 
+# --- the newline after the end-of-turn token (verl parity) --------------------------------------
+
+
+def _verl_style_targets(messages, tok) -> list[str]:
+    """What verl's multi-turn dataset trains for each assistant message ``i``, restated: the text
+    of ``messages[:i + 1]`` after ``messages[:i]`` with the generation prompt."""
+    out = []
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant":
+            head = tok.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
+            turn = tok.apply_chat_template(messages[: i + 1], tokenize=False)
+            out.append(turn[len(head):])
+    return out
+
+
+@pytest.mark.parametrize("template", ["chatml", "qwen3_style"])
+def test_the_newline_after_end_of_turn_is_trained_as_verl_does_or_not(
+    trajectories, chatml_tokenizer, qwen3_style_tokenizer, template
+):
+    tok = chatml_tokenizer if template == "chatml" else qwen3_style_tokenizer
+    messages = trajectories[0]
+    verl = tokenize_conversation(messages, tok, train_after_end_of_turn=True)
+    generated = tokenize_conversation(messages, tok)  # the default: generated tokens only
+    assert verl.input_ids == generated.input_ids == _full_ids(messages, tok)
+    targets = _verl_style_targets(messages, tok)
+    assert all(t.endswith("<|im_end|>\n") for t in targets)
+    assert _trained_segments(verl, tok) == targets
+    assert _trained_segments(generated, tok) == [t[: -len("\n")] for t in targets]
+    newline = tok("\n", add_special_tokens=False)["input_ids"]
+    assert len(newline) == 1
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    after_end = [k + 1 for k, t in enumerate(verl.input_ids[:-1]) if t == end]
+    trained_after = [k for k in after_end if verl.loss_mask[k - 1]]
+    assert len(trained_after) == len(targets)  # one trained <|im_end|> per assistant turn
+    assert all(verl.input_ids[k] == newline[0] and verl.loss_mask[k] for k in trained_after)
+    assert not any(generated.loss_mask[k] for k in trained_after)
+    assert sum(verl.loss_mask) == sum(generated.loss_mask) + len(targets)
+    stats = TokenizeStats()  # no token crosses a turn boundary in the shared trajectories
+    list(tokenize_rows(trajectories, tok, stats=stats, train_after_end_of_turn=True))
+    assert stats.straddling_tokens == 0
+
+
+def test_sft_config_trains_the_newline_by_default(trajectories, chatml_tokenizer):
+    from drvenus.train.sft import SFTConfig
+    from drvenus.train.sft.data import tokenize_dataset
+
+    assert SFTConfig().train_after_end_of_turn is True
+    rows = trajectories[:2]
+    on = tokenize_dataset(rows, chatml_tokenizer, 100_000, train_after_end_of_turn=True)
+    off = tokenize_dataset(rows, chatml_tokenizer, 100_000)
+    turns = sum(m["role"] == "assistant" for r in rows for m in r)
+    assert on.stats.trained_tokens == off.stats.trained_tokens + turns
+
+
 # --- packing ------------------------------------------------------------------------------------
 
 

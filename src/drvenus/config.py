@@ -9,7 +9,7 @@ environment or ``.env`` only, and never logged. No other module reads the enviro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -18,6 +18,9 @@ from drvenus.net.secrets import register_secret, register_url_secrets
 
 SEARCH_PROVIDERS = ("serper", "searxng", "local")
 VISIT_READERS = ("jina", "fetch", "local")
+# whose words the agent and its tools use: ours, or DR-Venus's read from its pinned files
+PROTOCOLS = ("drvenus", "dr-venus")
+ProtocolName = Literal["drvenus", "dr-venus"]
 
 
 def _secret(value: SecretStr | None) -> str | None:
@@ -59,6 +62,9 @@ class Settings(BaseSettings):
     # {repo}, {commit}, {path}); see drvenus.reference
     reference_dir: Path | None = None
     reference_url: str | None = None
+    # the words of the system prompt, the notices, the visit failure frame and the extractor:
+    # drvenus (ours) or dr-venus (DR-Venus's, from its pinned files; drvenus.reference)
+    protocol: ProtocolName = "drvenus"
 
     # tools: providers in fallback order, comma-separated ("serper,searxng,local");
     # visit None: the local corpus when search is local only, else fetching pages directly

@@ -4,20 +4,28 @@ The CLI, batch runs, evaluation and the servers all build their agent here, so a
 same thing everywhere. Two presets: the embedded tiny model (SmolLM2-135M, grammar on, a few
 steps, a small context) and real models such as DR-Venus-4B (DR-Venus inference defaults). The
 assembled :class:`Stack` owns everything it opened and closes it.
+
+``settings.protocol`` picks whose words the agent and its tools use: ``drvenus`` (ours), or
+``dr-venus``: DR-Venus's system prompt, notices, visit failure texts, agent sampling and page
+extractor (prompt, sampling, no fallback), read from its pinned files
+(:mod:`drvenus.reference.dr_venus`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drvenus.agent import AgentConfig, ResearchAgent
 from drvenus.config import Settings
 from drvenus.llm.base import ChatModel, SamplingParams
-from drvenus.protocol import load_system_prompt
+from drvenus.protocol import DRVENUS_TEXTS, ProtocolTexts, load_system_prompt, register_texts
+
+if TYPE_CHECKING:
+    from drvenus.reference.dr_venus import DrVenusTexts
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +92,85 @@ def adapter_file(settings: Settings) -> Path | None:
     return None
 
 
+# ---------------------------------------------------------------- the protocol profile
+def dr_venus_texts(settings: Settings) -> DrVenusTexts:
+    """DR-Venus's texts from the pinned files the settings point at (DRVENUS_REFERENCE_DIR,
+    else the cache, else HTTPS), hash checked; its profile is registered so that the readers
+    of tool responses recognise its notices. Raises ReferenceError / ExtractError (one line,
+    both ValueErrors)."""
+    from drvenus.reference import reference_store
+    from drvenus.reference.dr_venus import load_dr_venus_texts
+
+    texts = load_dr_venus_texts(reference_store(settings))
+    register_texts(texts.protocol_texts())
+    return texts
+
+
+def protocol_texts(settings: Settings) -> ProtocolTexts:
+    """The words of the agent loop and the visit tool for ``settings.protocol``."""
+    if settings.protocol == "dr-venus":
+        return dr_venus_texts(settings).protocol_texts()
+    return DRVENUS_TEXTS
+
+
+def sampling_from(values: Mapping[str, Any], base: SamplingParams) -> SamplingParams:
+    """``base`` with the sampling keywords of an official chat call on top."""
+    changes = {k: tuple(v) if k == "stop" else v for k, v in values.items()}
+    return replace(base, **changes)
+
+
+# what an official client sends when it sets only some keywords: nothing else
+UNSET_SAMPLING = SamplingParams(
+    temperature=1.0, top_p=None, top_k=None, presence_penalty=None, max_tokens=None, stop=()
+)
+
+_ANNOUNCED: set[str] = set()
+
+
+def protocol_note(settings: Settings, system_prompt_file: str | None = None) -> str | None:
+    """One line on the prompt a run uses, for a model other than the embedded one (whose
+    training prompt is ours) when the user has not named a prompt file; None otherwise."""
+    if system_prompt_file:
+        return None
+    if settings.protocol == "dr-venus":
+        from drvenus.reference.dr_venus import RUN_DEMO
+
+        texts = dr_venus_texts(settings)
+        return (f"prompt: DR-Venus's own system prompt and notices ({texts.source}, "
+                f"{RUN_DEMO} sha256 {texts.files[RUN_DEMO][:12]}) (--protocol dr-venus)")
+    if is_embedded(settings):
+        return None
+    return ("prompt: drvenus's own wording (--protocol drvenus); for DR-Venus's exact system "
+            "prompt and notices use --protocol dr-venus (its files: `drvenus reference pull`, "
+            "or DRVENUS_REFERENCE_DIR=<checkouts>)")
+
+
+def announce_protocol(
+    settings: Settings, system_prompt_file: str | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> None:
+    """Say :func:`protocol_note` once per process (through ``notify``, else the log)."""
+    note = protocol_note(settings, system_prompt_file)
+    if note is not None:
+        _once(note, notify or log.info)
+
+
+def _once(message: str, say: Callable[[str], object]) -> None:
+    if message not in _ANNOUNCED:
+        _ANNOUNCED.add(message)
+        say(message)
+
+
 def agent_config(settings: Settings, system_prompt_file: str | None = None) -> AgentConfig:
-    """The preset for the model the settings select, with the settings' budgets on top."""
+    """The preset for the model the settings select, with the settings' budgets on top (and,
+    with ``protocol`` dr-venus, DR-Venus's texts, and its sampling for a real model)."""
     cfg = EMBEDDED_AGENT if is_embedded(settings) else FULL_AGENT
     changes: dict[str, object] = {}
+    if settings.protocol == "dr-venus":
+        texts = dr_venus_texts(settings)
+        changes["texts"] = texts.protocol_texts()
+        if not is_embedded(settings):  # the embedded preset's greedy short turns stay
+            changes["sampling"] = sampling_from(texts.agent_sampling, cfg.sampling)
     if settings.max_attempts is not None:
         changes["max_attempts"] = settings.max_attempts
     if settings.max_steps is not None:
@@ -130,6 +213,10 @@ def build_extractor(settings: Settings):
     from drvenus.tools.extract import ExtractiveExtractor, LLMExtractor
 
     if not (settings.extractor_base_url and settings.extractor_model):
+        if settings.protocol == "dr-venus":
+            _once("--protocol dr-venus: no extractor model (DRVENUS_EXTRACTOR_BASE_URL, "
+                  "DRVENUS_EXTRACTOR_MODEL), so pages are summarised offline, not with "
+                  "DR-Venus's extractor prompt", log.warning)
         return ExtractiveExtractor()
     from drvenus.llm.openai_compat import OpenAICompatModel
 
@@ -139,6 +226,11 @@ def build_extractor(settings: Settings):
         settings.extractor_api_key_value(),  # its own key, never the agent model's
         timeout=settings.request_timeout,
     )  # one attempt per call: LLMExtractor owns the retries
+    if settings.protocol == "dr-venus":  # its prompt and sampling; a failure is its frame
+        texts = dr_venus_texts(settings)
+        return LLMExtractor(model, prompt=texts.extractor_prompt,
+                            params=sampling_from(texts.extractor_sampling, UNSET_SAMPLING),
+                            fallback=None, repair=False)
     return LLMExtractor(model, fallback=ExtractiveExtractor())
 
 
@@ -150,6 +242,10 @@ def build_toolbox(settings: Settings, *, progress: bool = False, metrics: Any = 
     :class:`~drvenus.tools.metrics.Metrics` to report to (the tool server's)."""
     if settings.tools_url:
         from drvenus.tools.remote import RemoteToolbox
+
+        if settings.protocol == "dr-venus":
+            _once("--protocol dr-venus with --tools-url: the visit texts and the extractor are "
+                  "the tool server's (start it with --protocol dr-venus too)", log.info)
 
         remote = RemoteToolbox(settings.tools_url, settings.tools_token_value())
         remote.check()  # a dead server or a wrong token fails here, not in every tool call
@@ -184,6 +280,7 @@ def build_toolbox(settings: Settings, *, progress: bool = False, metrics: Any = 
         max_page_tokens=settings.max_page_tokens,
         cache=cache,
         metrics=metrics,
+        texts=protocol_texts(settings),
     )
     search = Search(providers, top_k, cache=cache, metrics=metrics)
     return Toolbox([search, visit])
@@ -230,6 +327,7 @@ def build_stack(
         close_quietly(tools)
         raise
     log.info("agent ready: model=%s steps=%d", model.name, config.max_steps)
+    announce_protocol(settings, system_prompt_file, notify)  # once it works: bad input is 1 line
     return Stack(ResearchAgent(model, tools, config), model, tools)
 
 

@@ -32,7 +32,7 @@ from drvenus.agent.record import ResultRecord, Termination
 from drvenus.llm.base import ChatModel, Generation, GrammarKind, LLMError, SamplingParams
 from drvenus.net.retry import RetryPolicy
 from drvenus.net.secrets import redact
-from drvenus.protocol import ParsedTurn, ToolCall
+from drvenus.protocol import DRVENUS_TEXTS, ParsedTurn, ProtocolTexts, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,11 @@ class AgentConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     constrained: bool = False  # decode under the protocol grammar (the embedded preset's)
     min_searches: int = 0  # with a grammar: the first N tool calls must be searches
-    system_prompt: str | None = None
+    system_prompt: str | None = None  # replaces the profile's prompt verbatim
     current_date: str | None = None
+    # the words of the prompt, the notices (format error, context and step limits): ours, or
+    # DR-Venus's read from its pinned source (drvenus.reference.dr_venus)
+    texts: ProtocolTexts = DRVENUS_TEXTS
 
     @property
     def retry(self) -> RetryPolicy:
@@ -177,7 +180,7 @@ class _QuestionRun:
         self.agent, self.cfg, self.model = agent, config, agent.model
         self.question = question
         self._emit_cb = emit
-        system = self.cfg.system_prompt or protocol.build_system_prompt(self.cfg.current_date)
+        system = self.cfg.system_prompt or self.cfg.texts.prompt(self.cfg.current_date)
         self.messages = protocol.initial_messages(question, system)
         self.start = time.monotonic()
         self.step = 0
@@ -435,17 +438,17 @@ class _QuestionRun:
             if parsed.tool_call is not None:
                 await self.execute(parsed.tool_call)
             else:
-                wrapped = protocol.wrap_tool_response(protocol.FORMAT_ERROR_MESSAGE)
+                wrapped = protocol.wrap_tool_response(cfg.texts.format_error)
                 await self.append("format_error", "user", wrapped)
             if self.context_tokens > cfg.max_context_tokens:
                 return await self._context_limit()
         self.step = cfg.max_steps
-        await self.limit_reached("steps", protocol.STEP_LIMIT_MESSAGE)
+        await self.limit_reached("steps", cfg.texts.step_limit)
         return await self.force_answer("answered_max_steps", "max_steps")
 
     async def _context_limit(self) -> ResultRecord:
         self.step += 1
-        await self.limit_reached("context", protocol.CONTEXT_LIMIT_MESSAGE)
+        await self.limit_reached("context", self.cfg.texts.context_limit)
         return await self.force_answer("answered_token_limit", "token_limit_no_answer")
 
 

@@ -1,10 +1,10 @@
 """The ``drvenus`` command. Thin: it parses flags and calls the modules.
 
-One module per command group (``agent``: ask, run; ``index``; ``models``; ``reference``; ``data``; ``eval``;
-``serve``: serve, mcp; ``tools``; ``train``: sft, rl), all on :mod:`drvenus.cli.common` (the
-consoles, the one error boundary, the options derived from config fields). Heavy imports (torch,
-the web server, the trainer) happen inside the commands, so every command starts on the default
-install.
+One module per command group (``agent``: ask, run; ``index``; ``models``; ``reference``;
+``data``; ``eval``; ``serve``: serve, mcp; ``tools``; ``train``: sft, rl), all on
+:mod:`drvenus.cli.common` (the consoles, the one error boundary, the options derived from
+config fields). Heavy imports (torch, the web server, the trainer) happen inside the commands,
+so every command starts on the default install.
 """
 
 from __future__ import annotations

@@ -181,7 +181,7 @@ def _run_locked(
 
         stack = build_stack(
             agent.settings(), system_prompt_file=agent.prompt_file, progress=True,
-            parallel=workers,
+            parallel=workers, notify=notice,
         )
     except known_errors() as exc:
         raise fail(exc) from None

@@ -31,6 +31,7 @@ from drvenus.eval.benchmarks import BENCHMARKS
 
 if TYPE_CHECKING:
     from drvenus.batch import ResultsFile
+    from drvenus.eval.official import OfficialGrader
     from drvenus.eval.runner import EvalSetup
     from drvenus.grading.judge import JudgeConfig
 
@@ -76,6 +77,12 @@ def evaluate(
     no_judge: Annotated[
         bool, typer.Option("--no-judge", help="Deterministic scorers even if a judge is set.")
     ] = False,
+    grader: Annotated[
+        str,
+        typer.Option("--grader", help="ours (default), or official: the benchmark's official "
+                     "grader, its texts read from pinned sources (BrowseComp(-ZH), "
+                     "xbench-DeepSearch, HLE, GAIA, DeepSearchQA; see docs/EVAL.md)."),
+    ] = "ours",
     *,
     agent: AgentOptions,
 ) -> None:
@@ -87,8 +94,11 @@ def evaluate(
             raise CliError("--benchmark, --data and --out are required (see --help)")
         from drvenus.eval.runner import judge_config, prepare
 
+        if grader not in ("ours", "official"):
+            raise CliError(f"--grader must be ours or official, not {grader!r}")
         setup = prepare(benchmark, data, output, runs=runs, limit=limit)
         judge = None if no_judge else judge_config(output, judge_base_url, judge_model)
+        official = _official(setup, judge) if grader == "official" else None
     except known_errors() as exc:
         raise fail(exc) from None
     if endpoints and agent.base_url is None:
@@ -96,9 +106,22 @@ def evaluate(
     code = _run_agent(setup, agent, workers, endpoints or [])
     if code == 130:
         raise typer.Exit(130)
-    _grade_and_report(setup, judge)
+    _grade_and_report(setup, judge, official)
     if code:
         raise typer.Exit(code)
+
+
+def _official(setup: EvalSetup, judge: JudgeConfig | None) -> OfficialGrader:
+    """The benchmark's official grader, its pinned files read (and checked) before any agent
+    runs; one that needs a judge refuses to go on without one."""
+    from drvenus.eval.official import official_grader
+
+    found = official_grader(setup.spec.grader)
+    if found.needs_judge and judge is None:
+        raise CliError(f"--grader official: the {found.title} needs a judge "
+                       "(--judge-base-url and --judge-model, or DRVENUS_JUDGE_*)")
+    notice(f"grading with the official grader: {found.title}")
+    return found
 
 
 eval_app.command("run", help="Same as 'drvenus eval' with options.")(evaluate)
@@ -183,8 +206,9 @@ def _run_locked(
         asyncio.run(_close(stack, agents[1:]))
         raise fail(CliError(f"{setup.out} holds results of the model {before!r}, not "
                             f"{stack.model.name!r}: use another --out (or remove it)"))
+    texts = stack.agent.config.texts
     save_manifest(setup, model=stack.model.name, model_spec=_model_spec(agent),
-                  endpoints=1 + len(endpoints))
+                  endpoints=1 + len(endpoints), protocol=f"{texts.name} ({texts.source})")
     progress = _progress("research")
     task = progress.add_task("run", total=len(todo.todo), last="")
 
@@ -215,7 +239,9 @@ async def _close(stack, extra_agents) -> None:
         await stack.aclose()
 
 
-def _grade_and_report(setup: EvalSetup, judge: JudgeConfig | None) -> None:
+def _grade_and_report(
+    setup: EvalSetup, judge: JudgeConfig | None, official: OfficialGrader | None = None
+) -> None:
     from drvenus.eval.report import build_report, render_markdown, write_report
     from drvenus.eval.runner import grade_all, latest_rows
 
@@ -224,9 +250,11 @@ def _grade_and_report(setup: EvalSetup, judge: JudgeConfig | None) -> None:
     try:
         with progress:
             results = asyncio.run(grade_all(
-                setup, judge, on_done=lambda: progress.update(task, advance=1)))
+                setup, judge, on_done=lambda: progress.update(task, advance=1),
+                official=official))
         report = build_report(setup.manifest, results, setup.spec.grader,
-                              judge.model if judge else None)
+                              judge.model if judge else None,
+                              official.describe() if official is not None else None)
         paths = write_report(setup.out, report)
     except known_errors() as exc:
         raise fail(exc) from None

@@ -46,6 +46,11 @@ class ToolOptions:
         "else fetch).")
     allow_private_urls: bool | None = option(
         "Let visit read loopback, private and link-local addresses (default: refused).")
+    # here, not in AgentOptions, so that `tools serve` writes the same visit texts
+    protocol: str | None = option(
+        "Whose words: drvenus (ours; the default) or dr-venus (DR-Venus's exact system prompt, "
+        "notices, visit failure texts and page extractor prompt, read from its pinned files: "
+        "drvenus reference pull, or DRVENUS_REFERENCE_DIR).")
 
     def setting_values(self) -> dict[str, Any]:
         """The settings these options set (None: not given)."""

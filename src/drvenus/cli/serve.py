@@ -44,6 +44,7 @@ MaxRunsOption = Annotated[
 def _pool(agent: AgentOptions, max_runs: int) -> tuple[Settings, AgentPool]:
     """Settings and the agent pool, with the default model and tools built (fail fast)."""
     from drvenus.serve.agents import pool_from_settings
+    from drvenus.stack import announce_protocol
 
     settings = agent.settings()
     pool = pool_from_settings(
@@ -53,6 +54,7 @@ def _pool(agent: AgentOptions, max_runs: int) -> tuple[Settings, AgentPool]:
     problem = asyncio.run(pool.problem(timeout=10.0))
     if problem:  # serve anyway (the model server may come up later); the page says so too
         err.print(f"[yellow]warning:[/] {escape(problem)}")
+    announce_protocol(settings, agent.prompt_file, notice)
     return settings, pool
 
 

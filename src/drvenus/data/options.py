@@ -52,6 +52,13 @@ class CleanOptions(BaseModel):
     system_prompt_file: Annotated[
         Path | None, Field(description="Use this file verbatim as the system prompt.")
     ] = None
+    protocol: Annotated[
+        Literal["drvenus", "dr-venus"] | None,
+        Field(description="Whose system prompt the template mode writes: drvenus (ours) or "
+                          "dr-venus (DR-Venus's exact one, its own date unless --current-date "
+                          "is given, read from its pinned files: drvenus reference pull, or "
+                          "DRVENUS_REFERENCE_DIR) (default: DRVENUS_PROTOCOL, else drvenus)."),
+    ] = None
     allowed_tools: Annotated[
         tuple[str, ...],
         Cli(type=list[str] | None, default=None),

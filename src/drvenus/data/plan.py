@@ -20,7 +20,7 @@ from drvenus.data.reading import (
 )
 from drvenus.data.rows import RowOptions
 from drvenus.data.writing import OUTPUT_NAMES
-from drvenus.protocol import build_system_prompt, load_system_prompt
+from drvenus.protocol import build_system_prompt, load_system_prompt, prompt_date
 
 
 class NothingReadError(DataInputError):
@@ -42,13 +42,31 @@ class RunPlan:
     valid_schema: pa.Schema
     current_date: str | None
     workers: int
+    protocol: str = "drvenus"  # whose system prompt the template mode writes
 
 
 def _system_prompt(opts: CleanOptions) -> tuple[str, str | None]:
     if opts.system_prompt_file is not None:
         return load_system_prompt(opts.system_prompt_file), opts.current_date
+    if protocol_of(opts) == "dr-venus":  # DR-Venus's prompt as its inference sends it
+        from drvenus.config import load_settings
+        from drvenus.reference import reference_store
+        from drvenus.reference.dr_venus import load_dr_venus_texts
+
+        texts = load_dr_venus_texts(reference_store(load_settings())).protocol_texts()
+        prompt = texts.prompt(opts.current_date)
+        return prompt, opts.current_date or prompt_date(prompt)
     date = opts.current_date or time.strftime("%Y-%m-%d")
     return build_system_prompt(date), date
+
+
+def protocol_of(opts: CleanOptions) -> str:
+    """``--protocol``, else DRVENUS_PROTOCOL, else drvenus."""
+    if opts.protocol is not None:
+        return opts.protocol
+    from drvenus.config import load_settings
+
+    return load_settings().protocol
 
 
 def nothing_read_error(errors: dict[str, str]) -> NothingReadError:
@@ -91,4 +109,5 @@ def plan_run(opts: CleanOptions) -> RunPlan:
     return RunPlan(
         opts, opts.correctness_mode, input_path, out_dir, files, inputs, row_options,
         stage1_schema, valid_schema, current_date, opts.worker_count,
+        "file" if opts.system_prompt_file is not None else protocol_of(opts),
     )

@@ -105,7 +105,7 @@ def stats_document(
     plan: RunPlan, counts: RunCounts, judged: Correctness, sample: Resampled, final_rows: int
 ) -> dict[str, Any]:
     """``stats.json`` (without ``timing``): DR-Venus's keys, then ``unexpected_errors``,
-    ``correctness``, ``current_date``, ``shuffle`` and ``file_errors``."""
+    ``correctness``, ``current_date``, ``protocol``, ``shuffle`` and ``file_errors``."""
     opts, t = plan.opts, counts.totals
     filtered = plan.mode != "off"
     drop_reasons = Counter(t.dropped)
@@ -145,6 +145,7 @@ def stats_document(
         },
         "correctness": judged.info,
         "current_date": plan.current_date,
+        "protocol": plan.protocol,
         "shuffle": {"enabled": opts.shuffle, "seed": opts.seed},
         "file_errors": counts.file_errors,
     }

@@ -136,6 +136,24 @@ def load_gaia(path: Path, *, text_only: bool = False) -> list[EvalItem]:
     return items
 
 
+# ---------------------------------------------------------------------------- HLE
+def load_hle(path: Path, *, text_only: bool = False) -> list[EvalItem]:
+    """Humanity's Last Exam: the dataset's parquet (or a JSON/JSONL/CSV export) with ``id``,
+    ``question``, ``answer``, ``answer_type``, ``category`` and ``image`` (empty for text-only
+    questions). ``text_only``: drop the questions with an image (the agent cannot see them)."""
+    rows = read_records(path)
+    _need(rows, ("question", "answer"), "hle")
+    items = []
+    for i, r in enumerate(rows, 1):
+        image = r.get("image") or ""
+        if text_only and image:
+            continue
+        items.append(_item(r.get("id") or i, r["question"], [r["answer"]],
+                           answer_type=r.get("answer_type"), category=r.get("category"),
+                           has_image=bool(image)))
+    return items
+
+
 # ---------------------------------------------------------------------------- DeepSearchQA
 def load_deepsearchqa(path: Path) -> list[EvalItem]:
     """DeepSearchQA CSV ``example_id,problem,problem_category,answer,answer_type``."""
@@ -274,6 +292,9 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
         BenchmarkSpec("gaia", load_gaia, "gaia", description="GAIA, all items"),
         BenchmarkSpec("gaia-text", lambda p: load_gaia(p, text_only=True), "gaia",
                       description="GAIA, items without an attached file"),
+        BenchmarkSpec("hle", load_hle, "hle", description="Humanity's Last Exam, all items"),
+        BenchmarkSpec("hle-text", lambda p: load_hle(p, text_only=True), "hle",
+                      description="Humanity's Last Exam, items without an image"),
         BenchmarkSpec("deepsearchqa", load_deepsearchqa, "deepsearchqa",
                       description="DeepSearchQA CSV (Single / Set answers)"),
         BenchmarkSpec("frames", load_frames, "qa", description="FRAMES CSV"),

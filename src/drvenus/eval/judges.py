@@ -6,7 +6,7 @@ still cannot, or a judge that cannot be reached, grades ``correct=None`` (a judg
 wrong answer). The cache keeps a short canonical verdict (no reasoning, no ground truth), read back
 by the same parser.
 
-- ``browsecomp``: HLE-style (extract the final answer, judge equivalence only,
+- ``browsecomp`` (and ``hle``): HLE-style (extract the final answer, judge equivalence only,
   ``correct: yes/no``, confidence); EM without a judge.
 - ``xbench``: its Chinese judge (最终答案 / 解释 / 结论: 正确/错误) after an exact-match
   short-cut; the loose exact match without a judge.
@@ -51,6 +51,7 @@ class Grade:
     found_items: int | None = None
     extra_items: int | None = None
     error: str | None = None
+    grader: str | None = None  # the official grader that graded it (``--grader official``)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -340,6 +341,7 @@ GRADERS: dict[str, Grader] = {
     "qa": grade_qa,
     "gaia": grade_gaia,
     "browsecomp": grade_browsecomp,
+    "hle": grade_browsecomp,  # HLE-style already: the same judge
     "xbench": grade_xbench,
     "deepsearchqa": grade_deepsearchqa,
 }

@@ -143,12 +143,13 @@ def item_interval(results: Iterable[RunResult]) -> tuple[float, float] | None:
 
 
 def calibration_error(
-    confidences: Sequence[float], correct: Sequence[bool], bin_size: int = 100
+    confidences: Sequence[float], correct: Sequence[bool], bin_size: int = 100,
+    *, skip_last: bool = False,
 ) -> float | None:
     """HLE-style RMS calibration error: sort by confidence (0-100), cut into bins of
     ``bin_size`` (the last bin takes the remainder), and take the root of the size-weighted mean
     squared gap between mean confidence and accuracy per bin. None when n < ``bin_size``. (HLE's
-    reference code skips its last bin; every bin counts here.)"""
+    reference code skips its last bin, ``skip_last``; by default every bin counts.)"""
     n = len(confidences)
     if n != len(correct):
         raise ValueError("confidences and correct differ in length")
@@ -158,6 +159,8 @@ def calibration_error(
     starts = list(range(0, (n // bin_size) * bin_size, bin_size))
     total = 0.0
     for i, start in enumerate(starts):
+        if skip_last and i == len(starts) - 1:
+            break
         end = n if i == len(starts) - 1 else start + bin_size
         chunk = pairs[start:end]
         gap = statistics.fmean(c for c, _ in chunk) - statistics.fmean(float(k) for _, k in chunk)
@@ -232,6 +235,43 @@ def _set_metrics(rows: Sequence[RunResult]) -> dict[str, Any] | None:
             "item_f1": _mean(r.score for r in sets)}
 
 
+def _dsqa_official(rows: Sequence[RunResult]) -> dict[str, Any] | None:
+    """DeepSearchQA's starter metrics over every row graded by it (Single and Set answers): the
+    means of fully correct, correct with excessive answers, fully incorrect, precision, recall
+    and F1 (a row without a verdict or with a judge error counts 0 in each), and fully correct
+    per answer type."""
+    graded = [r for r in rows if r.grade.get("grader") == "deepsearchqa"]
+    if not graded:
+        return None
+
+    def one(r: RunResult) -> dict[str, float]:
+        gold, found, extra = (r.grade.get(k) for k in ("gold_items", "found_items",
+                                                        "extra_items"))
+        if gold is None or found is None or extra is None:
+            return dict.fromkeys(("fully_correct", "correct_with_excessive", "fully_incorrect",
+                                  "precision", "recall", "f1"), 0.0)
+        all_found = gold == 0 or found == gold
+        precision = found / (found + extra) if found + extra else 0.0
+        recall = found / gold if gold else 0.0
+        return {"fully_correct": float(bool(r.correct)),
+                "correct_with_excessive": float(all_found and extra > 0),
+                "fully_incorrect": float(gold > 0 and found == 0),
+                "precision": precision, "recall": recall,
+                "f1": 2 * precision * recall / (precision + recall) if precision + recall
+                else 0.0}
+
+    per = [one(r) for r in graded]
+    out: dict[str, Any] = {"rows": len(graded)}
+    for key in per[0]:
+        out[key] = statistics.fmean(p[key] for p in per)
+    out["fully_correct_by_type"] = {
+        kind: accuracy(r.correct for r in graded if r.is_set is is_set)
+        for kind, is_set in (("set", True), ("single", False))
+        if any(r.is_set is is_set for r in graded)
+    }
+    return out
+
+
 def _per_level(rows: Sequence[RunResult]) -> dict[str, Any] | None:
     levels: dict[str, list[RunResult]] = defaultdict(list)
     for r in rows:
@@ -251,6 +291,7 @@ def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
     runs = per_run_accuracy(results)
     run_values = [v for v in runs.values() if v is not None]
     confident = [r for r in results if r.confidence is not None and r.correct is not None]
+    hle_official = any(r.grade.get("grader") == "hle" for r in results)
     correct_rows = [r for r in results if r.correct]
     elapsed = [r.elapsed for r in results]
     return {
@@ -258,6 +299,7 @@ def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
         "rows": len(results),
         "runs": len(runs),
         "judge_errors": sum(r.correct is None for r in results),
+        "no_verdict": sum(r.grade.get("method") == "official-no-verdict" for r in results),
         "per_run": {str(k): v for k, v in runs.items()},
         "avg_at_k": _mean(run_values),
         "std_at_k": statistics.pstdev(run_values) if len(run_values) > 1 else 0.0,
@@ -267,10 +309,12 @@ def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
         "majority_vote": majority_vote(results),
         "mean_score": _mean(r.score for r in results),
         "calibration_error": calibration_error(
-            [r.confidence for r in confident], [bool(r.correct) for r in confident]  # type: ignore[misc]
+            [r.confidence for r in confident], [bool(r.correct) for r in confident],  # type: ignore[misc]
+            skip_last=hle_official,
         ),
         "calibration_n": len(confident),
         "deepsearchqa": _set_metrics(results),
+        "deepsearchqa_official": _dsqa_official(results),
         "per_level": _per_level(results),
         "terminations": dict(Counter(r.termination for r in results).most_common()),
         "cost_all": cost_summary(results),

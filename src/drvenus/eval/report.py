@@ -25,18 +25,38 @@ DETERMINISTIC = {
     "qa": "exact match (token F1 reported)",
     "gaia": "GAIA normalised-match scorer",
     "browsecomp": "exact match (token F1 reported)",
+    "hle": "exact match (token F1 reported)",
     "xbench": "normalised exact match",
     "deepsearchqa": "set-item matching (Set) / exact match (Single)",
 }
 
 
+def official_scoring(official: dict[str, Any], judge_model: str | None) -> str:
+    """The one line naming an official grader: its title, source files and judge."""
+    files = "; ".join(f"{f['repo']} @{f['commit'][:7]} {f['path']} sha256 {f['sha256'][:12]}"
+                      for f in official.get("files") or [])
+    where = files or official.get("source") or ""
+    line = f"official grader: {official['title']}" + (f" ({where})" if where else "")
+    if judge_model:
+        line += f", judge {judge_model}"
+        if official.get("official_judge_model"):
+            line += f" (the official code uses {official['official_judge_model']})"
+    return line
+
+
 def build_report(
-    manifest: dict[str, Any], results: Sequence[RunResult], grader: str, judge_model: str | None
+    manifest: dict[str, Any], results: Sequence[RunResult], grader: str, judge_model: str | None,
+    official: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Everything a report shows, JSON-ready."""
+    """Everything a report shows, JSON-ready. ``official``: the official grader's description
+    (``--grader official``: title, pinned files with commit and sha256, judge request, what
+    differs), else the default grader (ours) graded."""
     expected = int(manifest.get("items", 0)) * int(manifest.get("runs", 0))
-    scoring = f"LLM judge ({judge_model})" if judge_model else (
-        "no judge: deterministic " + DETERMINISTIC.get(grader, "exact match"))
+    if official is not None:
+        scoring = official_scoring(official, judge_model)
+    else:
+        scoring = f"LLM judge ({judge_model})" if judge_model else (
+            "no judge: deterministic " + DETERMINISTIC.get(grader, "exact match"))
     per_item: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in sorted(results, key=lambda r: (r.item_id, r.run)):
         per_item[r.item_id].append({
@@ -48,6 +68,7 @@ def build_report(
         "benchmark": manifest.get("benchmark"),
         "model": manifest.get("model"),
         "grader": grader,
+        "grading": official or {"grader": "ours"},
         "scoring": scoring,
         "judge_model": judge_model,
         "complete": {"rows": len(results), "expected": expected},
@@ -98,12 +119,23 @@ def _headline(m: dict[str, Any]) -> list[str]:
         ("Mean score (F1)", _num(m["mean_score"], 3)),
         ("Judge errors (counted as wrong)", str(m["judge_errors"])),
     ]
+    if m.get("no_verdict"):
+        rows.append(("Replies without a verdict (wrong, as officially)", str(m["no_verdict"])))
     if m["calibration_error"] is not None:
         rows.append(("Calibration error (RMS, bins of 100)", _pct(m["calibration_error"])))
     if m["deepsearchqa"]:
         ds = m["deepsearchqa"]
         rows.append(("Set answers fully correct", _pct(ds["fully_correct"])))
         rows.append(("Set answers item F1", _num(ds["item_f1"], 3)))
+    if m.get("deepsearchqa_official"):
+        ds = m["deepsearchqa_official"]
+        rows += [("Fully correct (starter)", _pct(ds["fully_correct"])),
+                 ("Correct with excessive answers", _pct(ds["correct_with_excessive"])),
+                 ("Fully incorrect", _pct(ds["fully_incorrect"])),
+                 ("Precision / recall / F1", f"{_num(ds['precision'], 3)} / "
+                  f"{_num(ds['recall'], 3)} / {_num(ds['f1'], 3)}")]
+        rows += [(f"Fully correct, {kind} answers", _pct(v))
+                 for kind, v in ds["fully_correct_by_type"].items()]
     recall = m["recall"]
     if recall["visited"] is not None:
         rows.append(("Gold paragraph recall, visited", _pct(recall["visited"])))
@@ -121,6 +153,21 @@ def _cost_table(m: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _grading_lines(grading: dict[str, Any]) -> list[str]:
+    if grading.get("grader") != "official":
+        return []
+    lines = [f"- grader source: {f['repo']} @{f['commit']} `{f['path']}` sha256 `{f['sha256']}`"
+             for f in grading.get("files") or []]
+    if grading.get("source"):
+        lines.append(f"- grader source: {grading['source']}")
+    if grading.get("judge_request") is not None:
+        request = ", ".join(f"{k}={v}" for k, v in grading["judge_request"].items())
+        system = "; a system message" if grading.get("system_message") else ""
+        lines.append(f"- judge request: {request or 'the model and messages only'}{system}")
+    lines += [f"- differs from the official code: {d}" for d in grading.get("differs") or []]
+    return lines
+
+
 def render_markdown(report: dict[str, Any], plots: Sequence[Path] = ()) -> str:
     m = report["metrics"]
     done = report["complete"]
@@ -129,6 +176,7 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = ()) -> str:
         "",
         f"- model: {report.get('model') or 'unknown'}",
         f"- scoring: {report['scoring']}",
+        *_grading_lines(report.get("grading") or {}),
         f"- {m['items']} items × {m['runs']} runs; {done['rows']} of {done['expected']} "
         "(item, run) pairs done",
         "",

@@ -38,6 +38,7 @@ from drvenus.eval.benchmarks import (
 )
 from drvenus.eval.judges import grade
 from drvenus.eval.metrics import RunResult, gold_recall, tool_use
+from drvenus.eval.official import OfficialGrader
 from drvenus.grading.judge import JudgeClient, JudgeConfig
 from drvenus.questions import Question
 
@@ -221,16 +222,22 @@ async def grade_all(
     judge: JudgeConfig | None,
     *,
     on_done: Callable[[], None] | None = None,
+    official: OfficialGrader | None = None,
 ) -> list[RunResult]:
     """Grade every stored (item, run) row of the setup's items (the judge's verdicts are cached,
-    so grading again costs nothing); rows not run yet are left out."""
+    so grading again costs nothing); rows not run yet are left out. ``official``: grade with
+    the benchmark's official grader (``--grader official``) instead of ours."""
     rows = latest_rows(setup.results_path)
     client = JudgeClient(judge) if judge is not None else None
     todo = [(item, run, rows[pair_id(item.id, run)]) for run in range(setup.runs)
             for item in setup.items if pair_id(item.id, run) in rows]
 
     async def one(item: EvalItem, run: int, row: dict[str, Any]) -> RunResult:
-        g = await grade(setup.spec.grader, item, str(row.get("prediction") or ""), client)
+        prediction = str(row.get("prediction") or "")
+        if official is not None:
+            g = await official.grade(item, prediction, client)
+        else:
+            g = await grade(setup.spec.grader, item, prediction, client)
         if on_done is not None:
             on_done()
         return _result(item, run, row, g.to_dict() | {"correct": g.correct})

@@ -5,6 +5,7 @@ Exact match and F1 come from the grading library (:mod:`drvenus.grading.match`).
 
 from __future__ import annotations
 
+import math
 import re
 import string
 import unicodedata
@@ -71,9 +72,9 @@ def gaia_match(prediction: str, truth: str) -> bool:
     """
     prediction = prediction if isinstance(prediction, str) else str(prediction)
     truth = str(truth).strip()
-    if _is_number(truth):
+    if _is_number(truth):  # a prediction that is no number reads as inf, as it does there
         value = parse_number(prediction)
-        return value is not None and value == float(truth)
+        return (math.inf if value is None else value) == float(truth)
     if _LIST_SEPARATORS.search(truth):
         gold = [t.strip() for t in _LIST_SEPARATORS.split(truth)]
         got = [p.strip() for p in _LIST_SEPARATORS.split(prediction)]
@@ -82,7 +83,7 @@ def gaia_match(prediction: str, truth: str) -> bool:
         for g, p in zip(gold, got, strict=True):
             if _is_number(g):
                 value = parse_number(p)
-                if value is None or value != float(g):
+                if (math.inf if value is None else value) != float(g):
                     return False
             elif squash(p, keep_punctuation=True) != squash(g, keep_punctuation=True):
                 return False

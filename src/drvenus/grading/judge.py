@@ -17,7 +17,7 @@ import logging
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,6 +28,7 @@ from pydantic.dataclasses import dataclass as options_dataclass
 from drvenus.flags import Cli
 from drvenus.llm.base import LLMError, SamplingParams
 from drvenus.llm.openai_compat import OpenAICompatModel, normalize_base_url
+from drvenus.net import with_retries
 from drvenus.protocol import ANSWER_SPLIT
 from drvenus.protocol.legacy import strip_thinking
 
@@ -189,6 +190,32 @@ async def _ask_parsed(
     raise RuntimeError(last_error)
 
 
+async def _ask_exact(
+    model: OpenAICompatModel, cfg: JudgeConfig, messages: list[dict[str, str]],
+    fields: dict[str, Any], parse: Callable[[str], Any],
+) -> tuple[Any, str]:
+    """One request of exactly ``model``, ``messages`` and ``fields`` (HTTP failures retried by
+    the client's policy), asked again while ``parse`` finds nothing; (parsed, content)."""
+    body: dict[str, Any] = {"model": cfg.model, "messages": messages, **fields}
+
+    async def attempt(seconds: float | None) -> Any:
+        return await model.transport.request("POST", "/chat/completions", body, seconds)
+
+    last_error = "no attempt"
+    for _ in range(cfg.retries + 1):
+        try:
+            data = await with_retries(attempt, model.retry, timeout=cfg.timeout_s,
+                                      what=model.transport.where)
+            reply = strip_thinking(model.parse_response(data).text).strip()
+        except LLMError as exc:
+            raise RuntimeError(str(exc)) from None
+        parsed = parse(reply)
+        if parsed is not None:
+            return parsed, reply
+        last_error = f"unparseable judge reply: {reply[:80]!r}"
+    raise RuntimeError(last_error)
+
+
 async def _ask(
     model: OpenAICompatModel, cfg: JudgeConfig, question: str, answer: str, gt: str
 ) -> tuple[bool, str]:
@@ -233,6 +260,32 @@ class JudgeClient:
             return value, True
         async with self._sem:
             value, reply = await _ask_parsed(self._client(), self.cfg, prompt, parse)
+        if self.cache:
+            self.cache.put_reply(key, store(value) if store else reply, self.cfg.model)
+        return value, False
+
+    async def ask_exact(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        request: Mapping[str, Any],
+        parse: Callable[[str], Any],
+        store: Callable[[Any], str] | None = None,
+    ) -> tuple[Any, bool]:
+        """Like :meth:`ask`, for an official grader: the request holds the model, ``messages``
+        and the ``request`` fields (its sampling, token cap, response format) and nothing of
+        drvenus's own sampling. ``parse`` gets the reply's content without think blocks; when it
+        returns None the reply is asked again (``cfg.retries`` more times). Cached by messages,
+        request and judge model. Raises RuntimeError when no parseable reply could be had."""
+        msgs = [dict(m) for m in messages]
+        fields = dict(request)
+        key = cache_key(json.dumps(msgs, ensure_ascii=False),
+                        json.dumps(fields, sort_keys=True, ensure_ascii=False), "exact",
+                        self.cfg.model)
+        hit = self.cache.get_reply(key) if self.cache else None
+        if hit is not None and (value := parse(hit)) is not None:
+            return value, True
+        async with self._sem:
+            value, reply = await _ask_exact(self._client(), self.cfg, msgs, fields, parse)
         if self.cache:
             self.cache.put_reply(key, store(value) if store else reply, self.cfg.model)
         return value, False

@@ -42,9 +42,10 @@ class SamplingParams:
     """Generation settings; defaults are DR-Venus inference's."""
 
     temperature: float = 1.0
-    top_p: float = 0.95
-    top_k: int = 20
-    presence_penalty: float = 1.1
+    # None: not sent (the server's default applies), as a client that does not set it
+    top_p: float | None = 0.95
+    top_k: int | None = 20
+    presence_penalty: float | None = 1.1
     max_tokens: int | None = 15000  # None: no cap (the server's own limit)
     stop: tuple[str, ...] = STOP_STRINGS
     seed: int | None = None

@@ -327,6 +327,9 @@ class OpenAICompatModel:
             "stop": list(params.stop),
             "stream": False,
         }
+        for unset in ("top_p", "top_k", "presence_penalty"):  # None: the server's default
+            if body[unset] is None:
+                del body[unset]
         if params.max_tokens is not None:  # None: the server's own limit
             body["max_tokens"] = params.max_tokens
         if params.seed is not None:

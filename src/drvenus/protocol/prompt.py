@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,15 +43,33 @@ def build_system_prompt(
     instructions: str = INSTRUCTIONS,
 ) -> str:
     """The full system prompt, ending with the ``Current date: YYYY-MM-DD`` line."""
-    if current_date is None:
-        current_date = _dt.date.today()
-    date_text = (
-        current_date.isoformat() if isinstance(current_date, _dt.date) else str(current_date)
-    )
-    _dt.date.fromisoformat(date_text)  # raises ValueError on a malformed date
+    date_text = _date_text(_dt.date.today() if current_date is None else current_date)
     return f"{instructions}\n\n{tools_section(tools)}\n\nCurrent date: {date_text}\n"
 
 
+_DATE_LINE = re.compile(r"^Current date: (\d{4}-\d{2}-\d{2})[ \t]*$", re.MULTILINE)
+
+
+def _date_text(current_date: _dt.date | str) -> str:
+    text = current_date.isoformat() if isinstance(current_date, _dt.date) else str(current_date)
+    _dt.date.fromisoformat(text)  # raises ValueError on a malformed date
+    return text
+
+
+def with_current_date(prompt: str, current_date: _dt.date | str) -> str:
+    """``prompt`` with the date of its last ``Current date: YYYY-MM-DD`` line replaced
+    (a fixed prompt run on another day); ValueError when it has no such line."""
+    matches = list(_DATE_LINE.finditer(prompt))
+    if not matches:
+        raise ValueError("the system prompt has no 'Current date: YYYY-MM-DD' line to set")
+    start, end = matches[-1].span(1)
+    return prompt[:start] + _date_text(current_date) + prompt[end:]
+
+
+def prompt_date(prompt: str) -> str | None:
+    """The date of a prompt's last ``Current date:`` line, if it has one."""
+    matches = list(_DATE_LINE.finditer(prompt))
+    return matches[-1].group(1) if matches else None
 
 
 def load_system_prompt(path: str | Path) -> str:

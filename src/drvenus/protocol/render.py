@@ -6,6 +6,12 @@ Search results are a JSON array, one object per query::
 
 Visit results are a text frame per URL, joined with ``\\n=======\\n``.
 Tool results travel in the ``user`` role wrapped in ``<tool_response>`` tags.
+
+The words of the fixed messages (the notices, the visit failure texts, the system prompt) are a
+:class:`ProtocolTexts` profile: ours by default (:data:`DRVENUS_TEXTS`); DR-Venus's exact ones
+are read at run time from its pinned source (``drvenus.reference.dr_venus``), never stored here.
+A profile in use is registered (:func:`register_texts`) so that the readers below
+(:func:`classify_tool_response`, :func:`notice_kind`, :func:`is_visit_failure`) know its words.
 """
 
 from __future__ import annotations
@@ -13,7 +19,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from drvenus.protocol.prompt import build_system_prompt, with_current_date
 
 # Accepted answers in one ground-truth string are joined by this (RL data, benchmarks).
 ANSWER_SPLIT = "<|answer_split|>"
@@ -99,8 +108,79 @@ def render_visit(url: str, goal: str, summary: str, evidence: str | None = None)
     return head + f"Summary: \n{summary}\n\n"
 
 
-def render_visit_failure(url: str, goal: str) -> str:
-    return render_visit(url, goal, VISIT_FAILED_SUMMARY, VISIT_FAILED_EVIDENCE)
+NoticeKind = Literal["format_error", "context_limit", "step_limit"]
+
+
+@dataclass(frozen=True)
+class ProtocolTexts:
+    """The words of one protocol profile: the system prompt, the loop's three notices (bodies
+    of a ``<tool_response>``, without the tags) and the visit failure frame's two texts.
+
+    ``system_prompt`` None: ours, built by :func:`build_system_prompt` with the run's date; a
+    string: that prompt verbatim (it carries its own ``Current date:`` line, which a given date
+    replaces). ``source``: where the words come from, for logs and reports.
+    """
+
+    name: str = "drvenus"
+    system_prompt: str | None = None
+    format_error: str = FORMAT_ERROR_MESSAGE
+    context_limit: str = CONTEXT_LIMIT_MESSAGE
+    step_limit: str = STEP_LIMIT_MESSAGE
+    visit_failed_evidence: str = VISIT_FAILED_EVIDENCE
+    visit_failed_summary: str = VISIT_FAILED_SUMMARY
+    source: str = "drvenus's own wording"
+
+    def prompt(self, current_date: Any = None) -> str:
+        """The system prompt of a run on ``current_date`` (None: today for ours; the fixed
+        prompt's own date for a fixed one)."""
+        if self.system_prompt is None:
+            return build_system_prompt(current_date)
+        if current_date is None:
+            return self.system_prompt
+        return with_current_date(self.system_prompt, current_date)
+
+    def visit_failure(self, url: str, goal: str) -> str:
+        """The visit frame of a page that could not be read or processed."""
+        return render_visit(url, goal, self.visit_failed_summary, self.visit_failed_evidence)
+
+    def notices(self) -> dict[str, NoticeKind]:
+        return {self.format_error: "format_error", self.context_limit: "context_limit",
+                self.step_limit: "step_limit"}
+
+
+DRVENUS_TEXTS = ProtocolTexts()
+_KNOWN: dict[str, ProtocolTexts] = {DRVENUS_TEXTS.name: DRVENUS_TEXTS}
+
+
+def register_texts(texts: ProtocolTexts) -> None:
+    """Let the readers of this module recognise ``texts``'s notices and failure frames (a
+    profile in use in this process; ours always is)."""
+    _KNOWN[texts.name] = texts
+
+
+def notice_kind(body: str) -> NoticeKind | None:
+    """Which of the loop's notices a tool-response body is (any registered profile's)."""
+    text = body.strip()
+    for texts in _KNOWN.values():
+        kind = texts.notices().get(text)
+        if kind is not None:
+            return kind
+    return None
+
+
+def is_visit_failure(summary: str | None) -> bool:
+    """Whether a visit frame's summary is a failure frame's (any registered profile's)."""
+    text = (summary or "").strip()
+    return any(text == t.visit_failed_summary.strip() for t in _KNOWN.values())
+
+
+def visit_failure_marks() -> tuple[str, ...]:
+    """The failure summaries of the registered profiles (a response holding one is partial)."""
+    return tuple(t.visit_failed_summary for t in _KNOWN.values())
+
+
+def render_visit_failure(url: str, goal: str, texts: ProtocolTexts = DRVENUS_TEXTS) -> str:
+    return texts.visit_failure(url, goal)
 
 
 def join_visits(frames: Sequence[str]) -> str:
@@ -165,6 +245,6 @@ def classify_tool_response(content: str) -> str | None:
         return "search"
     if parse_visit_body(body) is not None:
         return "visit"
-    if body in (FORMAT_ERROR_MESSAGE, CONTEXT_LIMIT_MESSAGE, STEP_LIMIT_MESSAGE):
+    if notice_kind(body) is not None:
         return "message"
     return None

@@ -19,17 +19,14 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from drvenus.protocol.parse import parse_turn
 from drvenus.protocol.render import (
-    CONTEXT_LIMIT_MESSAGE,
-    FORMAT_ERROR_MESSAGE,
-    STEP_LIMIT_MESSAGE,
     VISIT_SEPARATOR,
+    notice_kind,
     parse_search_body,
     unwrap_tool_response,
 )
 from drvenus.protocol.tools import ToolCall
 
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_NOTICES = frozenset({STEP_LIMIT_MESSAGE, CONTEXT_LIMIT_MESSAGE, FORMAT_ERROR_MESSAGE})
 # The fixed lines of a visit frame (render_visit): not answer material.
 _VISIT_HEAD = re.compile(
     r"^The useful information in \S+ for user goal .*? as follows: *$|"
@@ -135,7 +132,7 @@ def span_sources(
             body = unwrap_tool_response(content)
             if body is None:
                 question = question or content
-            elif body.strip() not in _NOTICES:
+            elif notice_kind(body) is None:
                 texts.append(tool_response_text(body))
         elif role == "assistant" and thinking:
             texts.extend(t.strip() for t in _THINK.findall(content))

@@ -59,6 +59,8 @@ SOURCES: dict[str, Source] = {
                     "b54588e3f6f9eb717e5decd3773ae87b6078f3f102294d89ad0ee7c3611dc443",
                 "RL/scrl/llm_agent/generation.py":
                     "7e888cc69b6e31fde2dbe2dfa76d42c6c8724f79b7e22735d5269b8670686187",
+                "RL/verl/utils/reward_score/llm_judge.py":
+                    "3c9fe4d6d9e094b5af34419f1565c16ebf545349e6cb97c50e6af32156f5c679",
             },
         ),
         Source(
@@ -66,10 +68,38 @@ SOURCES: dict[str, Source] = {
             repo="openai/simple-evals",
             commit="ee3b0318d8d1d9d72755a4120879be65f7c07e9e",
             licence="MIT",
-            what="the BrowseComp grader template and its parsing",
+            what="the BrowseComp grader template and its parsing; the grader's sampling",
             files={
                 "browsecomp_eval.py":
                     "0bfb33cfdf5fa0e0d7da48068cc86c5a22acc755979be4a2b46f8a821cc44b74",
+                "simple_evals.py":
+                    "30508400525d3b1d91e2803713a8c2c3a98961263f0c3db6287c8414efd854ce",
+                "sampler/chat_completion_sampler.py":
+                    "d9d7568ad5b04379342b7f269a6028c6945c518bc8baa56969aad035afc8d435",
+            },
+        ),
+        Source(
+            name="xbench-evals",
+            repo="xbench-ai/xbench-evals",
+            commit="17c562192cc7e62215bfb98b65e9f8806fb95504",
+            licence="MIT",
+            what="the xbench judge prompt, its parsing and its judge call",
+            files={
+                "eval_grader.py":
+                    "4dc9aa00358be01397df9f48da5a96ee87c56401973f57cb07f16ea7468ef497",
+                "language_models.py":
+                    "5237fdab20f0129e93d5f632ba79738bde7aa86b563e1a5fc35fa29a7dab60e8",
+            },
+        ),
+        Source(
+            name="hle",
+            repo="centerforaisafety/hle",
+            commit="87c92ead95bdd49d0598a3e16e926932bb0d12cc",
+            licence="MIT",
+            what="the HLE judge prompt, its structured verdict and its sampling",
+            files={
+                "hle_eval/run_judge_results.py":
+                    "a796e74d6e58beab3bd88f46182f599443a102308b2d1c7e0b4b22f578468446",
             },
         ),
     )

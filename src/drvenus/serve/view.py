@@ -15,7 +15,6 @@ from typing import Any
 from drvenus import protocol
 from drvenus.agent import TraceEvent
 from drvenus.agent.events import split_runs
-from drvenus.protocol.render import VISIT_FAILED_SUMMARY
 from drvenus.records import parse_json_text
 from drvenus.text import one_line
 
@@ -120,7 +119,7 @@ def tool_result_view(name: str, body: str) -> dict[str, Any]:
                     "goal": frame["goal"],
                     "evidence": _clip(frame["evidence"], MAX_EVIDENCE),
                     "summary": _clip(frame["summary"], MAX_EVIDENCE),
-                    "failed": frame["summary"] == VISIT_FAILED_SUMMARY,
+                    "failed": protocol.is_visit_failure(frame["summary"]),
                 }
                 for frame in frames
             ],
@@ -138,7 +137,7 @@ def visited_sources(messages: Iterable[Mapping[str, Any]]) -> list[str]:
         frames = protocol.parse_visit_body(body) if body is not None else None
         for frame in frames or []:
             url = frame["url"] or ""
-            if frame["summary"] != VISIT_FAILED_SUMMARY and url and url not in seen:
+            if not protocol.is_visit_failure(frame["summary"]) and url and url not in seen:
                 seen.append(url)
     return seen
 
@@ -317,7 +316,7 @@ def _message_events(message: dict[str, Any], step: int) -> Iterator[EventDict]:
     kind = protocol.classify_tool_response(content)
     if kind in ("search", "visit") and body is not None:
         yield _event("tool_result", step, message=message, name=kind, content=body)
-    elif body == protocol.FORMAT_ERROR_MESSAGE:
+    elif body is not None and protocol.notice_kind(body) == "format_error":
         yield _event("format_error", step, message=message)
     elif body is not None and kind == "message":
         yield _event("limit_notice", step, message=message, replace=False)

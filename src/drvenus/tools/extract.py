@@ -335,7 +335,9 @@ class LLMExtractor:
 
     ``max_attempts`` caps the model calls per page (default: all the steps above). When every
     step fails, ``fallback``'s extraction (e.g. the offline :class:`ExtractiveExtractor`) or
-    None (the visit tool's failure frame).
+    None (the visit tool's failure frame). ``repair`` False leaves step 3 out (DR-Venus has
+    none). ``prompt``: a :meth:`str.format` template; ``{page}`` (or ``{webpage_content}``, the
+    name DR-Venus's template uses), ``{goal}`` and ``{url}`` are filled in.
     """
 
     def __init__(
@@ -351,6 +353,7 @@ class LLMExtractor:
         shorten_retries: int = SHORTEN_RETRIES,
         last_resort_chars: int = LAST_RESORT_CHARS,
         json_retries: int = JSON_RETRIES,
+        repair: bool = True,
     ) -> None:
         if max_attempts is not None and max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -366,12 +369,14 @@ class LLMExtractor:
         self.shorten_retries = shorten_retries
         self.last_resort_chars = last_resort_chars
         self.json_retries = json_retries
+        self.repair = repair
 
     def __repr__(self) -> str:
         return f"LLMExtractor({self.model!r})"
 
     def messages(self, page_text: str, goal: str, url: str) -> list[dict[str, str]]:
-        content = self.prompt.format(url=url, page=page_text, goal=goal)
+        content = self.prompt.format(url=url, page=page_text, webpage_content=page_text,
+                                     goal=goal)
         return [{"role": "user", "content": content}]
 
     async def _ask(self, page: str, goal: str, url: str, calls: list[int]) -> str:
@@ -411,7 +416,7 @@ class LLMExtractor:
             log.warning("extractor reply for %s is not usable JSON: %.120r", url, reply)
             reply = await self._ask(page, goal, url, calls)
             replies.append(reply)
-        for earlier in reversed(replies):  # the repair step: lenient parsing
+        for earlier in reversed(replies if self.repair else []):  # the repair: lenient parsing
             extraction = parse_extraction(earlier)
             if extraction is not None:
                 return extraction

@@ -57,7 +57,7 @@ from drvenus.net.server import (
 )
 from drvenus.protocol import TOOL_NAMES, ToolCall, ToolCallError, normalize_tool_call
 from drvenus.protocol import tool_error_message as _tool_error
-from drvenus.protocol.render import VISIT_FAILED_SUMMARY
+from drvenus.protocol.render import visit_failure_marks
 from drvenus.tools.metrics import BUCKETS, Metrics
 from drvenus.tools.toolbox import close_quietly
 
@@ -164,7 +164,8 @@ class Slots:
 
 def cacheable(content: str) -> bool:
     """Only complete answers are kept: no error text, no page that failed to load."""
-    return not content.startswith("ERROR:") and VISIT_FAILED_SUMMARY not in content
+    return not content.startswith("ERROR:") and not any(
+        mark in content for mark in visit_failure_marks())
 
 
 class ResponseCache:

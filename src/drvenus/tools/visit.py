@@ -18,11 +18,12 @@ from typing import Any
 
 from drvenus.corpus import is_web_url
 from drvenus.protocol import (
+    DRVENUS_TEXTS,
     MISSING_ARGUMENT,
     VISIT,
+    ProtocolTexts,
     join_visits,
     render_visit,
-    render_visit_failure,
     tool_error_message,
 )
 from drvenus.tools.base import ProviderError
@@ -62,7 +63,8 @@ class Visit:
     ``counter`` (:func:`~drvenus.tools.tokens.default_counter` when None). ``cache``: stores
     read page text under ``page:{reader}``; ``cache_ttl``: its age limit (the cache's default
     when None). ``metrics``: one observation per reader attempt, one per cache lookup.
-    ``overall_timeout``: seconds for all URLs of one call (None: no limit).
+    ``overall_timeout``: seconds for all URLs of one call (None: no limit). ``texts``: the
+    words of the failure frame (a profile's: ours by default).
     """
 
     name = VISIT
@@ -78,6 +80,7 @@ class Visit:
         cache_ttl: float | None = None,
         metrics: Metrics | None = None,
         overall_timeout: float | None = DEFAULT_VISIT_TIMEOUT,
+        texts: ProtocolTexts = DRVENUS_TEXTS,
     ) -> None:
         if not readers:
             raise ValueError("visit needs at least one page reader")
@@ -89,6 +92,7 @@ class Visit:
         self.cache_ttl = cache_ttl
         self.metrics = metrics
         self.overall_timeout = overall_timeout
+        self.texts = texts
 
     # -- reading pages -----------------------------------------------------------------------
 
@@ -144,10 +148,10 @@ class Visit:
 
     async def visit_one(self, url: str, goal: str) -> str:
         if not is_web_url(url):
-            return render_visit_failure(url, goal)
+            return self.texts.visit_failure(url, goal)
         page = await self.read_page(url)
         if page is None or not page.text.strip():
-            return render_visit_failure(url, goal)
+            return self.texts.visit_failure(url, goal)
         counter = self.counter or default_counter()
         text = await asyncio.to_thread(counter.truncate, page.text, self.max_page_tokens)
         try:
@@ -156,7 +160,7 @@ class Visit:
             log.exception("visit: extractor failed on %s", url)
             extraction = None
         if extraction is None:
-            return render_visit_failure(url, goal)
+            return self.texts.visit_failure(url, goal)
         return render_visit(url, goal, extraction.summary, extraction.evidence)
 
     async def __call__(self, arguments: Mapping[str, Any]) -> str:
@@ -180,7 +184,8 @@ class Visit:
             )
             await asyncio.gather(*pending, return_exceptions=True)
         frames = [
-            t.result() if t in done and t.exception() is None else render_visit_failure(u, goal)
+            t.result() if t in done and t.exception() is None
+            else self.texts.visit_failure(u, goal)
             for t, u in zip(tasks, urls, strict=True)
         ]
         return join_visits(frames)
@@ -207,9 +212,11 @@ class LocalVisit(Visit):
         *,
         max_page_tokens: int = DEFAULT_PAGE_TOKENS,
         counter: TokenCounter | None = None,
+        texts: ProtocolTexts = DRVENUS_TEXTS,
     ) -> None:
         super().__init__(
-            [CorpusReader(index)], extractor, max_page_tokens=max_page_tokens, counter=counter
+            [CorpusReader(index)], extractor, max_page_tokens=max_page_tokens, counter=counter,
+            texts=texts,
         )
         self.index = index
 

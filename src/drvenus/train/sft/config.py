@@ -3,8 +3,12 @@
 YAML config keys are the field names; ``drvenus sft`` derives its options from the fields (flag
 ``--<field-name>`` with ``_`` as ``-``) and command-line flags override the file. Defaults follow
 DR-Venus (1 epoch, global batch 32, micro batch 1, lr 1e-5, 200K tokens per sequence, loss on
-assistant tokens only); where the paper is silent (warmup, weight decay, clipping) they follow
-verl's SFT trainer.
+assistant tokens only) and the verl SFT trainer it ran on (``SFT/train_sft.sh`` and
+``SFT/verl/trainer/fsdp_sft_trainer.py`` of inclusionAI/DR-Venus): warmup ratio 0.1, weight
+decay 0.01, clipping 1.0, AdamW betas (0.9, 0.95), the loss averaged per row then over the rows
+(``loss_aggregation``), the newline after each assistant end-of-turn token trained
+(``train_after_end_of_turn``), gradient checkpointing on for long sequences (see
+:meth:`SFTConfig.gradient_checkpointing_on`). docs/SFT.md lists what still differs.
 
 ``engine`` names the training backend: ``accelerate`` (transformers' Trainer, which runs on
 accelerate: DDP, FSDP, DeepSpeed) or ``verl`` (verl's multi-turn FSDP SFT trainer, launched
@@ -28,6 +32,10 @@ ENGINES = ("accelerate", "verl")
 # attention kernels DeepSpeed Ulysses accepts through accelerate (DeepSpeedSequenceParallelConfig)
 SP_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3")
 Distributed = Literal["auto", "none", "ddp", "fsdp", "deepspeed"]
+LossAggregation = Literal["row-mean", "token-mean"]
+# gradient checkpointing left unset turns on above this many tokens per forward pass
+# (micro batch x max length)
+CHECKPOINTING_ABOVE_TOKENS = 4096
 
 
 class SFTConfigError(ConfigError):
@@ -52,6 +60,10 @@ class SFTConfig:
                                                     "truncate")
     packing: bool = _opt("Pack short rows into --max-length sequences (no cross-row attention).",
                          False)
+    train_after_end_of_turn: bool = _opt(
+        "Also train what the template writes after an assistant turn's end-of-turn token "
+        "(ChatML: the newline after <|im_end|>), as verl does.", True)
+    shuffle: bool = _opt("Shuffle the training rows each epoch (seeded); off: file order.", True)
     # schedule
     epochs: float = _opt("Training epochs.", 1.0)
     max_steps: int = _opt("Stop after this many optimizer steps (-1: the epochs decide).", -1)
@@ -60,12 +72,20 @@ class SFTConfig:
     learning_rate: float = _opt("Peak learning rate.", 1e-5)
     lr_scheduler: Literal["cosine", "constant"] = _opt("cosine|constant (after warmup).", "cosine")
     warmup_ratio: float = _opt("Fraction of steps with linear warmup.", 0.1)
-    weight_decay: float = _opt("AdamW weight decay.", 0.01)
+    weight_decay: float = _opt("AdamW weight decay (on every trained parameter, as verl).", 0.01)
+    adam_beta1: float = _opt("AdamW beta1.", 0.9)
+    adam_beta2: float = _opt("AdamW beta2.", 0.95)
+    loss_aggregation: LossAggregation = _opt(
+        "row-mean: each row's mean token loss, averaged over the rows of the global batch "
+        "(verl); token-mean: every trained token of the global batch weighs the same.",
+        "row-mean")
     max_grad_norm: float = _opt("Gradient clipping norm.", 1.0)
     seed: int = _opt("Random seed (data order, init of LoRA weights).", 42)
     # precision and memory
     precision: Literal["auto", "bf16", "fp32"] = _opt("auto: bf16 on GPU, fp32 on CPU.", "auto")
-    gradient_checkpointing: bool = _opt("Recompute activations in backward (less memory).", False)
+    gradient_checkpointing: bool | None = _opt(
+        "Recompute activations in backward (less memory); unset: on when micro batch x "
+        f"max length is over {CHECKPOINTING_ABOVE_TOKENS} tokens.")
     attn_implementation: str = _opt("sdpa|eager|flash_attention_2|... (model default if empty).",
                                     "sdpa")
     # LoRA
@@ -109,6 +129,15 @@ class SFTConfig:
         """Groups of processes that see different rows: ``world_size / sequence_parallel``."""
         return max(1, world_size // self.sequence_parallel)
 
+    def gradient_checkpointing_on(self) -> bool:
+        """``gradient_checkpointing`` as given, or, unset, on when one forward pass may hold
+        more than :data:`CHECKPOINTING_ABOVE_TOKENS` tokens (``micro_batch_size x
+        max_length``): activations grow with the tokens of a pass, and DR-Venus's 200K-token
+        rows ran with checkpointing on (verl's default, set in its ``train_sft.sh``)."""
+        if self.gradient_checkpointing is not None:
+            return self.gradient_checkpointing
+        return self.micro_batch_size * self.max_length > CHECKPOINTING_ABOVE_TOKENS
+
     def report_targets(self) -> list[str]:
         names = [n.strip() for n in self.report_to.split(",") if n.strip()]
         return [] if names in ([], ["none"]) else names
@@ -141,7 +170,7 @@ class SFTConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise SFTConfigError(f"{flag(name)} must be at least 1")
-        for name in ("val_fraction", "warmup_ratio", "lora_dropout"):
+        for name in ("val_fraction", "warmup_ratio", "lora_dropout", "adam_beta1", "adam_beta2"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise SFTConfigError(f"{flag(name)} must be in [0, 1)")
         if self.learning_rate <= 0 or self.epochs <= 0:
@@ -173,6 +202,10 @@ class SFTConfig:
                                  f"--sequence-parallel {sp}")
         if self.engine != "accelerate":
             return
+        if self.loss_aggregation == "token-mean":
+            raise SFTConfigError(f"--loss-aggregation token-mean: not available with "
+                                 f"--sequence-parallel {sp} (accelerate's Ulysses loss is the "
+                                 "token mean of each micro batch); use row-mean")
         if self.resolved_distributed() != "deepspeed":
             raise SFTConfigError(f"--sequence-parallel {sp} needs --distributed deepspeed "
                                  "(accelerate's Ulysses backend is DeepSpeed's)")
@@ -212,5 +245,6 @@ def dump_config(config: SFTConfig, path: Path) -> Path:
     return options.dump(config, path)
 
 
-__all__ = ["CONFIG_FILE", "ENGINES", "SP_ATTENTION", "SFTConfig", "SFTConfigError", "dump_config",
-           "field_help", "flag", "load_config", "one_line_reason", "sequence_parallel_settings"]
+__all__ = ["CHECKPOINTING_ABOVE_TOKENS", "CONFIG_FILE", "ENGINES", "SP_ATTENTION",
+           "LossAggregation", "SFTConfig", "SFTConfigError", "dump_config", "field_help", "flag",
+           "load_config", "one_line_reason", "sequence_parallel_settings"]

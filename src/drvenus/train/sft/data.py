@@ -5,7 +5,9 @@ objects), or a folder of such files (an HF dataset folder's ``data/*.parquet`` i
 has ``messages`` (list of {role, content}) or ShareGPT ``conversations`` (list of {from,
 value}, optional ``system``).
 
-Every batch carries ``input_ids``, ``labels`` (-100 off the assistant tokens) and
+Every batch carries ``input_ids``, ``labels`` (-100 off the assistant tokens),
+``row_index`` (which row of the batch each token belongs to, -1 on padding: the per-row loss
+mean of :mod:`drvenus.train.sft.loss` needs it once rows are packed) and
 ``position_ids`` that restart at 0 for each row, and no attention mask: transformers reads row
 boundaries from ``position_ids`` when the mask is absent (a block-causal mask for sdpa / eager /
 flex attention, variable-length kernels for flash attention), so a packed sequence and a batch
@@ -158,11 +160,14 @@ def tokenize_dataset(
     *,
     over_length: OverLength = "truncate",
     packing: bool = False,
+    train_after_end_of_turn: bool = False,
 ) -> SFTData:
-    """Tokenise (skipping and counting unmaskable rows), then pack if asked."""
+    """Tokenise (skipping and counting unmaskable rows), then pack if asked.
+    ``train_after_end_of_turn``: see :mod:`drvenus.train.sft.tokenize`."""
     stats = TokenizeStats()
     rows: list[TokenizedRow] = list(_tokenize_rows(
-        conversations, tokenizer, max_length, over_length=over_length, stats=stats))
+        conversations, tokenizer, max_length, over_length=over_length, stats=stats,
+        train_after_end_of_turn=train_after_end_of_turn))
     if packing:
         packed: Iterable[PackedSequence] = pack_rows(rows, max_length)
         examples = [Example(p.input_ids, p.loss_mask, p.seq_lens) for p in packed]
@@ -179,8 +184,10 @@ def tokenize_dataset(
 @dataclass
 class SFTCollator:
     """Batches :class:`Example` s: pads to the longest with ``pad_token_id`` (labels -100,
-    positions of their own), adds per-row ``position_ids`` and ``real_tokens`` (non-padding
-    tokens in the batch, for throughput logs; the trainer removes it before the forward)."""
+    positions of their own), adds per-row ``position_ids``, ``row_index`` (the row each token
+    belongs to, numbered 0.. over the batch, packed rows counted one by one; -1 on padding) and
+    ``real_tokens`` (non-padding tokens in the batch, for throughput logs). The trainer removes
+    ``row_index`` and ``real_tokens`` before the forward."""
 
     pad_token_id: int = 0
 
@@ -188,22 +195,28 @@ class SFTCollator:
         import torch
 
         width = max(len(e) for e in batch)
-        ids, labels, positions = [], [], []
+        ids, labels, positions, rows = [], [], [], []
+        row = 0
         for e in batch:
             row_labels = [t if m else IGNORE_INDEX for t, m in zip(e.input_ids, e.loss_mask,
                                                                    strict=True)]
             row_pos: list[int] = []
+            row_ids: list[int] = []
             for n in e.seq_lens:
                 row_labels[len(row_pos)] = IGNORE_INDEX
                 row_pos += range(n)
+                row_ids += [row] * n
+                row += 1
             pad = width - len(e)
             ids.append(e.input_ids + [self.pad_token_id] * pad)
             labels.append(row_labels + [IGNORE_INDEX] * pad)
             positions.append(row_pos + list(range(pad)))
+            rows.append(row_ids + [-1] * pad)
         return {
             "input_ids": torch.tensor(ids, dtype=torch.long),
             "labels": torch.tensor(labels, dtype=torch.long),
             "position_ids": torch.tensor(positions, dtype=torch.long),
+            "row_index": torch.tensor(rows, dtype=torch.long),
             "real_tokens": torch.tensor(sum(len(e) for e in batch), dtype=torch.long),
         }
 

@@ -1,12 +1,15 @@
 """``train(config)``: supervised fine-tuning with transformers' ``Trainer`` on accelerate.
 
-Trainer already does what a long SFT run needs: gradient accumulation with the loss averaged
-over every trained token of the global batch (``num_items_in_batch``), DDP / FSDP / DeepSpeed
+Trainer already does what a long SFT run needs: gradient accumulation, DDP / FSDP / DeepSpeed
 from an ``accelerate launch`` config, gradient checkpointing, checkpoints in Hugging Face format
 (safetensors, tokenizer, chat template) and an exact resume (model, optimizer, scheduler, data
 position, RNG states). What is ours: the data (assistant-only labels, packing through
-``position_ids``, see :mod:`drvenus.train.sft.data`), the DR-Venus defaults, tokens/s in the
-logs. The launch plan ``--dry-run`` prints is :mod:`drvenus.train.sft.launch`.
+``position_ids``, see :mod:`drvenus.train.sft.data`), the loss and its average over the global
+batch (per row, as verl, or per token: :mod:`drvenus.train.sft.loss`; the step's count of rows
+or tokens replaces the Trainer's ``num_items_in_batch``), the DR-Venus / verl optimizer (AdamW
+betas from the config, weight decay on every trained parameter as verl's ``AdamW(model.
+parameters())``, where the Trainer would exempt biases and norms), tokens/s in the logs. The
+launch plan ``--dry-run`` prints is :mod:`drvenus.train.sft.launch`.
 
 Sequence parallelism (``--sequence-parallel N``) is DeepSpeed Ulysses (ALST) as accelerate
 >= 1.12 and transformers' Trainer wire it: ``TrainingArguments(parallelism_config=
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from drvenus.train.sft.config import (
+    CHECKPOINTING_ABOVE_TOKENS,
     CONFIG_FILE,
     SFTConfig,
     SFTConfigError,
@@ -115,7 +119,7 @@ def load_model(config: SFTConfig, precision: str) -> Any:
     lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
                       lora_dropout=config.lora_dropout, target_modules=config.lora_targets(),
                       task_type="CAUSAL_LM")
-    if config.gradient_checkpointing:
+    if config.gradient_checkpointing_on():
         model.enable_input_require_grads()
     return get_peft_model(model, lora)
 
@@ -125,7 +129,8 @@ def build_data(config: SFTConfig, tokenizer: Any) -> tuple[SFTData, SFTData | No
     rows = read_conversations(config.train)
     rows, held = split_validation(rows, config.val_fraction, config.seed)
     val_rows = read_conversations(config.val) if config.val else held
-    kw = {"over_length": config.over_length, "packing": config.packing}
+    kw = {"over_length": config.over_length, "packing": config.packing,
+          "train_after_end_of_turn": config.train_after_end_of_turn}
     train_data = tokenize_dataset(rows, tokenizer, config.max_length, **kw)
     val_data = tokenize_dataset(val_rows, tokenizer, config.max_length, **kw) if val_rows else None
     for name, data in (("train", train_data), ("val", val_data)):
@@ -140,21 +145,59 @@ def build_data(config: SFTConfig, tokenizer: Any) -> tuple[SFTData, SFTData | No
 # --------------------------------------------------------------------------- trainer
 
 
-def _trainer_class() -> type:
-    """A ``Trainer`` that counts real tokens (for tokens/s in the logs)."""
+def _trainer_class(aggregation: str = "row-mean", sequence_parallel: bool = False) -> type:
+    """A ``Trainer`` with our loss (``aggregation``, see :mod:`drvenus.train.sft.loss`), weight
+    decay on every trained parameter, and real tokens counted (tokens/s in the logs). Under
+    ``sequence_parallel`` the loss is the Trainer's own Ulysses loss (the token mean of each
+    micro batch over its shards, averaged over the micro batches: verl's aggregation, equal to
+    ``row-mean`` with one unpacked row per micro batch)."""
+    import torch
     from transformers import Trainer
+
+    from drvenus.train.sft import loss as sft_loss
 
     class SFTTrainer(Trainer):
         _tokens = 0
         _since: float | None = None
+        _aggregation = aggregation
+        _sequence_parallel = sequence_parallel
+        # our training loss is already divided by the step's global count (not per micro batch)
+        loss_is_scaled_for_ga = None if sequence_parallel else True
+
+        def get_decay_parameter_names(self, model) -> list[str]:
+            return [name for name, _ in model.named_parameters()]  # verl: AdamW(all parameters)
+
+        def get_batch_samples(self, epoch_iterator, num_batches, device):
+            batches, counted = super().get_batch_samples(epoch_iterator, num_batches, device)
+            if self._sequence_parallel or not batches:
+                return batches, counted
+            items = sum(sft_loss.count_items(b["labels"], b.get("row_index"), self._aggregation)
+                        for b in batches)
+            items = torch.as_tensor(items, device=device)
+            if self.accelerator.num_processes > 1:
+                items = self.accelerator.gather(items).sum()
+            return batches, items
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            inputs = dict(inputs)
             tokens = inputs.pop("real_tokens", 0)
+            rows = inputs.pop("row_index", None)
             inputs["use_cache"] = False  # with a cache, transformers ignores row boundaries
             if model.training and tokens:  # none under sequence parallelism (see _SPCollator)
                 self._tokens += int(tokens)
                 self._since = self._since or time.perf_counter()
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            if self._sequence_parallel:
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            labels = inputs.pop("labels")
+            outputs = model(**inputs)
+            losses, mask = sft_loss.token_losses(outputs.logits, labels)
+            total, items = sft_loss.aggregate(losses, mask, rows, self._aggregation)
+            if model.training and num_items_in_batch is not None:
+                loss = sft_loss.step_loss(total, num_items_in_batch,
+                                          self.accelerator.num_processes)
+            else:  # evaluation: each batch on its own
+                loss = sft_loss.batch_loss(total, items)
+            return (loss, outputs) if return_outputs else loss
 
         def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
             if "loss" in logs and self._since is not None:
@@ -187,7 +230,8 @@ def parallelism_config(config: SFTConfig) -> Any:
 class _SPCollator:
     """Under Ulysses: pads every batch to a multiple of the sequence-parallel size (the
     dataloader adapter cuts it in equal shards) and leaves out ``real_tokens``, which is not a
-    per-token tensor the adapter could shard."""
+    per-token tensor the adapter could shard, and ``row_index``, which the Trainer's Ulysses
+    loss does not use."""
 
     inner: SFTCollator
     multiple: int
@@ -197,6 +241,7 @@ class _SPCollator:
 
         out = self.inner(batch)
         out.pop("real_tokens", None)
+        out.pop("row_index", None)  # the Trainer's Ulysses loss averages each micro batch
         pad = -out["input_ids"].shape[1] % self.multiple
         if pad:
             rows = out["input_ids"].shape[0]
@@ -231,11 +276,14 @@ def training_arguments(config: SFTConfig, world_size: int, precision: str, has_v
         lr_scheduler_type="cosine" if config.lr_scheduler == "cosine" else "constant_with_warmup",
         warmup_steps=config.warmup_ratio,  # a float < 1 is a ratio of the total steps
         weight_decay=config.weight_decay,
+        adam_beta1=config.adam_beta1,
+        adam_beta2=config.adam_beta2,
+        train_sampling_strategy="random" if config.shuffle else "sequential",
         max_grad_norm=config.max_grad_norm,
         seed=config.seed,
         bf16=precision == "bf16",
         use_cpu=precision == "fp32" and not _cuda(),
-        activation_checkpointing=config.gradient_checkpointing,
+        activation_checkpointing=config.gradient_checkpointing_on(),
         activation_checkpointing_kwargs={"use_reentrant": False},
         eval_strategy="steps" if has_val else "no",
         eval_steps=config.eval_steps,
@@ -254,6 +302,15 @@ def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def _checkpointing_reason(config: SFTConfig) -> str:
+    on = "on" if config.gradient_checkpointing_on() else "off"
+    if config.gradient_checkpointing is not None:
+        return on
+    tokens = config.micro_batch_size * config.max_length
+    sign = ">" if config.gradient_checkpointing_on() else "<="
+    return f"{on} (unset: micro batch x max length = {tokens} {sign} {CHECKPOINTING_ABOVE_TOKENS})"
 
 
 def latest_checkpoint(output: str | Path) -> str | None:
@@ -294,7 +351,11 @@ def train(config: SFTConfig, *, callbacks: list[Any] | None = None) -> SFTResult
     model = load_model(config, precision)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     args = training_arguments(config, state.num_processes, precision, val_data is not None)
-    trainer = _trainer_class()(
+    log.info("loss %s, AdamW betas (%s, %s), %s row order, gradient checkpointing %s",
+             config.loss_aggregation, config.adam_beta1, config.adam_beta2,
+             "shuffled" if config.shuffle else "file", _checkpointing_reason(config))
+    sequence_parallel = sequence_parallel_settings(config) is not None
+    trainer = _trainer_class(config.loss_aggregation, sequence_parallel)(
         model=model, args=args, train_dataset=train_data, eval_dataset=val_data,
         data_collator=collator(config, int(pad or 0)), processing_class=tokenizer,
         callbacks=callbacks,

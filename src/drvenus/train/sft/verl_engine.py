@@ -18,7 +18,11 @@ without validation data it gets the training file capped at ``global_batch_size`
 
 Settings verl does not have are refused with a one-line error instead of silently changed:
 ``--packing``, ``--over-length drop``, ``--lr-scheduler constant``, ``--precision fp32``, a
-``.gguf`` model and fractional ``--epochs``. verl always loads the model with
+``.gguf`` model, fractional ``--epochs``, ``--loss-aggregation token-mean`` (verl takes the
+token mean of each micro batch, then the mean over micro batches: ``row-mean`` at micro batch
+1), ``--no-train-after-end-of-turn`` (its dataset trains the template's text through the end of
+each assistant turn, newline included) and ``--no-shuffle`` (its sampler always shuffles at
+v0.6.1; DR-Venus's own copy of verl did not, see docs/SFT.md). verl always loads the model with
 ``flash_attention_2`` and logs every step, so ``--attn-implementation`` and ``--logging-steps``
 do not apply.
 """
@@ -56,12 +60,19 @@ def check_verl_config(config: SFTConfig) -> None:
                                                           "folder or hub name"),
         "epochs": (config.max_steps <= 0 and config.epochs != int(config.epochs),
                    "verl counts whole epochs; give an integer or --max-steps"),
+        "loss_aggregation": (config.loss_aggregation == "token-mean",
+                             "verl averages each micro batch's token mean; use row-mean"),
+        "train_after_end_of_turn": (not config.train_after_end_of_turn,
+                                    "verl's multi-turn dataset trains the newline after each "
+                                    "end-of-turn token"),
+        "shuffle": (not config.shuffle, "verl's SFT sampler always shuffles"),
     }
     for name, (bad, why) in refused.items():
         if bad:
             value = getattr(config, name)
-            raise SFTConfigError(f"--{name.replace('_', '-')} {value}: not available with "
-                                 f"--engine verl ({why})")
+            shown = ("--no-" if value is False else "--") + name.replace("_", "-")
+            shown += "" if isinstance(value, bool) else f" {value}"
+            raise SFTConfigError(f"{shown}: not available with --engine verl ({why})")
 
 
 def _has_messages_parquet(path: str) -> bool:
@@ -122,8 +133,9 @@ def verl_overrides(config: SFTConfig, train_file: str, val_file: str) -> dict[st
         "data.micro_batch_size_per_gpu": config.micro_batch_size,
         "model.partial_pretrain": config.model,
         "model.strategy": "fsdp2",
-        "model.enable_gradient_checkpointing": config.gradient_checkpointing,
+        "model.enable_gradient_checkpointing": config.gradient_checkpointing_on(),
         "optim.lr": config.learning_rate,
+        "optim.betas": f"[{config.adam_beta1},{config.adam_beta2}]",  # numbers, not strings
         "optim.lr_scheduler": "cosine",
         "optim.lr_warmup_steps_ratio": config.warmup_ratio,
         "optim.weight_decay": config.weight_decay,
