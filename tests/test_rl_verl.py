@@ -23,6 +23,7 @@ from drvenus.train.rl.ig import IGConfig, pseudo_answer, score_trajectory  # noq
 from drvenus.train.rl.verl_plugin import VERL_VERSION  # noqa: E402
 from drvenus.train.rl.verl_plugin.convert import (  # noqa: E402
     REWARD_KWARGS,
+    TURN_CAP,
     advantage_knobs,
     agent_loop_fields,
     agent_rollout,
@@ -185,7 +186,7 @@ def test_verl_plugin_defaults_are_rl_configs():
     assert advantage_knobs({"gamma": 1.0, "igpo_norm_mode": "joint"})["gamma"] == 1.0
     r = agent_rollout({}, max_model_len=d.max_model_len, temperature=d.temperature,
                       top_p=d.top_p)
-    assert r == RolloutConfig.from_rl(d, n=1, max_turns_jitter=0, seed=None)
+    assert r == RolloutConfig.from_rl(d, n=1, seed=None)  # each trajectory draws its limit
     r = agent_rollout({"max_turns": 7, "mode": "robust", "current_date": "2026-11-30"},
                       max_model_len=4096, temperature=0.6, top_p=0.9, top_k=20)
     assert (r.max_turns, r.mode, r.current_date, r.top_k, r.temperature) == \
@@ -241,6 +242,13 @@ def test_verl_registrations_and_hydra_composition(tmp_path):
     assert "drvenus_agent" in _agent_loop_registry
     assert ray_trainer.compute_advantage.__module__.endswith("verl_plugin.advantage")
     assert main.main_ppo.RayPPOTrainer is main.IGPOTrainer
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    loaders = RolloutReplicaRegistry._registry  # wrapped: their servers cap each turn
+    assert all(getattr(loaders[n], "drvenus_turn_cap", False) for n in ("vllm", "sglang"))
+    before = loaders["vllm"]
+    main.install()  # idempotent: wrapped once
+    assert loaders["vllm"] is before
     cfg = RLConfig(train="t.parquet", model="m", output=str(tmp_path), trainer="verl",
                    engine="vllm", nodes=2).validate()
     command = plan(cfg, write=False).command
@@ -324,6 +332,7 @@ def test_verl_agent_loop_runs_our_protocol_on_token_ids(tok, record):
     class Servers:
         async def generate(self, request_id, *, prompt_ids, sampling_params):
             assert "max_tokens" not in sampling_params  # verl's vLLM server sets it itself
+            assert sampling_params[TURN_CAP] == 8192  # our servers cap each turn with it
             return TokenOutput(token_ids=tok.encode(script.pop(0), add_special_tokens=False)
                                + [eos])
 
@@ -342,3 +351,50 @@ def test_verl_agent_loop_runs_our_protocol_on_token_ids(tok, record):
     assert out.prompt_ids + out.response_ids == record.input_ids
     assert out.response_mask == record.loss_mask[record.prompt_len:]
     assert out.extra_fields["drvenus_termination"] == "answered"
+
+
+@needs_verl
+def test_verl_agent_loop_in_dr_venus_environment(tok, tmp_path, monkeypatch):
+    """``protocol: dr-venus`` in the agent-loop config: DR-Venus's RL system prompt and loop (the
+    forced turn inside max_turns, its plain-user step notice), the per-turn cap, the cut-off."""
+    from omegaconf import OmegaConf
+    from verl.workers.rollout.replica import TokenOutput
+
+    from drvenus.reference import dr_venus_rl
+    from drvenus.train.rl.verl_plugin.agent_loop import DrVenusAgentLoop
+    from test_rl_dr_venus import STEPS, SYSTEM, fixture_store
+
+    texts = dr_venus_rl.load_rl_texts(fixture_store(tmp_path))
+    monkeypatch.setattr(dr_venus_rl, "rl_texts", lambda store=None: texts)
+    script = [call("search", query=["dune"]), call("search", query=["herbert"]),
+              answer("Frank Herbert")]
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    prompts = []
+
+    class Servers:
+        async def generate(self, request_id, *, prompt_ids, sampling_params):
+            assert sampling_params[TURN_CAP] == 8192
+            prompts.append(tok.decode(prompt_ids, skip_special_tokens=False))
+            return TokenOutput(token_ids=tok.encode(script.pop(0), add_special_tokens=False)
+                               + [eos])
+
+    DrVenusAgentLoop._class_initialized = True
+    DrVenusAgentLoop.tools = ScriptedTools("Frank Herbert wrote Dune in 1965.")
+    DrVenusAgentLoop.cutoff = None
+    DrVenusAgentLoop.settings = {"protocol": "dr-venus", "max_turns": 3, "max_turns_jitter": 0}
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {
+        "temperature": 1.0, "top_p": 0.95, "top_k": -1, "max_model_len": 16384}}})
+
+    async def go():
+        loop = DrVenusAgentLoop(type("C", (), {"config": config})(), Servers(), tok, None)
+        return await loop.run({"temperature": 1.0, "top_p": 0.95},
+                              raw_prompt=[{"role": "user", "content": "Who wrote Dune?"}])
+
+    out = asyncio.run(go())
+    assert len(prompts) == 3 and SYSTEM in prompts[0]
+    assert f"<|im_start|>user\n{STEPS}<|im_end|>" in prompts[-1]
+    assert out.extra_fields["drvenus_termination"] == "answered_max_steps"
+    assert out.extra_fields["drvenus_cutoff"] is False
+    assert DrVenusAgentLoop.cutoff is not None and DrVenusAgentLoop.cutoff.running == 0
+    DrVenusAgentLoop.cutoff = None
+    DrVenusAgentLoop.settings = {}

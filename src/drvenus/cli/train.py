@@ -121,9 +121,16 @@ def sft(
 # ---------------------------------------------------------------- rl
 def _check_rl(config: RLConfig, dry_run: bool) -> None:
     """What ``drvenus rl`` needs before it loads anything (the local trainer's dry run too):
-    its files, a writable output, and the outcome judge when the reward asks for one (a verl
-    dry run only writes the launch plan: the cluster may hold the judge settings)."""
+    its files, a writable output, DR-Venus's pinned RL files with ``--protocol dr-venus``, and
+    the outcome judge when the reward asks for one (a verl dry run only writes the launch plan:
+    the cluster may hold the judge settings and the files)."""
     check_paths(config, ("train", "model", "corpus", "system_prompt_file", "val"))
+    if config.protocol_name() == "dr-venus" and not (dry_run and config.trainer == "verl"):
+        from drvenus.reference.dr_venus_rl import rl_judge_texts, rl_texts
+
+        rl_texts()  # DR-Venus's RL texts: one line naming a missing or changed file
+        if config.reward_type == "llm":
+            rl_judge_texts()
     if config.reward_type == "llm" and not (dry_run and config.trainer == "verl"):
         from drvenus.grading.judge import JudgeConfig
 

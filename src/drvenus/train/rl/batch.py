@@ -63,6 +63,7 @@ class Sample:
             "tokens": len(self.input_ids), "prompt_tokens": self.prompt_len,
             "info_gains": self.info_gains, "well_formed": self.formats,
             "outcome": self.outcome, "messages": r.result.messages,
+            **({"cutoff": r.result.extra["cutoff"]} if "cutoff" in r.result.extra else {}),
         }
 
 
@@ -78,9 +79,21 @@ def turn_end_positions(sample_ids: Sequence[int], prompt_len: int, tokenizer: An
     return ends
 
 
-async def outcomes(rollouts: Sequence[Rollout], reward_type: str, judge: Judge | None,
-                   concurrency: int | None = None) -> tuple[list[float], JudgeStats]:
-    """Outcome reward per rollout (see :func:`score_outcomes`)."""
+async def outcomes(rollouts: Sequence[Rollout], reward_type: str, judge: Any | None,
+                   concurrency: int | None = None, tokenizer: Any = None
+                   ) -> tuple[list[float], JudgeStats]:
+    """Outcome reward per rollout (see :func:`score_outcomes`); DR-Venus's judge
+    (:class:`~drvenus.train.rl.judge.DrVenusJudge`) reads the decoded trajectory instead."""
+    from drvenus.train.rl.judge import DrVenusJudge, decoded
+
+    if reward_type == "llm" and isinstance(judge, DrVenusJudge):
+        if tokenizer is None:
+            raise ValueError("DR-Venus's judge reads the decoded trajectory: give the tokenizer")
+        items = [(*decoded(tokenizer, r.tokens.input_ids, r.tokens.prompt_len), r.ground_truth,
+                  r.question) for r in rollouts if r.tokens is not None]
+        if len(items) != len(rollouts):
+            raise ValueError("every rollout scored needs its token record")
+        return await judge.score(items)
     items = [(r.question, r.tokens.turns[-1] if r.tokens and r.tokens.turns else "",
               r.ground_truth) for r in rollouts]
     return await score_outcomes(items, reward_type, judge, concurrency)

@@ -21,15 +21,25 @@ import logging
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drvenus.agent import AgentConfig, ResearchAgent
 from drvenus.agent.record import ResultRecord
 from drvenus.llm.base import SamplingParams
-from drvenus.train.rl.config import ROLLOUT_MODES, RLConfig
+from drvenus.train.rl.config import PROTOCOLS, ROLLOUT_MODES, RLConfig
 from drvenus.train.rl.engine import TokenEngine
+from drvenus.train.rl.environment import (
+    CompletionCutoff,
+    EnvConfig,
+    env_config,
+    run_trajectory,
+    turn_limit,
+)
 from drvenus.train.rl.recorder import ChatTemplateParts, TokenRecorder
 from drvenus.train.rl.rollout import RolloutRecord
+
+if TYPE_CHECKING:
+    from drvenus.reference.dr_venus_rl import RLTexts
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +56,9 @@ def context_budget(max_model_len: int) -> int:
 class RolloutConfig:
     """How trajectories are sampled: built from an :class:`RLConfig` (:meth:`from_rl`; the
     defaults live there only). ``max_context_tokens``: :func:`context_budget` of the model
-    length; ``max_new_tokens``: per turn; ``system_prompt``: the text (None: the protocol's)."""
+    length; ``max_new_tokens``: per turn; ``system_prompt``: the text (None: the protocol's).
+    ``protocol`` dr-venus: ``texts`` are DR-Venus's RL texts and ``max_model_len``,
+    ``tool_timeout`` and ``cutoff`` configure its environment (:meth:`environment`)."""
 
     n: int
     mode: str
@@ -63,6 +75,11 @@ class RolloutConfig:
     seed: int | None
     system_prompt: str | None
     current_date: str | None
+    protocol: str = PROTOCOLS[0]
+    texts: RLTexts | None = None
+    max_model_len: int = 0
+    tool_timeout: float = 0.0
+    cutoff: float = 0.0
 
     @classmethod
     def from_rl(cls, config: RLConfig | None = None, **overrides: Any) -> RolloutConfig:
@@ -71,6 +88,7 @@ class RolloutConfig:
         from drvenus.protocol import load_system_prompt
 
         c = config or RLConfig()
+        protocol = overrides.get("protocol") or c.protocol_name()
         values: dict[str, Any] = {
             "n": c.n_rollouts, "mode": c.rollout_mode,
             "robust_max_retries": c.robust_max_retries, "max_turns": c.max_turns,
@@ -79,10 +97,16 @@ class RolloutConfig:
             "max_new_tokens": c.max_response_len, "temperature": c.temperature,
             "top_p": c.top_p, "top_k": c.top_k, "time_limit": c.rollout_time_limit,
             "concurrency": c.rollout_concurrency, "seed": c.seed,
-            "current_date": c.current_date, "system_prompt": None,
+            "current_date": c.current_date, "system_prompt": None, "protocol": protocol,
+            "max_model_len": c.max_model_len, "tool_timeout": c.tool_timeout,
+            "cutoff": c.completion_cutoff,
         }
         if "system_prompt" not in overrides and c.system_prompt_file:
             values["system_prompt"] = load_system_prompt(c.system_prompt_file)
+        if protocol == "dr-venus" and "texts" not in overrides:
+            from drvenus.reference.dr_venus_rl import rl_texts
+
+            values["texts"] = rl_texts()
         return cls(**{**values, **overrides})
 
     def __post_init__(self) -> None:
@@ -90,31 +114,53 @@ class RolloutConfig:
             raise ValueError(f"rollout mode {self.mode!r}: expected one of {ROLLOUT_MODES}")
         if self.n < 1 or self.max_turns < 1 or self.concurrency < 1:
             raise ValueError("n, max_turns and concurrency must be at least 1")
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol {self.protocol!r}: expected one of {PROTOCOLS}")
+        if self.protocol == "dr-venus" and self.texts is None:
+            raise ValueError("protocol dr-venus needs DR-Venus's RL texts")
+
+    @property
+    def attempts(self) -> int:
+        return 1 if self.mode == "deterministic" else self.robust_max_retries + 1
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+            presence_penalty=0.0, max_tokens=self.max_new_tokens, seed=self.seed,
+        )
 
     def agent_config(self, max_turns: int) -> AgentConfig:
-        attempts = 1 if self.mode == "deterministic" else self.robust_max_retries + 1
+        """The inference loop's settings for a trajectory of ``max_turns`` turns: its tool
+        steps and then the forced answer (``max_turns - 1`` steps)."""
         return AgentConfig(
-            max_steps=max_turns,
+            max_steps=max(0, max_turns - 1),
             max_context_tokens=self.max_context_tokens,
             time_limit=self.time_limit,
-            max_attempts=attempts,
+            max_attempts=self.attempts,
             backoff_base=0.0,
-            sampling=SamplingParams(
-                temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                presence_penalty=0.0, max_tokens=self.max_new_tokens, seed=self.seed,
-            ),
+            sampling=self.sampling(),
             constrained=False,
             system_prompt=self.system_prompt,
             current_date=self.current_date,
         )
 
-    def turn_limit(self, step: int) -> int:
-        """This batch's turn limit: ``max_turns`` plus a seeded jitter in [-j, j)."""
-        j = self.max_turns_jitter
-        if j <= 0:
-            return self.max_turns
-        rng = random.Random(f"{self.seed}:{step}")
-        return max(1, self.max_turns + int(rng.random() * 2 * j - j))
+    def environment(self) -> EnvConfig:
+        """DR-Venus's RL environment of these settings (protocol dr-venus)."""
+        if self.texts is None:
+            raise ValueError("protocol dr-venus needs DR-Venus's RL texts")
+        return env_config(self.texts, system_prompt=self.system_prompt,
+                          current_date=self.current_date, max_model_len=self.max_model_len,
+                          max_new_tokens=self.max_new_tokens, sampling=self.sampling(),
+                          attempts=self.attempts, tool_timeout=self.tool_timeout,
+                          time_limit=self.time_limit)
+
+    def turn_limit(self, step: int, group: int = 0, index: int = 0) -> int:
+        """The turn limit of trajectory ``index`` of question ``group`` at ``step``:
+        ``max_turns`` plus its own seeded jitter (DR-Venus draws it per trajectory); unseeded
+        (``seed`` None): a fresh draw."""
+        rng = random.Random(f"{self.seed}:{step}:{group}:{index}") if self.seed is not None \
+            else random.Random()
+        return turn_limit(self.max_turns, self.max_turns_jitter, rng)
 
 
 @dataclass
@@ -150,16 +196,28 @@ async def run_rollouts(
     """``config.n`` trajectories for each ``(question, ground_truth)``, at most
     ``config.concurrency`` at once; ordered by question, then rollout index."""
     parts = ChatTemplateParts(engine.tokenizer)
-    base = config.agent_config(config.turn_limit(step))
+    dr_venus = config.protocol == "dr-venus"
+    env = config.environment() if dr_venus else None
     gate = asyncio.Semaphore(config.concurrency)
+    total = len(items) * config.n
+    cutoff = CompletionCutoff(config.cutoff if dr_venus else None, total=total)
 
     async def one(group: int, index: int, question: str, gt: str) -> Rollout:
         seed = _rollout_seed(config.seed, step, group, index)
-        cfg = replace(base, sampling=replace(base.sampling, seed=seed))
-        recorder = TokenRecorder(engine, parts)
-        agent = ResearchAgent(recorder, tools, cfg)
-        async with gate:
-            result = await agent.run(question)
+        limit = config.turn_limit(step, group, index)
+        recorder = TokenRecorder(engine, parts, rerender_queries=dr_venus)
+        try:
+            async with gate:
+                if env is not None:
+                    result = await run_trajectory(
+                        recorder, tools, replace(env, sampling=replace(env.sampling, seed=seed)),
+                        question, max_turns=limit, cutoff=cutoff)
+                else:
+                    base = config.agent_config(limit)
+                    cfg = replace(base, sampling=replace(base.sampling, seed=seed))
+                    result = await ResearchAgent(recorder, tools, cfg).run(question)
+        finally:
+            cutoff.finish()
         tokens = recorder.record(result.messages)
         rollout = Rollout(group, index, question, gt, result, tokens,
                           error=result.error if tokens is None else None)

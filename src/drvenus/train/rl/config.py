@@ -23,6 +23,8 @@ from drvenus.train import options
 from drvenus.train.options import ConfigError, flag
 
 ENGINES = ("transformers", "vllm", "sglang")
+# whose words and loop the rollouts use (the names of drvenus.config's ``protocol`` setting)
+PROTOCOLS = ("drvenus", "dr-venus")
 # the choices of the IGPO knobs (their modules import these names)
 NORM_MODES = ("joint", "separate", "scaled_separate", "raw_ig")
 INFO_GAIN_TYPES = ("log_prob_diff", "prob_diff")
@@ -53,8 +55,18 @@ class RLConfig:
                              "retries on repetition, parse errors, duplicate calls).",
                              "deterministic")
     robust_max_retries: int = _opt("Retries per turn in robust mode.", 3)
-    max_turns: int = _opt("Tool-call turns per trajectory.", 200)
-    max_turns_jitter: int = _opt("Random jitter of the turn limit per step (+-N).", 5)
+    protocol: str | None = _opt(
+        "Whose rollout environment: drvenus (ours: the inference loop and its words) | "
+        "dr-venus (DR-Venus's RL environment: its loop, system prompt, notices and outcome "
+        "judge, texts read from its pinned files; docs/RL.md). Default: DRVENUS_PROTOCOL, else "
+        "drvenus.")
+    max_turns: int = _opt("Turns per trajectory, the forced final one included.", 200)
+    max_turns_jitter: int = _opt("Random jitter of each trajectory's turn limit (+-N).", 5)
+    completion_cutoff: float = _opt(
+        "dr-venus: once this fraction of a step's trajectories have finished, the others are "
+        "told to answer now (0: off).", 0.9)
+    tool_timeout: float = _opt("dr-venus: seconds a tool call may take before DR-Venus's "
+                               "timeout message is its result.", 150.0)
     max_model_len: int = _opt("Context window of a trajectory, tokens.", 261_000)
     max_response_len: int = _opt("New tokens per turn.", 8192)
     temperature: float = _opt("Rollout temperature (also the IG and loss temperature).", 1.0)
@@ -133,6 +145,17 @@ class RLConfig:
     # ------------------------------------------------------------------ derived
     # (the rollout and IG settings: ``collect.RolloutConfig.from_rl``, ``ig.IGConfig.from_rl``)
 
+    def protocol_name(self) -> str:
+        """``protocol``, else the ``protocol`` setting (DRVENUS_PROTOCOL), else drvenus."""
+        if self.protocol:
+            return self.protocol
+        try:
+            from drvenus.config import load_settings
+
+            return str(getattr(load_settings(), "protocol", None) or PROTOCOLS[0])
+        except Exception:  # unreadable settings: the loaders report them where they matter
+            return PROTOCOLS[0]
+
     def loggers(self) -> list[str]:
         return [n.strip() for n in self.logger.split(",") if n.strip() and n.strip() != "none"]
 
@@ -146,7 +169,8 @@ class RLConfig:
         for name in ("train", "model", "output"):
             if not getattr(self, name):
                 raise RLConfigError(f"{flag(name)} is required")
-        choices = {"engine": ENGINES, "rollout_mode": ROLLOUT_MODES,
+        self.protocol = self.protocol_name()
+        choices = {"engine": ENGINES, "rollout_mode": ROLLOUT_MODES, "protocol": PROTOCOLS,
                    "info_gain_type": INFO_GAIN_TYPES, "norm_mode": NORM_MODES}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -158,6 +182,10 @@ class RLConfig:
                      "nodes", "gpus_per_node", "prompt_pad"):
             if getattr(self, name) < 1:
                 raise RLConfigError(f"{flag(name)} must be at least 1")
+        if not 0 <= self.completion_cutoff <= 1:
+            raise RLConfigError("--completion-cutoff must be between 0 (off) and 1")
+        if self.tool_timeout <= 0:
+            raise RLConfigError("--tool-timeout must be positive")
         if self.temperature <= 0:
             raise RLConfigError("--temperature must be positive (IG and the loss divide by it)")
         if self.learning_rate <= 0:
@@ -196,5 +224,5 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> RLConfig:
     return RLConfig(**values).validate()
 
 
-__all__ = ["ENGINES", "INFO_GAIN_TYPES", "NORM_MODES", "NO_JUDGE", "ROLLOUT_MODES", "RLConfig",
-           "RLConfigError", "load_config"]
+__all__ = ["ENGINES", "INFO_GAIN_TYPES", "NORM_MODES", "NO_JUDGE", "PROTOCOLS", "ROLLOUT_MODES",
+           "RLConfig", "RLConfigError", "load_config"]

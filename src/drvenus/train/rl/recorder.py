@@ -19,19 +19,37 @@ the tokenisation of its own text, and templates may render earlier turns differe
 
 Anything else (the agent rewriting an earlier message) raises :class:`LLMError`: the record
 could no longer be exact.
+
+``rerender_queries`` (DR-Venus's RL environment, :mod:`drvenus.train.rl.environment`): a new
+plain user message (a notice that is not a ``<tool_response>`` frame) makes the prompt the chat
+template's rendering of the whole conversation, as DR-Venus renders every turn's prompt; a
+Qwen3 thinking template then drops the reasoning of the earlier turns. Such a trajectory is
+recorded on that last prompt: the ids the last turn saw, then its sampled ids; the earlier
+turns are trained where the template rendered them in that prompt (their text as rendered
+there, as DR-Venus trains its re-rendered conversation), each one's place found by rendering
+the conversation with that turn's content swapped for a marker.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from drvenus.llm.base import Generation, GrammarKind, LLMError, SamplingParams
-from drvenus.protocol import assistant_text, template_prefills_think
+from drvenus.protocol import (
+    TOOL_RESPONSE_CLOSE,
+    TOOL_RESPONSE_OPEN,
+    assistant_text,
+    template_prefills_think,
+)
 from drvenus.train.rl.engine import TokenEngine
 from drvenus.train.rl.rollout import Boundary, RolloutRecord, turn_tool_name
-from drvenus.train.templates import TemplateError, render, template_markers
+from drvenus.train.sft.tokenize import MaskError
+from drvenus.train.templates import TemplateError, end_of_turn_ids, render, template_markers
+
+log = logging.getLogger(__name__)
 
 _PLACEHOLDER = "\x00drvenus-placeholder\x00"
 
@@ -98,6 +116,13 @@ class _Anchor:
     messages: list[dict[str, str]]
 
 
+def _plain_user(message: Mapping[str, Any]) -> bool:
+    """A user message that is not a ``<tool_response>`` frame (a new query to a Qwen3 template)."""
+    content = str(message.get("content", ""))
+    return message.get("role") == "user" and not (
+        content.startswith(TOOL_RESPONSE_OPEN) and content.endswith(TOOL_RESPONSE_CLOSE))
+
+
 def _same(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> bool:
     """Same conversation prefix: roles everywhere, contents except the assistant's (the agent
     may store a repaired assistant text; the ids hold what was sampled)."""
@@ -114,9 +139,12 @@ def _same(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> boo
 class TokenRecorder:
     """A ChatModel for one trajectory that records exact token ids (see the module doc)."""
 
-    def __init__(self, engine: TokenEngine, parts: ChatTemplateParts | None = None) -> None:
+    def __init__(self, engine: TokenEngine, parts: ChatTemplateParts | None = None, *,
+                 rerender_queries: bool = False) -> None:
         self.engine = engine
         self.parts = parts or ChatTemplateParts(engine.tokenizer)
+        self.rerender_queries = rerender_queries
+        self.rerendered = False  # a prompt was the template's rendering of the conversation
         self.name = engine.name
         self.ids: list[int] = []  # through the last kept sampled turn
         self.turns: list[TurnTokens] = []
@@ -128,6 +156,10 @@ class TokenRecorder:
 
     def count_tokens(self, text: str) -> int:
         return len(self.parts.encode(text))
+
+    def prompt_length(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """How many tokens the prompt of ``messages`` holds (what :meth:`generate` would send)."""
+        return len(self._prompt_for(messages, dry=True))
 
     async def context_window(self) -> int | None:
         return await self.engine.context_window()
@@ -162,7 +194,8 @@ class TokenRecorder:
             extra={"token_ids": list(gen.token_ids)},
         )
 
-    def _prompt_for(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+    def _prompt_for(self, messages: Sequence[Mapping[str, Any]], *, dry: bool = False
+                    ) -> list[int]:
         if self._last is not None:  # did the agent keep the last sampled turn?
             seen, prompt = self._last
             n = len(seen)
@@ -186,6 +219,10 @@ class TokenRecorder:
         new = messages[anchor.n:]
         if any(m.get("role") == "assistant" for m in new):
             raise LLMError("an assistant message the policy did not sample")
+        if self.rerender_queries and any(_plain_user(m) for m in new):
+            if not dry:
+                self.rerendered = True
+            return self.parts.prompt(messages)
         return anchor.ids + self.parts.continuation(new)
 
     # -- the record --------------------------------------------------------------------------
@@ -194,6 +231,13 @@ class TokenRecorder:
         """The trajectory as RL token data; None when no turn was kept. With the run's final
         ``messages``, a last sampled turn the agent did not keep (empty output, then the run
         ended) is left out."""
+        if self.rerendered and messages is not None and self.turns and messages \
+                and self.turns[-1].message_index == len(messages) - 1:
+            try:
+                return self._rerendered_record(messages)
+            except MaskError as exc:
+                log.warning("a re-rendered rollout cannot be masked (%s): left out", exc)
+                return None
         turns = list(self.turns)
         if messages is not None:
             while turns and (turns[-1].message_index >= len(messages)
@@ -216,6 +260,72 @@ class TokenRecorder:
             message_indices=[t.message_index for t in turns],
             turns=[t.text for t in turns],
         )
+
+
+    def _rerendered_record(self, messages: Sequence[Mapping[str, Any]]) -> RolloutRecord:
+        """The record of a trajectory whose last prompt was the template's rendering (see the
+        module doc): that prompt's ids, then the last turn's sampled ids."""
+        last = self.turns[-1] if self.turns else None
+        n = len(messages) - 1
+        if last is None or last.message_index != n or messages[n].get("role") != "assistant":
+            raise MaskError("no_assistant_turn", "the re-rendered last turn was not kept")
+        head = [dict(m) for m in messages[:n]]
+        prompt = self.ids[: last.start]
+        text = self.parts.render(head, gen=True)
+        enc = self.parts.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        if list(enc["input_ids"]) != prompt:
+            raise MaskError("template_not_prefix", "the last prompt does not re-tokenise exactly")
+        offsets = [(int(a), int(b)) for a, b in enc["offset_mapping"]]
+        eot = end_of_turn_ids(self.parts.tokenizer)
+        starts, ends, index = [], [], []
+        for i, m in enumerate(head):
+            if m.get("role") != "assistant":
+                continue
+            lo, hi = _rendered_span(self.parts, head, i, text)
+            tokens = [j for j, (a, b) in enumerate(offsets) if a < hi and b > lo] or \
+                [next((j for j, (a, _) in enumerate(offsets) if a >= lo), len(prompt))]
+            end = tokens[-1] + 1
+            if end < len(prompt) and prompt[end] in eot:
+                end += 1  # the template's end of turn, trained as a sampled one is
+            starts.append(tokens[0])
+            ends.append(end)
+            index.append(i)
+        ids = prompt + self.ids[last.start:last.end]
+        loss = [0] * len(ids)
+        for a, b in zip(starts + [last.start], ends + [last.end], strict=True):
+            loss[a:b] = [1] * (b - a)
+        texts = [str(head[i].get("content", "")) for i in index] + [last.text]
+        first = (starts + [last.start])[0]
+        return RolloutRecord(
+            input_ids=ids,
+            prompt_len=first,
+            response_mask=[0] * first + [1] * (len(ids) - first),
+            loss_mask=loss,
+            boundaries=[Boundary(b, turn_tool_name(t))
+                        for b, t in zip(starts + [last.start], texts, strict=True)],
+            generated_ends=ends + [last.end],
+            message_indices=index + [n],
+            turns=texts,
+        )
+
+
+_MARK = "\x00drvenus-turn\x00"
+
+
+def _rendered_span(parts: ChatTemplateParts, head: Sequence[Mapping[str, Any]], i: int,
+                   text: str) -> tuple[int, int]:
+    """Where assistant message ``i`` of ``head`` sits in ``text`` (``head`` rendered with the
+    generation header): the region that changes when its content is a marker."""
+    probe = [dict(m) for m in head]
+    probe[i] = {"role": "assistant", "content": _MARK}
+    other = parts.render(probe, gen=True)
+    at = other.find(_MARK)
+    tail = other[at + len(_MARK):] if at >= 0 else ""
+    if at < 0 or other[:at] != text[:at] or not text.endswith(tail) \
+            or len(text) - len(tail) < at:
+        raise MaskError("template_not_prefix", f"assistant message {i} cannot be located in "
+                        "the re-rendered prompt")
+    return at, len(text) - len(tail)
 
 
 __all__ = ["ChatTemplateParts", "TemplateError", "TokenRecorder", "TurnTokens"]

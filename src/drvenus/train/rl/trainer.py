@@ -265,6 +265,9 @@ def rollout_metrics(rollouts: Sequence[Rollout], samples: Sequence[Sample]) -> d
                            "rollout/unusable": float(len(rollouts) - len(samples))}
     for name, n in Counter(r.result.termination for r in rollouts).items():
         m[f"rollout/termination/{name}"] = n / len(rollouts)
+    if any("cutoff" in r.result.extra for r in rollouts):  # DR-Venus's environment
+        m["rollout/cutoff"] = sum(bool(r.result.extra.get("cutoff")) for r in rollouts) \
+            / len(rollouts)
     if samples:
         n = len(samples)
         m["rollout/turns_mean"] = sum(len(s.formats) for s in samples) / n
@@ -403,10 +406,24 @@ def make_judge(judge_url: str | None, judge_model: str | None,
     return judge
 
 
-def _build_judge(config: RLConfig) -> Any | None:
+def build_judge(config: RLConfig) -> Any | None:
+    """The outcome judge: ours, or with protocol dr-venus DR-Venus's RL judge (its prompt from
+    the pinned files, its sampling; :mod:`drvenus.train.rl.judge`)."""
     if config.reward_type != "llm":
         return None
+    if config.protocol_name() == "dr-venus":
+        from drvenus.reference.dr_venus_rl import rl_judge_texts
+        from drvenus.train.rl.judge import make_dr_venus_judge
+
+        judge = make_dr_venus_judge(rl_judge_texts(), config.judge_url, config.judge_model,
+                                    config.judge_concurrency)
+        if judge is None:
+            raise RLConfigError(NO_JUDGE)
+        return judge
     return make_judge(config.judge_url, config.judge_model, config.judge_concurrency)
+
+
+_build_judge = build_judge
 
 
 def _open_run(config: RLConfig) -> _Run:
@@ -434,9 +451,10 @@ def _open_run(config: RLConfig) -> _Run:
     if found:
         optimizer.load_state_dict(torch.load(found[-1] / "optimizer.pt", map_location=device))
     options.dump(config, output / "config.yaml")
+    rollout = RolloutConfig.from_rl(config)
     return _Run(config, output, rows, model, tokenizer, ref, optimizer,
                 _build_engine(config, model, tokenizer), _build_tools(config),
-                _build_judge(config), start, RolloutConfig.from_rl(config))
+                build_judge(config), start, rollout)
 
 
 async def _step_samples(run: _Run, step: int) -> tuple[list[Rollout], list[Sample],
@@ -449,7 +467,7 @@ async def _step_samples(run: _Run, step: int) -> tuple[list[Rollout], list[Sampl
     t1 = time.perf_counter()
     usable = [r for r in rollouts if r.tokens is not None]
     scores, judge_stats = await outcomes(usable, cfg.reward_type, run.judge,
-                                         cfg.judge_concurrency)
+                                         cfg.judge_concurrency, run.tokenizer)
     penalty = cfg.format_penalty_scale if cfg.use_format_penalty else None
     policy = run.model if cfg.use_info_gain else None
     gains: list[Any] = [None] * len(usable)
@@ -556,6 +574,7 @@ async def _close(run: _Run) -> None:
 
 
 __all__ = [
-    "RLResult", "Updater", "batch_indices", "checkpoints", "load_policy", "make_judge",
+    "RLResult", "Updater", "batch_indices", "build_judge", "checkpoints", "load_policy",
+    "make_judge",
     "rollout_metrics", "save_checkpoint", "save_traces", "steps_planned", "train",
 ]

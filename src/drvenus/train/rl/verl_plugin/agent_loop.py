@@ -5,11 +5,19 @@ Each sample runs :class:`drvenus.agent.ResearchAgent` on a
 ``AsyncLLMServerManager`` (token ids in, token ids out, sticky sessions for prefix caching), so
 verl trains on exactly the ids the policy sampled; tool responses get response-mask 0. Tools: a
 drvenus tool server (``tools_url`` in the agent-loop config, or ``DRVENUS_TOOLS_URL``), else the
-local corpus index (``corpus``; built-in when unset). The rollout settings (turn limit, mode,
-per-turn cap) come from the agent-loop config entry written by the launcher.
+local corpus index (``corpus``; built-in when unset). The rollout settings (protocol, turn
+limit and its jitter, mode, per-turn cap, system prompt) come from the agent-loop config entry
+written by the launcher (:mod:`.launch`).
 
-verl's vLLM server sets each request's ``max_tokens`` to what is left of the context window, so
-the per-turn cap is not sent; turns end at the end-of-turn token or a stop string.
+* Each trajectory draws its own turn limit (``max_turns`` +- ``max_turns_jitter``), the forced
+  final turn counted in it, as DR-Venus's agent loop does.
+* The per-turn cap (``max_response_len``, 8,192) travels as :data:`~.convert.TURN_CAP` in the
+  sampling parameters: verl 0.6.1's servers size every request to the rest of the window, and
+  our servers (:mod:`.servers`, installed by :mod:`.main`) cap it.
+* ``protocol: dr-venus``: DR-Venus's RL environment (:mod:`drvenus.train.rl.environment`) with
+  its system prompt, and its completion cut-off over the trajectories this agent-loop worker
+  runs at once (as DR-Venus's cut-off counts per worker); otherwise the inference loop with the
+  protocol's system prompt.
 """
 
 from __future__ import annotations
@@ -27,7 +35,13 @@ from verl.experimental.agent_loop.agent_loop import (
 
 from drvenus.llm.base import LLMError, SamplingParams
 from drvenus.train.rl.engine import TokenGeneration, sampled_turn
-from drvenus.train.rl.verl_plugin.convert import agent_loop_fields, agent_rollout, question_of
+from drvenus.train.rl.environment import CompletionCutoff
+from drvenus.train.rl.verl_plugin.convert import (
+    agent_loop_fields,
+    agent_rollout,
+    question_of,
+    server_sampling,
+)
 from drvenus.train.templates import end_of_turn_ids
 
 log = logging.getLogger(__name__)
@@ -49,11 +63,8 @@ class VerlServerEngine:
                               timeout: float | None = None) -> TokenGeneration:
         if len(prompt_ids) >= self.window:
             raise LLMError("the trajectory fills the context window", context_overflow=True)
-        sampling = {"temperature": params.temperature, "top_p": params.top_p,
-                    "top_k": params.top_k, "stop": list(params.stop),
-                    "include_stop_str_in_output": False}
         out = await self.server_manager.generate(self.request_id, prompt_ids=list(prompt_ids),
-                                                 sampling_params=sampling)
+                                                 sampling_params=server_sampling(params))
         ids, text = sampled_turn([int(t) for t in out.token_ids], self.tokenizer, self.eos_ids,
                                  params.stop)
         return TokenGeneration(ids, text, "stop", len(prompt_ids))
@@ -67,11 +78,12 @@ class VerlServerEngine:
 
 @register(AGENT_NAME)
 class DrVenusAgentLoop(AgentLoopBase):
-    """See the module doc. Agent-loop config keys: ``tools_url``, ``corpus``, ``max_turns``,
-    ``mode``, ``robust_max_retries``, ``max_turns_jitter``, ``current_date``."""
+    """See the module doc. Agent-loop config keys: ``tools_url``, ``corpus``,
+    ``reference_dir`` and those of :data:`~.convert.AGENT_LOOP_KEYS`."""
 
     tools: Any = None
     settings: dict[str, Any] = {}
+    cutoff: CompletionCutoff | None = None  # this worker's waves of trajectories
 
     @classmethod
     def init_class(cls, config: Any, tokenizer: Any, processor: Any, **kwargs: Any) -> None:
@@ -79,8 +91,13 @@ class DrVenusAgentLoop(AgentLoopBase):
             return
         cls._class_initialized = True
         cls.settings = dict(kwargs)
+        import os
+
         from drvenus.config import load_settings
         from drvenus.stack import build_toolbox
+
+        if kwargs.get("reference_dir"):  # where this worker reads DR-Venus's pinned files
+            os.environ.setdefault("DRVENUS_REFERENCE_DIR", str(kwargs["reference_dir"]))
 
         settings = load_settings(tools_url=kwargs.get("tools_url"), corpus=kwargs.get("corpus"))
         cls.tools = build_toolbox(settings)
@@ -98,14 +115,32 @@ class DrVenusAgentLoop(AgentLoopBase):
         )
         engine = VerlServerEngine(self.server_manager, self.tokenizer,
                                   int(rollout.max_model_len), uuid4().hex)
-        recorder = TokenRecorder(engine)
-        agent = ResearchAgent(recorder, self.tools, cfg.agent_config(cfg.max_turns))
-        result = await agent.run(question_of(kwargs.get("raw_prompt")))
+        limit = cfg.turn_limit(0)  # unseeded: a fresh draw per trajectory
+        question = question_of(kwargs.get("raw_prompt"))
+        if cfg.protocol == "dr-venus":
+            from drvenus.train.rl.environment import run_trajectory
+
+            cls = type(self)
+            if cls.cutoff is None:
+                cls.cutoff = CompletionCutoff(cfg.cutoff)
+            recorder = TokenRecorder(engine, rerender_queries=True)
+            cls.cutoff.start()
+            try:
+                result = await run_trajectory(recorder, self.tools, cfg.environment(), question,
+                                              max_turns=limit, cutoff=cls.cutoff)
+            finally:
+                cls.cutoff.finish()
+        else:
+            recorder = TokenRecorder(engine)
+            agent = ResearchAgent(recorder, self.tools, cfg.agent_config(limit))
+            result = await agent.run(question)
         record = recorder.record(result.messages)
         if record is None:
             raise RuntimeError(f"the rollout produced no turn: {result.error}")
         fields = agent_loop_fields(record)
         fields["extra_fields"]["drvenus_termination"] = result.termination
+        if "cutoff" in result.extra:
+            fields["extra_fields"]["drvenus_cutoff"] = bool(result.extra["cutoff"])
         return AgentLoopOutput(metrics=AgentLoopMetrics(), **fields)
 
 

@@ -13,6 +13,8 @@
   reward manager, the advantage estimator and the agent loop from what verl passes them, every
   value verl does not pass taken from :class:`~drvenus.train.rl.config.RLConfig` (no defaults
   of their own).
+* :data:`TURN_CAP`: the sampling key that carries the per-turn cap to our capped rollout
+  servers (:mod:`.servers`).
 """
 
 from __future__ import annotations
@@ -22,26 +24,33 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from drvenus.llm.base import SamplingParams
 from drvenus.train.rl.collect import RolloutConfig
 from drvenus.train.rl.config import RLConfig
 from drvenus.train.rl.ig import IGConfig, info_gains, kept_boundaries
 from drvenus.train.rl.rewards import apply_format_penalty, reward_row
 from drvenus.train.rl.rollout import Boundary, RolloutRecord
 
+TURN_CAP = "drvenus_max_tokens"  # new tokens per turn, read by our rollout servers
 EXTRA_BOUNDARIES = "igpo_boundaries"
 EXTRA_TOOLS = "igpo_tools"
 EXTRA_TURNS = "igpo_turns"
 # the reward manager's ``reward_kwargs`` (RLConfig field names) and their types
 REWARD_KWARGS: dict[str, Callable[[Any], Any]] = {
-    "reward_type": str, "judge_url": str, "judge_model": str, "judge_concurrency": int,
+    "protocol": str, "reward_type": str, "judge_url": str, "judge_model": str,
+    "judge_concurrency": int,
     "use_info_gain": bool,
     "info_gain_type": str, "ig_tool_filter": str, "ig_compute_freq": int,
     "use_format_penalty": bool, "format_penalty_scale": float,
 }
 # agent-loop config keys -> RLConfig fields (what the launcher writes, see :mod:`.launch`)
 AGENT_LOOP_KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "max_turns": ("max_turns", int), "mode": ("rollout_mode", str),
+    "protocol": ("protocol", str), "max_turns": ("max_turns", int),
+    "max_turns_jitter": ("max_turns_jitter", int), "mode": ("rollout_mode", str),
     "robust_max_retries": ("robust_max_retries", int), "current_date": ("current_date", str),
+    "max_response_len": ("max_response_len", int), "tool_timeout": ("tool_timeout", float),
+    "completion_cutoff": ("completion_cutoff", float),
+    "system_prompt_file": ("system_prompt_file", str),
 }
 
 
@@ -69,14 +78,26 @@ def agent_rollout(settings: Mapping[str, Any], *, max_model_len: int, temperatur
                   top_p: float, top_k: Any = None) -> RolloutConfig:
     """The rollout settings of one verl agent-loop sample: the agent-loop config entry
     (``settings``) and verl's rollout config, RLConfig's defaults for the rest; one trajectory,
-    no turn jitter, no seed (verl samples)."""
+    no seed (verl samples; each trajectory draws its own turn limit)."""
     given = {field: cast(settings[key]) for key, (field, cast) in AGENT_LOOP_KEYS.items()
              if settings.get(key) is not None}
     rl = replace(RLConfig(), max_model_len=int(max_model_len), temperature=float(temperature),
                  top_p=float(top_p), **given)
     if top_k is not None:
         rl = replace(rl, top_k=int(top_k))
-    return RolloutConfig.from_rl(rl, n=1, max_turns_jitter=0, seed=None)
+    return RolloutConfig.from_rl(rl, n=1, seed=None)
+
+
+def server_sampling(params: SamplingParams) -> dict[str, Any]:
+    """The sampling parameters our agent loop sends verl's server manager: the policy's
+    sampling, stop strings kept out of the text, and the per-turn cap as :data:`TURN_CAP`
+    (verl's own servers size ``max_tokens`` themselves; ours cap it, :mod:`.servers`)."""
+    out: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p,
+                           "top_k": params.top_k, "stop": list(params.stop),
+                           "include_stop_str_in_output": False}
+    if params.max_tokens is not None:
+        out[TURN_CAP] = int(params.max_tokens)
+    return out
 
 
 def agent_loop_fields(record: RolloutRecord) -> dict[str, Any]:
@@ -172,6 +193,7 @@ def reward_rows(lengths: Sequence[int], turn_ends: Sequence[Sequence[int]],
 
 __all__ = [
     "AGENT_LOOP_KEYS", "EXTRA_BOUNDARIES", "EXTRA_TOOLS", "EXTRA_TURNS", "IGRow", "REWARD_KWARGS",
-    "advantage_knobs", "agent_loop_fields", "agent_rollout", "boundaries_from_extra", "ig_rows",
-    "ig_scores", "question_of", "reward_config", "reward_rows", "sample_gains",
+    "TURN_CAP", "advantage_knobs", "agent_loop_fields", "agent_rollout", "boundaries_from_extra",
+    "ig_rows", "ig_scores", "question_of", "reward_config", "reward_rows", "sample_gains",
+    "server_sampling",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from drvenus.train.launch import VERL_VERSION, LaunchPlan, hydra_value
 from drvenus.train.rl.config import RLConfig
@@ -23,19 +24,39 @@ AGENT_LOOP_FILE = "agent_loop.yaml"
 AGENT_LOOP_TARGET = "drvenus.train.rl.verl_plugin.agent_loop.DrVenusAgentLoop"
 
 
+def _reference_dir() -> str | None:
+    """``DRVENUS_REFERENCE_DIR`` of this machine, for the workers (they may not inherit it)."""
+    from drvenus.config import load_settings
+
+    folder = getattr(load_settings(), "reference_dir", None)
+    return str(Path(folder).expanduser().absolute()) if folder else None
+
+
 def agent_loop_yaml(config: RLConfig) -> str:
+    """The agent-loop config entry: the rollout settings of :data:`~.convert.AGENT_LOOP_KEYS`
+    (protocol, turn limit and jitter, mode, per-turn cap, tool timeout, cut-off, system prompt
+    file), the tools, and where DR-Venus's pinned files are."""
     lines = ["- name: drvenus_agent", f"  _target_: {AGENT_LOOP_TARGET}",
-             f"  max_turns: {config.max_turns}", f"  mode: {config.rollout_mode}",
-             f"  robust_max_retries: {config.robust_max_retries}"]
-    for key in ("tools_url", "corpus", "current_date"):
-        value = getattr(config, key)
+             f"  protocol: {config.protocol_name()}",
+             f"  max_turns: {config.max_turns}", f"  max_turns_jitter: {config.max_turns_jitter}",
+             f"  mode: {config.rollout_mode}",
+             f"  robust_max_retries: {config.robust_max_retries}",
+             f"  max_response_len: {config.max_response_len}",
+             f"  tool_timeout: {config.tool_timeout}",
+             f"  completion_cutoff: {config.completion_cutoff}"]
+    values = {"tools_url": config.tools_url, "corpus": config.corpus,
+              "current_date": config.current_date,
+              "system_prompt_file": str(Path(config.system_prompt_file).absolute())
+              if config.system_prompt_file else None, "reference_dir": _reference_dir()}
+    for key, value in values.items():
         if value:
             lines.append(f"  {key}: {value!r}")
     return "\n".join(lines) + "\n"
 
 
 def _reward_overrides(config: RLConfig) -> list[str]:
-    kw = {"reward_type": config.reward_type, "judge_concurrency": config.judge_concurrency,
+    kw: dict[str, Any] = {"protocol": config.protocol_name(), "reward_type": config.reward_type,
+          "judge_concurrency": config.judge_concurrency,
           "use_info_gain": config.use_info_gain,
           "info_gain_type": config.info_gain_type, "ig_tool_filter": f"'{config.ig_tool_filter}'",
           "ig_compute_freq": config.ig_compute_freq,
@@ -45,6 +66,9 @@ def _reward_overrides(config: RLConfig) -> list[str]:
         kw["judge_url"] = config.judge_url
     if config.judge_model:
         kw["judge_model"] = config.judge_model
+    folder = _reference_dir()
+    if folder:
+        kw["reference_dir"] = folder
     return ["reward_model.reward_manager=drvenus_igpo"] + \
         [f"+reward_model.reward_kwargs.{k}={hydra_value(v)}" for k, v in kw.items()]
 

@@ -3,8 +3,9 @@ drvenus IGPO pieces installed in every process that needs them.
 
 verl runs its trainer in a Ray actor (``TaskRunner``); our subclass registers the agent loop,
 reward manager and advantage estimator there, swaps verl's ``compute_advantage`` for
-:func:`~.advantage.compute_advantage`, and uses :class:`IGPOTrainer`, which hands the reward
-manager the actor worker group (the IG scoring hook). Rollout workers import the agent loop from
+:func:`~.advantage.compute_advantage`, caps each turn on the rollout servers
+(:mod:`.servers`), and uses :class:`IGPOTrainer`, which hands the reward manager the actor
+worker group (the IG scoring hook). Rollout workers import the agent loop from
 its ``_target_`` in the agent-loop config. Overrides are verl's (``verl/trainer/config``);
 :mod:`.launch` writes them from a drvenus RL config.
 """
@@ -23,9 +24,10 @@ def install() -> None:
     """Register our verl pieces in this process (idempotent)."""
     from verl.trainer.ppo import ray_trainer
 
-    from drvenus.train.rl.verl_plugin import advantage, agent_loop, reward  # noqa: F401
+    from drvenus.train.rl.verl_plugin import advantage, agent_loop, reward, servers  # noqa: F401
 
     ray_trainer.compute_advantage = advantage.compute_advantage
+    servers.install()  # the per-turn cap on the rollout servers
     main_ppo.RayPPOTrainer = IGPOTrainer
 
 

@@ -1,8 +1,9 @@
 """verl reward manager ``drvenus_igpo``: the token-level IGPO reward tensor of a batch.
 
-Per sample: the outcome (the reference's F1, or an LLM judge, ``reward_type``), the IG of each
-kept turn scored with the actor itself, format penalties, then IG / penalties at the turn-end
-anchors and the outcome at the last valid response token
+Per sample: the outcome (the reference's F1, or an LLM judge, ``reward_type``; with ``protocol``
+dr-venus DR-Venus's RL judge on the decoded trajectory, :mod:`drvenus.train.rl.judge`), the IG
+of each kept turn scored with the actor itself, format penalties, then IG / penalties at the
+turn-end anchors and the outcome at the last valid response token
 (:func:`~drvenus.train.rl.verl_plugin.convert.reward_rows`).
 
 IG scoring hook: :class:`~drvenus.train.rl.verl_plugin.main.IGPOTrainer` hands the manager the
@@ -93,14 +94,17 @@ class IGPORewardManager:
         self.kw = kwargs
         self.actor_wg: Any = None
         self.world_size = 1
+        if kwargs.get("reference_dir"):  # where this process reads DR-Venus's pinned files
+            import os
+
+            os.environ.setdefault("DRVENUS_REFERENCE_DIR", str(kwargs["reference_dir"]))
         self.config = reward_config(kwargs)  # RLConfig's defaults where verl passes nothing
         self.ig = IGConfig.from_rl(self.config)
         self.judge = None
         if self.config.reward_type == "llm":
-            from drvenus.train.rl.trainer import make_judge
+            from drvenus.train.rl.trainer import build_judge
 
-            self.judge = make_judge(self.config.judge_url, self.config.judge_model,
-                                    self.config.judge_concurrency)
+            self.judge = build_judge(self.config)
 
     def attach_actor(self, actor_wg: Any) -> None:
         """The IG scoring hook (see the module doc)."""
@@ -145,6 +149,12 @@ class IGPORewardManager:
                 if i in scores else empty[i] for i, s in enumerate(samples)]
 
     def _outcomes(self, samples: list[dict[str, Any]]) -> tuple[list[float], JudgeStats]:
+        from drvenus.train.rl.judge import DrVenusJudge, decoded
+
+        if isinstance(self.judge, DrVenusJudge):
+            texts = [(*decoded(self.tokenizer, s["ids"], s["prompt_len"]), s["gt"],
+                      _question(s["extra"])) for s in samples]
+            return asyncio.run(self.judge.score(texts))
         items = [(_question(s["extra"]), s["turns"][-1] if s["turns"] else "", s["gt"])
                  for s in samples]
         return asyncio.run(score_outcomes(items, "llm" if self.judge else "f1", self.judge,
