@@ -294,6 +294,22 @@ def test_snippet_is_the_lead_unless_a_window_holds_more_of_the_query(index: Corp
     assert hit.id == "valley" and "gold nugget" in hit.snippet
 
 
+def test_snippet_shows_where_a_query_word_the_lead_lacks_is_mentioned(index: CorpusIndex) -> None:
+    """The title's words are shown anyway and question words locate nothing: "capital of
+    Velaria" on the page "Velaria" wants the window that mentions the capital."""
+    filler = " ".join(f"hill{i} river{i}" for i in range(40))
+    body = (f"Country in the north. Velaria is a country of lakes and forests. {filler}. "
+            f"Its capitals were moved twice; Morrow is the capital and largest city. {filler}.")
+    weights = {"what": 4.0, "capit": 2.5, "velaria": 6.0, "of": 0.1, "the": 0.05}
+    snippet = index.choose_snippet(body, 0, 0, weights, title="Velaria")
+    assert "capitals were moved" in snippet and snippet.startswith("...")
+    # without the title the lead's "Velaria" outweighs it; a word the lead has keeps the lead
+    assert index.choose_snippet(body, 0, 0, weights).startswith("Country in the north.")
+    assert index.choose_snippet(body, 0, 0, {"lake": 2.0, "what": 4.0}, title="Velaria") == (
+        index.choose_snippet(body, 0, 0, {}, title="Velaria"))
+    assert index.choose_snippet(body, 0, 0, {"moon": 9.0}, title="Velaria").startswith("Country")
+
+
 def test_make_snippet_edges() -> None:
     text = " ".join(f"word{i}" for i in range(200))
     lead = make_snippet(text, 0, 0, width=100)

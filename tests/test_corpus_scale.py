@@ -179,7 +179,8 @@ def reference_search(index: CorpusIndex, query: str, k: int) -> list[tuple[str, 
             raw = body.encode()
             start = len(raw[: span.start].decode(errors="ignore"))
             end = start + len(raw[span.start : span.end].decode(errors="ignore"))
-        out.append((doc.get_first("id"), index.choose_snippet(body, start, end, weights)))
+        title = doc.get_first("title") or ""
+        out.append((doc.get_first("id"), index.choose_snippet(body, start, end, weights, title)))
     return out
 
 

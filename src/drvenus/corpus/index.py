@@ -398,6 +398,10 @@ def _remove_stale_tmp(root: Path) -> None:
 
 _WORD = re.compile(r"[^\W_]+")  # letters and digits; "_" separates words
 _PHRASE = re.compile(r'"([^"]+)"')
+# question words never locate an answer; the snippet choice ignores them
+_QUESTION_TOKENS = frozenset({"what", "who", "whom", "whose", "when", "where", "which", "why",
+                              "how"})
+_MENTION_TOKENS = 4  # the rarest query tokens the lead lacks, each looked up in the page
 
 
 def sanitize_query(text: str) -> str:
@@ -508,12 +512,13 @@ class CorpusIndex:
                 start, end = _char_span(body, span.start, span.end)
             else:  # matched in the title only: show the lead
                 start = end = 0
+            title = doc.get_first("title") or ""
             hits.append(
                 Hit(
                     id=doc.get_first("id") or "",
-                    title=doc.get_first("title") or "",
+                    title=title,
                     url=doc.get_first("url") or "",
-                    snippet=self.choose_snippet(body, start, end, weights),
+                    snippet=self.choose_snippet(body, start, end, weights, title),
                     score=float(score),
                 )
             )
@@ -527,20 +532,52 @@ class CorpusIndex:
         }
         return {t: _idf(self._searcher.doc_freq("text", t), n) for t in tokens}
 
-    def choose_snippet(self, body: str, start: int, end: int, weights: Mapping[str, float]) -> str:
-        """The window around ``body[start:end]`` (the best-matching fragment), unless the
-        page's lead holds as much of the query (the idf of the distinct query tokens each
-        window contains): a page's opening says what it is about (a novel's author, a city's
-        country), where the densest fragment may only repeat the title's word."""
-        fragment = make_snippet(body, start, end)
-        if start == 0:
-            return fragment
+    def choose_snippet(
+        self, body: str, start: int, end: int, weights: Mapping[str, float], title: str = ""
+    ) -> str:
+        """The window of ``body`` that holds the most of the query: the page's lead, the
+        best-matching fragment ``body[start:end]``, or a window around the first mention of a
+        query word the lead lacks, by the idf of the distinct query tokens each holds. Tokens
+        of the page's ``title`` (the result shows it anyway) and question words do not count;
+        a tie goes to the lead, which says what the page is about (a novel's author, a city's
+        country). So "capital of Hungary" on the page "Hungary" shows the window that says
+        "capital", and "Dracula" on "Dracula" shows "1897 novel by Bram Stoker"."""
+        shown = set(self._analyzer.analyze(title)) if title else set()
+        wanted = {t: w for t, w in weights.items()
+                  if t not in shown and t not in _QUESTION_TOKENS and w > 0}
         lead = make_snippet(body, 0, 0)
+        candidates = [lead]
+        if start:
+            candidates.append(make_snippet(body, start, end))
+        lead_tokens = set(self._analyzer.analyze(lead))
+        folded = None
+        for token in sorted(wanted, key=wanted.__getitem__, reverse=True)[:_MENTION_TOKENS]:
+            if token in lead_tokens:
+                continue
+            folded = folded if folded is not None else body.lower()
+            at = self._first_mention(body, folded, token)
+            if at is not None:
+                candidates.append(make_snippet(body, *at))
+        if len(candidates) == 1:
+            return lead
 
         def coverage(window: str) -> float:
-            return sum(weights.get(t, 0.0) for t in set(self._analyzer.analyze(window)))
+            return sum(wanted.get(t, 0.0) for t in set(self._analyzer.analyze(window)))
 
-        return lead if coverage(lead) >= coverage(fragment) else fragment
+        return max(candidates, key=coverage)  # the first of the best: the lead on a tie
+
+    def _first_mention(self, body: str, folded: str, token: str) -> tuple[int, int] | None:
+        """The span of the first word of ``body`` that analyses to ``token`` (a stem is the
+        lowercased word's prefix for nearly every English word, so only words starting with it
+        are analysed); None when no word does."""
+        at = folded.find(token)
+        while at != -1:
+            if at == 0 or not folded[at - 1].isalnum():
+                word = _WORD.match(folded, at)
+                if word and token in self._analyzer.analyze(word.group()):
+                    return word.start(), word.end()
+            at = folded.find(token, at + 1)
+        return None
 
     def _clauses(self, text: str) -> list[_Clause] | None:
         """The clauses the query parser makes of sanitised text: each distinct word, then each
