@@ -9,7 +9,10 @@ row's own.
 
 from __future__ import annotations
 
+from json import loads as _json_loads
 from typing import Any
+
+from orjson import loads as _fast_json
 
 from drvenus.protocol import (
     TOOL_RESPONSE_CLOSE,
@@ -112,7 +115,7 @@ def clean_tool_call_turn(text: Any) -> str | None:
         return None
     raw = call.group(1).strip()
     try:
-        obj = loads_json5(raw.split("<code>")[0].strip())
+        obj = loads_tool_call(raw.split("<code>")[0].strip())
     except Exception:  # an undecodable call drops the turn
         return None
     if not isinstance(obj, dict):
@@ -156,6 +159,53 @@ def convert_tool_response(content: str) -> str:
     if WEB_RESULTS_MARKER in body:
         body = render_search(parse_serper_markdown(body))
     return wrap_tool_response(body)
+
+
+def _single_to_double_quotes(text: str) -> str | None:
+    """``text`` with its single-quoted strings written as JSON strings, or None when a
+    single-quoted string holds a backslash (its escapes are JSON5's, not JSON's) or is not
+    closed. Double-quoted strings and everything outside strings are copied as they are."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        q = min((k for k in (text.find('"', i), text.find("'", i)) if k >= 0), default=-1)
+        if q < 0:
+            out.append(text[i:])
+            break
+        out.append(text[i:q])
+        if text[q] == '"':  # a JSON string: copy it, escapes and all
+            k = q + 1
+            while k < n and text[k] != '"':
+                k += 2 if text[k] == "\\" else 1
+            if k >= n:
+                return None
+            out.append(text[q : k + 1])
+        else:
+            k = text.find("'", q + 1)
+            if k < 0 or "\\" in text[q + 1 : k]:
+                return None
+            out.append('"' + text[q + 1 : k].replace('"', '\\"') + '"')
+        i = k + 1
+    return "".join(out)
+
+
+def loads_tool_call(text: str) -> Any:
+    """A tool call's JSON5 text decoded as :func:`loads_json5` decodes it, faster for the usual
+    legacy shape: JSON with single-quoted strings (``{'name': 'search', ...}``) is rewritten
+    to JSON for a C decoder (json5's pure-Python parser takes ~1.7 ms a call); anything else,
+    and any failure, goes to :func:`loads_json5`."""
+    try:
+        return _fast_json(text)
+    except Exception:  # not plain JSON
+        pass
+    if "'" in text:
+        rewritten = _single_to_double_quotes(text)
+        if rewritten is not None:
+            try:  # the stdlib's decoder: integers of any size, as JSON5's
+                return _json_loads(rewritten)
+            except Exception:  # other JSON5 syntax (unquoted keys, trailing commas, ...)
+                pass
+    return loads_json5(text)
 
 
 def _is_system(turn: Any) -> bool:

@@ -18,9 +18,12 @@ The stages, numbered the same here, in the logs (``[3/8 prune] ...``) and in doc
 Flow: the main process reads record batches (pyarrow ``iter_batches``; JSONL in line chunks)
 and hands them to :class:`~drvenus.data.workers.WorkerPool` (stages 2-5, a bounded number of
 chunks in flight, results in input order); the valid rows are appended, in input order, to a
-scratch Arrow IPC file. Stage 6 reads only the small answer columns; stage 7 is an index list
-over that file, which is memory-mapped and written out in slices by stage 8. Memory stays
-bounded by the chunks in flight, and the output is the same for any number of workers.
+scratch Arrow IPC file. Stages 6-8 read it memory-mapped (:mod:`drvenus.data.scratch`),
+dropping the pages they have read as they go: stage 6 reads only the small answer columns,
+stage 7 the turn counts and tool names batch by batch (its result is an index list over the
+file), stage 8 writes the rows in that order as one-row views, in bounded parts. Memory stays
+bounded by the chunks in flight and the parts written, whatever the input size, and the output
+is the same for any number of workers or chunk size.
 """
 
 from __future__ import annotations
@@ -33,15 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from drvenus.data.correctness import filter_correct
 from drvenus.data.options import CleanOptions
 from drvenus.data.plan import RunPlan, nothing_read_error, plan_run
 from drvenus.data.reading import Chunk, ipc_batch, read_chunks
 from drvenus.data.report import RunCounts, stats_document
-from drvenus.data.resample import resample
+from drvenus.data.resample import Resampler
 from drvenus.data.rows import ChunkStats
+from drvenus.data.scratch import ValidRows
 from drvenus.data.workers import ChunkTask, WorkerPool
 from drvenus.data.writing import (
     FINAL_PARQUET,
@@ -83,8 +86,8 @@ def run_clean(opts: CleanOptions, progress: ProgressFn | None = None) -> dict[st
         if counts.nothing_read():
             raise nothing_read_error(counts.file_errors)
         _log_row_stages(counts.totals)
-        with pa.memory_map(str(valid_path), "r") as source:
-            stats = finish(plan, pa.ipc.open_file(source).read_all(), out, counts)
+        with ValidRows(valid_path) as valid:
+            stats = finish(plan, valid, out, counts)
         stats["timing"] = {"elapsed_s": round(time.perf_counter() - t0, 3),
                            "workers": plan.workers}
         write_stats(out, stats)
@@ -159,32 +162,46 @@ def _log_row_stages(t: ChunkStats) -> None:
 # --------------------------------------------------------------------------- stages 6-8
 
 
-def finish(plan: RunPlan, table: pa.Table, out: OutputFiles, counts: RunCounts) -> dict[str, Any]:
-    """Stages 6-8 over the valid rows; returns the stats document."""
+def _judge_columns(mode: str) -> list[str]:
+    """The valid-row columns stage 6 reads in ``mode``."""
+    if mode == "off":
+        return []
+    if mode in ("em", "f1"):
+        return ["_answer", "_em", "_f1"]
+    return ["_answer", "_em", "_f1", "question", "gt"]
+
+
+def finish(plan: RunPlan, valid: ValidRows, out: OutputFiles, counts: RunCounts) -> dict[str, Any]:
+    """Stages 6-8 over the valid rows (the memory-mapped scratch file); returns the stats
+    document. Each stage reads the file batch by batch, or only its small columns, and
+    releases the mapped pages as it goes (:class:`~drvenus.data.scratch.ValidRows`)."""
     opts = plan.opts
     if opts.keep_intermediate:
         cols = [*plan.stage1_schema.names, "_turns"]
-        pq.write_table(table.select(cols), out.temp(STAGE2_PARQUET))
+        stage2 = LazyParquetWriter(
+            out.temp(STAGE2_PARQUET), pa.schema([plan.valid_schema.field(c) for c in cols])
+        )
+        for batch in valid.scan(cols):
+            stage2.write(batch)
+        stage2.close()
     judged = filter_correct(
-        table, plan.mode, f1_threshold=opts.f1_threshold, judge=opts.judge,
-        keep_judge_failures=opts.keep_judge_failures,
+        valid.table(_judge_columns(plan.mode)), plan.mode, f1_threshold=opts.f1_threshold,
+        judge=opts.judge, keep_judge_failures=opts.keep_judge_failures,
         default_cache=plan.out_dir / "judge_cache.sqlite",
     )
+    valid.release()
     log_stage("judge", "correctness=%s: %d of %d valid rows kept",
-              plan.mode, sum(judged.keep), table.num_rows)
-    sample = resample(
-        judged.keep,
-        table.column("_turns").to_pylist(),
-        table.column("_tool_names").to_pylist(),
-        table.column("_source_file").to_pylist(),
-        opts.policy,
-        shuffle_seed=opts.seed if opts.shuffle else None,
-    )
+              plan.mode, sum(judged.keep), valid.num_rows)
+    sampler = Resampler(opts.policy)
+    for batch in valid.scan(["_turns", "_tool_names", "_source_file"]):
+        keep = judged.keep[sampler.rows : sampler.rows + batch.num_rows]
+        sampler.add(keep, *(c.to_pylist() for c in batch.columns))
+    sample = sampler.result(shuffle_seed=opts.seed if opts.shuffle else None)
     log_stage("resample", "%d rows (%s)%s", len(sample.index),
               ", ".join(f"x{k}: {v}" for k, v in sample.multiplier_counts.items()) or "none",
               f", shuffled with seed {opts.seed}" if opts.shuffle else "")
     final_rows = write_final(
-        table, sample, out, keep_metadata=opts.keep_metadata, write_jsonl=opts.write_jsonl
+        valid, sample, out, keep_metadata=opts.keep_metadata, write_jsonl=opts.write_jsonl
     )
     log_stage("write", "%d rows to %s", final_rows, plan.out_dir / FINAL_PARQUET)
     return stats_document(plan, counts, judged, sample, final_rows)

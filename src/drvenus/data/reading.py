@@ -219,8 +219,13 @@ def read_chunks(path: Path, chunk_rows: int, on_error: Callable[[str], None]) ->
         on_error(f"{type(exc).__name__}: {exc}")
 
 
+# Parquet reads go through a buffered stream of this size: without it pyarrow reads each
+# column chunk whole (a row group's messages column, the whole file when it is one row group).
+READ_BUFFER_BYTES = 4 * 2**20
+
+
 def _parquet_chunks(path: Path, chunk_rows: int) -> Iterator[Chunk]:
-    pf = pq.ParquetFile(path)
+    pf = pq.ParquetFile(path, buffer_size=READ_BUFFER_BYTES, pre_buffer=False)
     cols = [c for c in INPUT_COLUMNS if c in pf.schema_arrow.names]
     start = 0
     for batch in pf.iter_batches(batch_size=chunk_rows, columns=cols):

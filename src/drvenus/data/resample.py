@@ -78,6 +78,52 @@ class Resampled:
     multiplier_counts: Counter = field(default_factory=Counter)
 
 
+class Resampler:
+    """:func:`resample` fed in pieces: :meth:`add` the valid rows in order, a batch at a time
+    (only the small columns it reads, so no column of the whole input is ever held as Python
+    objects), then :meth:`result`."""
+
+    def __init__(self, policy: ResamplePolicy):
+        self.policy = policy
+        self.rows = 0
+        self._out = Resampled()
+
+    def add(
+        self,
+        keep: Sequence[bool],
+        turns: Sequence[int],
+        tool_names: Sequence[list[str]],
+        source_files: Sequence[str],
+    ) -> None:
+        """The next ``len(keep)`` valid rows (their positions follow the rows added before)."""
+        out, policy, base = self._out, self.policy, self.rows
+        for i, kept in enumerate(keep):
+            if not kept:
+                continue
+            out.kept_per_file[source_files[i]] += 1
+            out.tools.update(tool_names[i])
+            m = policy.multiplier(turns[i])
+            bucket = policy.bucket(turns[i])
+            out.buckets_original[bucket] += 1
+            out.multiplier_counts[str(m)] += 1
+            for c in range(m):
+                out.index.append(base + i)
+                out.copies.append(c)
+                out.multipliers.append(m)
+                out.buckets_resampled[bucket] += 1
+        self.rows += len(keep)
+
+    def result(self, shuffle_seed: int | None = None) -> Resampled:
+        """The copies in row order, or in ``RandomState(shuffle_seed).permutation`` order."""
+        out = self._out
+        if shuffle_seed is not None:
+            order = legacy_permutation(len(out.index), shuffle_seed)
+            out.index = [out.index[k] for k in order]
+            out.copies = [out.copies[k] for k in order]
+            out.multipliers = [out.multipliers[k] for k in order]
+        return out
+
+
 def resample(
     keep: Sequence[bool],
     turns: Sequence[int],
@@ -88,24 +134,6 @@ def resample(
 ) -> Resampled:
     """Copies of each kept row by :meth:`ResamplePolicy.multiplier`, in row order, then in
     ``numpy.random.RandomState(shuffle_seed).permutation`` order when a seed is given."""
-    out = Resampled()
-    for i, kept in enumerate(keep):
-        if not kept:
-            continue
-        out.kept_per_file[source_files[i]] += 1
-        out.tools.update(tool_names[i])
-        m = policy.multiplier(turns[i])
-        bucket = policy.bucket(turns[i])
-        out.buckets_original[bucket] += 1
-        out.multiplier_counts[str(m)] += 1
-        for c in range(m):
-            out.index.append(i)
-            out.copies.append(c)
-            out.multipliers.append(m)
-            out.buckets_resampled[bucket] += 1
-    if shuffle_seed is not None:
-        order = legacy_permutation(len(out.index), shuffle_seed)
-        out.index = [out.index[k] for k in order]
-        out.copies = [out.copies[k] for k in order]
-        out.multipliers = [out.multipliers[k] for k in order]
-    return out
+    sampler = Resampler(policy)
+    sampler.add(keep, turns, tool_names, source_files)
+    return sampler.result(shuffle_seed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from drvenus.data.resample import Resampled
+from drvenus.data.scratch import ValidRows
 
 FINAL_PARQUET = "cleaned_resampled.parquet"
 FINAL_JSONL = "cleaned_resampled.jsonl"
@@ -81,36 +82,99 @@ class OutputFiles:
                 pass
 
 
-class LazyParquetWriter:
-    """A parquet writer that creates its file on the first batch (no rows: no file)."""
+# Parquet row groups of the outputs: at most this many rows and (about) this many bytes each.
+ROW_GROUP_ROWS = 128
+ROW_GROUP_BYTES = 32 * 2**20
 
-    def __init__(self, path: Path, schema: pa.Schema):
+
+class LazyParquetWriter:
+    """A parquet writer that creates its file on the first rows (no rows: no file).
+
+    Batches are buffered into row groups of at most ``max_rows`` rows and about ``max_bytes``
+    (a group is written as soon as either is reached, so it holds at most one batch past the
+    bytes bound): memory stays bounded whatever the input size. Groups end every ``max_rows``
+    rows whatever the batches written, unless the bytes bound ends one first.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        schema: pa.Schema,
+        *,
+        max_rows: int = ROW_GROUP_ROWS,
+        max_bytes: int = ROW_GROUP_BYTES,
+    ):
         self.path = path
         self.schema = schema
+        self.max_rows = max_rows
+        self.max_bytes = max_bytes
+        self.rows_written = 0
+        self.row_groups = 0
         self._writer: pq.ParquetWriter | None = None
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+        self._pending_bytes = 0
 
-    def write(self, batch: pa.RecordBatch) -> None:
+    @property
+    def pending_batches(self) -> int:
+        """Batches buffered for the next row group."""
+        return len(self._pending)
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        parts = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
+        for part in parts:
+            start = 0
+            while start < part.num_rows:  # a batch longer than a row group is split
+                piece = part.slice(start, self.max_rows - self._pending_rows)
+                start += piece.num_rows
+                self._pending.append(piece)
+                self._pending_rows += piece.num_rows
+                self._pending_bytes += piece.nbytes
+                if self._pending_rows >= self.max_rows or self._pending_bytes >= self.max_bytes:
+                    self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered batches as one row group (joined first: the file's bytes then do
+        not depend on how the rows were batched; a group is small, so joining is cheap)."""
+        if not self._pending:
+            return
         if self._writer is None:
             self._writer = pq.ParquetWriter(self.path, self.schema)
-        self._writer.write_batch(batch)
+        group = pa.Table.from_batches(self._pending, schema=self.schema).combine_chunks()
+        self._writer.write_table(group)
+        self.rows_written += self._pending_rows
+        self.row_groups += 1
+        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
 
     def close(self) -> None:
+        self.flush()
         if self._writer is not None:
             self._writer.close()
+            self._writer = None
 
 
 class RowTaker:
-    """Rows of a (memory-mapped, many-batch) table by index, a few at a time, in any order.
+    """Rows of a many-batch table (the memory-mapped valid rows) by index, in any order.
 
     ``Table.take`` on a chunked table first concatenates each column's chunks: on a large
     input that copies the whole (memory-mapped) messages column into memory, and past 2 GiB of
     strings the 32-bit offsets overflow ("offset overflow while concatenating arrays"). Here
-    each index is taken from its own record batch, so only the rows asked for are copied.
+    each row asked for is a one-row, zero-copy slice of its own record batch: nothing is
+    concatenated or copied, whatever the size of the rows or of the table.
     """
 
-    def __init__(self, table: pa.Table):
-        self._batches = [b for b in table.to_batches() if b.num_rows]
-        self._schema = table.schema
+    def __init__(
+        self, source: pa.Table | Sequence[pa.RecordBatch], schema: pa.Schema | None = None
+    ):
+        if isinstance(source, pa.Table):
+            schema = source.schema
+            source = source.to_batches()
+        self._batches = [b for b in source if b.num_rows]
+        if schema is None:
+            if not self._batches:
+                raise ValueError("a schema is needed when there are no batches")
+            schema = self._batches[0].schema
+        self._schema = schema
         self._starts: list[int] = []
         total = 0
         for batch in self._batches:
@@ -118,23 +182,16 @@ class RowTaker:
             total += batch.num_rows
         self.num_rows = total
 
+    def row(self, index: int) -> pa.RecordBatch:
+        """Row ``index`` as a one-row view of its batch."""
+        if not 0 <= index < self.num_rows:
+            raise IndexError(f"row {index} out of range (table of {self.num_rows} rows)")
+        b = bisect.bisect_right(self._starts, index) - 1
+        return self._batches[b].slice(index - self._starts[b], 1)
+
     def take(self, indices: Sequence[int]) -> pa.Table:
-        """The rows at ``indices`` (in that order, repeats allowed) as one small table."""
-        by_batch: dict[int, list[tuple[int, int]]] = {}
-        for position, index in enumerate(indices):
-            if not 0 <= index < self.num_rows:
-                raise IndexError(f"row {index} out of range (table of {self.num_rows} rows)")
-            b = bisect.bisect_right(self._starts, index) - 1
-            by_batch.setdefault(b, []).append((position, index - self._starts[b]))
-        parts, order = [], []
-        for b, wanted in by_batch.items():
-            parts.append(self._batches[b].take(pa.array([i for _, i in wanted], pa.int64())))
-            order += [position for position, _ in wanted]
-        if not parts:
-            return self._schema.empty_table()
-        gathered = pa.Table.from_batches(parts, schema=self._schema).combine_chunks()
-        back = sorted(range(len(order)), key=order.__getitem__)  # gathered row -> request order
-        return gathered.take(pa.array(back, pa.int64()))
+        """The rows at ``indices`` (in that order, repeats allowed) as a table of views."""
+        return pa.Table.from_batches([self.row(i) for i in indices], schema=self._schema)
 
 
 def write_stats(out: OutputFiles, stats: dict[str, Any]) -> None:
@@ -143,43 +200,68 @@ def write_stats(out: OutputFiles, stats: dict[str, Any]) -> None:
     )
 
 
+def final_parts(
+    rows: RowTaker, sample: Resampled, *, max_rows: int, max_bytes: int
+) -> Iterator[tuple[int, list[pa.RecordBatch]]]:
+    """The final rows in ``sample`` order, cut into parts of at most ``max_rows`` rows and
+    about ``max_bytes`` (a part ends at the row that reaches it): ``(first position, rows)``."""
+    part: list[pa.RecordBatch] = []
+    size = 0
+    first = 0
+    for k, index in enumerate(sample.index):
+        row = rows.row(index)
+        part.append(row)
+        size += row.nbytes
+        if len(part) >= max_rows or size >= max_bytes:
+            yield first, part
+            part, size, first = [], 0, k + 1
+    if part:
+        yield first, part
+
+
 def write_final(
-    table: pa.Table,
+    valid: ValidRows,
     sample: Resampled,
     out: OutputFiles,
     *,
     keep_metadata: bool,
     write_jsonl: bool,
-    slice_rows: int = 256,
+    max_rows: int = ROW_GROUP_ROWS,
+    max_bytes: int = ROW_GROUP_BYTES,
 ) -> int:
-    """Stage 8: the resampled rows of ``table`` (valid rows), in ``sample`` order, as the final
-    parquet (and JSONL); returns the number of rows written."""
+    """Stage 8: the resampled rows of ``valid``, in ``sample`` order, as the final parquet (and
+    JSONL), one row group per part of :func:`final_parts`; the mapping's pages are released
+    after each part. Returns the number of rows written."""
     cols = ["question", "messages", "gt"]
     if keep_metadata:
         cols += ["_source_file", "_source_row", "_turns"]
-    base = table.select(cols)
-    schema = base.schema
+    base = pa.schema([valid.schema.field(c) for c in cols])
+    schema = base
     if keep_metadata:
         schema = schema.append(pa.field("_resample_multiplier", pa.int64())).append(
             pa.field("_sample_copy", pa.int64())
         )
-    rows = RowTaker(base)
+    rows = RowTaker([b.select(cols) for b in valid.batches], schema=base)
     jsonl = out.temp(FINAL_JSONL).open("w", encoding="utf-8") if write_jsonl else None
     try:
         with pq.ParquetWriter(out.temp(FINAL_PARQUET), schema) as writer:
-            for s in range(0, len(sample.index), slice_rows):
-                part = rows.take(sample.index[s : s + slice_rows])
+            for first, batch_rows in final_parts(rows, sample, max_rows=max_rows,
+                                                 max_bytes=max_bytes):
+                part = pa.Table.from_batches(batch_rows, schema=base)
                 if keep_metadata:
+                    end = first + part.num_rows
                     part = part.append_column(
                         "_resample_multiplier",
-                        pa.array(sample.multipliers[s : s + slice_rows], pa.int64()),
+                        pa.array(sample.multipliers[first:end], pa.int64()),
                     ).append_column(
-                        "_sample_copy", pa.array(sample.copies[s : s + slice_rows], pa.int64())
+                        "_sample_copy", pa.array(sample.copies[first:end], pa.int64())
                     )
                 writer.write_table(part)
                 if jsonl is not None:
                     for rec in part.to_pylist():
                         jsonl.write(json.dumps(_plain_messages(rec), ensure_ascii=False) + "\n")
+                del part, batch_rows
+                valid.release()
     finally:
         if jsonl is not None:
             jsonl.close()
