@@ -6,10 +6,22 @@ ids, written as JSONL to a temporary folder (the wiki-18 shape: title + 100-word
 Queries: the 500 HotpotQA questions and 500 titles of their paragraphs, top-10, one at a time.
 
 Each engine runs in its own process (spawn), so its peak RSS is its own: build time, index size
-on disk, peak RSS, p50/p95 latency and queries/s. "ours" answers with full hits (title, url,
-snippet), FTS5 with the stored id/title/text of the top 10, bm25s with document indices.
+on disk, peak RSS, p50/p95 latency and queries/s. An engine with several modes times them all on
+each query, in turn (the first mode rotating), so that they share the machine's load:
 
-The baselines need the ``bench`` extra: ``pip install -e ".[bench]"`` (bm25s and numba).
+- ``ours``: ``CorpusIndex.search_ids`` (top-10 ids and scores: the same work as bm25s) and
+  ``CorpusIndex.search`` (full hits: title, url, the snippet the agent reads);
+- ``bm25s``: bm25s as its README runs it (``bm25s.tokenize(query, stopwords="en")`` then
+  ``retrieve``, one thread), on its default numpy backend and on ``backend="numba"``, one index;
+  it returns document indices and scores;
+- ``fts5``: SQLite FTS5, ``bm25()`` with the title weighted 2.5, returning id/title/text.
+
+Engines run one after the other, and a shared machine's load changes in between; so, when both
+ran, a last process (the race) loads ours and bm25s-numba from the indexes they built and times
+``ours ids``, ``bm25s numba`` and ``ours hits`` on each query in turn, under the same load.
+
+The baselines need the ``bench`` extra: ``pip install -e ".[bench]"`` (bm25s, numba for its fast
+backend; numba also runs ours on its fast path).
 
 Usage: python benchmarks/bench_index.py [--passages 1000000] [--queries 1000] [--engines ...]
 Results go to stdout (a markdown table) and benchmarks/out/index.json.
@@ -119,15 +131,26 @@ def read_rows(path: Path) -> Iterator[dict[str, str]]:
             yield orjson.loads(line)
 
 
-# --- engines: each returns (build seconds, index folder, search function) -----------------------
+# --- engines: each returns (build seconds, index folder, {mode: search function}) ---------------
+
+Search = Callable[[str], list[Any]]
 
 
-def engine_ours(corpus: Path, work: Path) -> tuple[float, Path, Callable[[str], list[Any]]]:
+def engine_ours(corpus: Path, work: Path) -> tuple[float, Path, dict[str, Search]]:
     start = time.perf_counter()
     info = build_index(corpus, cache_dir=work)
     seconds = time.perf_counter() - start
     index = CorpusIndex(info.path)
-    return seconds, info.path, lambda q: index.search(q, 10)
+    if not index.fast_path:
+        logging.warning("ours: no impact postings or no numba: tantivy alone answers")
+    return (
+        seconds,
+        info.path,
+        {
+            "ours ids": lambda q: index.search_ids(q, 10),
+            "ours hits": lambda q: index.search(q, 10),
+        },
+    )
 
 
 def fts5_query(text: str) -> str:
@@ -135,7 +158,7 @@ def fts5_query(text: str) -> str:
     return " OR ".join(f'"{w}"' for w in _WORD.findall(text.lower())[:48])
 
 
-def engine_fts5(corpus: Path, work: Path) -> tuple[float, Path, Callable[[str], list[Any]]]:
+def engine_fts5(corpus: Path, work: Path) -> tuple[float, Path, dict[str, Search]]:
     folder = work / "fts5"
     folder.mkdir()
     db = folder / "index.db"
@@ -161,121 +184,186 @@ def engine_fts5(corpus: Path, work: Path) -> tuple[float, Path, Callable[[str], 
         match = fts5_query(q)
         return con.execute(sql, (match,)).fetchall() if match else []
 
-    return seconds, folder, search
+    return seconds, folder, {"fts5": search}
 
 
-def engine_bm25s(corpus: Path, work: Path, backend: str = "numpy"
-                 ) -> tuple[float, Path, Callable[[str], list[Any]]]:
+def engine_bm25s(corpus: Path, work: Path) -> tuple[float, Path, dict[str, Search]]:
+    """One bm25s index (title + text, English stopwords), retrieved with both backends."""
     import bm25s
 
-    folder = work / f"bm25s-{backend}"
+    folder = work / "bm25s"
     start = time.perf_counter()
     texts = [f"{r['title']} {r['text']}" for r in read_rows(corpus)]
     tokens = bm25s.tokenize(texts, stopwords="en", show_progress=False)
     del texts
-    retriever = bm25s.BM25(backend=backend)  # "numba": bm25s's fast path (pip: numba)
+    retriever = bm25s.BM25()  # as bm25s's README: the numpy backend
     retriever.index(tokens, show_progress=False)
     retriever.save(str(folder))
     seconds = time.perf_counter() - start
     del tokens
+    fast = bm25s.BM25(backend="numba")  # bm25s's fast path, on the same index arrays
+    for name in ("scores", "vocab_dict", "unique_token_ids_set", "nonoccurrence_array"):
+        setattr(fast, name, getattr(retriever, name))
 
-    def search(q: str) -> list[Any]:
-        qt = bm25s.tokenize([q], stopwords="en", show_progress=False)
-        if not qt.vocab:
-            return []
-        docs, _scores = retriever.retrieve(qt, k=10, show_progress=False, n_threads=1)
-        return list(docs[0])
+    def searcher(engine: Any) -> Search:
+        def search(q: str) -> list[Any]:
+            qt = bm25s.tokenize([q], stopwords="en", show_progress=False)
+            if not qt.vocab:
+                return []
+            docs, scores = engine.retrieve(qt, k=10, show_progress=False, n_threads=1)
+            return list(zip(docs[0].tolist(), scores[0].tolist(), strict=True))
 
-    return seconds, folder, search
+        return search
+
+    return seconds, folder, {"bm25s numpy": searcher(retriever), "bm25s numba": searcher(fast)}
 
 
-def engine_bm25s_numba(corpus: Path, work: Path) -> tuple[float, Path, Callable[[str], list[Any]]]:
-    return engine_bm25s(corpus, work, backend="numba")
-
-
-ENGINES = {"ours": engine_ours, "fts5": engine_fts5, "bm25s": engine_bm25s,
-           "bm25s-numba": engine_bm25s_numba}
+ENGINES = {"ours": engine_ours, "fts5": engine_fts5, "bm25s": engine_bm25s}
 
 
 def _dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def run_engine(name: str, corpus: str, queries: list[str], budget: float, result: Any) -> None:
-    """Child process: build, measure size, warm up, time each query until ``budget`` seconds
-    are spent; send a dict back."""
-    logging.basicConfig(level=logging.WARNING)
-    work = Path(tempfile.mkdtemp(prefix=f"bench-{name}-", dir=Path(corpus).parent))
-    build_seconds, folder, search = ENGINES[name](Path(corpus), work)
-    build_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    size = _dir_size(folder)
+def time_modes(
+    modes: dict[str, Search], queries: list[str], budget: float
+) -> dict[str, dict[str, Any]]:
+    """Warm up, then time each query in every mode, in turn (the first mode rotating), until
+    ``budget`` seconds are spent: p50/p95/queries/s per mode and the load average around."""
     for q in queries[-20:]:
-        search(q)
-    latencies = []
-    empty = 0
+        for search in modes.values():
+            search(q)
+    names = list(modes)
+    latencies: dict[str, list[float]] = {m: [] for m in names}
+    empty = dict.fromkeys(names, 0)
+    load_before = os.getloadavg()[0]
     wall = time.perf_counter()
-    for q in queries:
-        t0 = time.perf_counter()
-        hits = search(q)
-        latencies.append((time.perf_counter() - t0) * 1000)
-        empty += not hits
+    for i, q in enumerate(queries):
+        for mode in names[i % len(names) :] + names[: i % len(names)]:
+            t0 = time.perf_counter()
+            hits = modes[mode](q)
+            latencies[mode].append((time.perf_counter() - t0) * 1000)
+            empty[mode] += not hits
         if time.perf_counter() - wall > budget:
             break
-    wall = time.perf_counter() - wall
-    latencies.sort()
-    result.send(
-        {
-            "engine": name,
-            "build_s": round(build_seconds, 2),
-            "size_mb": round(size / 1e6, 1),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-            "build_peak_rss_mb": round(build_rss),
-            "p50_ms": round(statistics.median(latencies), 3),
-            "p95_ms": round(latencies[int(0.95 * (len(latencies) - 1))], 3),
-            "qps": round(len(latencies) / wall, 1),
-            "timed": len(latencies),
-            "empty": empty,
+    load = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    out = {}
+    for mode in names:
+        times = sorted(latencies[mode])
+        out[mode] = {
+            "p50_ms": round(statistics.median(times), 3),
+            "p95_ms": round(times[int(0.95 * (len(times) - 1))], 3),
+            "qps": round(len(times) / (sum(times) / 1000), 1),
+            "timed": len(times),
+            "empty": empty[mode],
+            "load": load,
         }
+    return out
+
+
+def run_engine(name: str, corpus: str, queries: list[str], budget: float, result: Any) -> None:
+    """Child process: build, measure size and memory, time the engine's modes; send one dict
+    per mode back (the index stays on disk for the race, see :func:`run_race`)."""
+    logging.basicConfig(level=logging.WARNING)
+    work = Path(tempfile.mkdtemp(prefix=f"bench-{name}-", dir=Path(corpus).parent))
+    build_seconds, folder, modes = ENGINES[name](Path(corpus), work)
+    build_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    size = _dir_size(folder)
+    timed = time_modes(modes, queries, budget)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result.send(
+        [
+            {
+                "engine": mode,
+                "build_s": round(build_seconds, 2),
+                "size_mb": round(size / 1e6, 1),
+                "peak_rss_mb": round(rss),
+                "build_peak_rss_mb": round(build_rss),
+                **figures,
+                "folder": str(folder),
+                "work": str(work),
+            }
+            for mode, figures in timed.items()
+        ]
     )
-    shutil.rmtree(work, ignore_errors=True)
 
 
-def measure(name: str, corpus: Path, queries: list[str], budget: float) -> dict[str, Any]:
+def run_race(ours: str, bm25s_folder: str, queries: list[str], budget: float, result: Any) -> None:
+    """Child process: ours and bm25s-numba loaded side by side from the indexes the engines
+    built, timed on each query in turn: the same load for both, whatever the machine does."""
+    import bm25s
+
+    logging.basicConfig(level=logging.WARNING)
+    index = CorpusIndex(ours)
+    fast = bm25s.BM25.load(bm25s_folder, backend="numba", show_progress=False)
+
+    def numba_search(q: str) -> list[Any]:
+        qt = bm25s.tokenize([q], stopwords="en", show_progress=False)
+        if not qt.vocab:
+            return []
+        docs, scores = fast.retrieve(qt, k=10, show_progress=False, n_threads=1)
+        return list(zip(docs[0].tolist(), scores[0].tolist(), strict=True))
+
+    modes: dict[str, Search] = {
+        "race: ours ids": lambda q: index.search_ids(q, 10),
+        "race: bm25s numba": numba_search,
+        "race: ours hits": lambda q: index.search(q, 10),
+    }
+    result.send([{"engine": m, **f} for m, f in time_modes(modes, queries, budget).items()])
+
+
+def _child(target: Any, args: tuple[Any, ...], name: str) -> list[dict[str, Any]]:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=run_engine, args=(name, str(corpus), queries, budget, child))
+    proc = ctx.Process(target=target, args=(*args, child))
     proc.start()
     child.close()
     try:
-        row = parent.recv()
+        rows = parent.recv()
     except EOFError:
-        row = {"engine": name, "error": f"exit code {proc.join() or proc.exitcode}"}
+        rows = [{"engine": name, "error": f"exit code {proc.join() or proc.exitcode}"}]
     proc.join()
-    print(json.dumps(row), flush=True)
-    return row
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def measure(name: str, corpus: Path, queries: list[str], budget: float) -> list[dict[str, Any]]:
+    return _child(run_engine, (name, str(corpus), queries, budget), name)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """Markdown table; ratios are the baseline's figure divided by ours (>1: ours is better)."""
-    ours = next((r for r in rows if r["engine"] == "ours" and "error" not in r), None)
+    """Markdown table; ratios are the baseline's figure divided by ours (>1: ours is better),
+    against ``ours ids`` for bm25s (document numbers and scores: the same work) and against
+    ``ours hits`` for FTS5 (stored text)."""
+    ours = {r["engine"]: r for r in rows if "ours" in r["engine"] and "error" not in r}
     cols = ["build_s", "size_mb", "peak_rss_mb", "p50_ms", "p95_ms", "qps"]
     lines = [
         "| engine | build s | index MB | peak RSS MB | p50 ms | p95 ms | queries/s "
-        "| timed | empty |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| timed | empty | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['engine']} | {r['error']} ||||||||")
+            lines.append(f"| {r['engine']} | {r['error']} |||||||||")
             continue
+        ref = None
+        if r["engine"] == "race: bm25s numba":
+            ref = ours.get("race: ours ids")
+        elif not r["engine"].startswith(("ours", "race")):
+            ref = ours.get("ours ids" if r["engine"].startswith("bm25s") else "ours hits")
         cells = []
         for c in cols:
+            if c not in r:  # a race row: the engines' own rows give build and size
+                cells.append("")
+                continue
             cell = f"{r[c]:g}"
-            if ours and r is not ours and ours[c]:
-                ratio = ours[c] / r[c] if c == "qps" else r[c] / ours[c]
+            if ref and ref[c]:
+                ratio = ref[c] / r[c] if c == "qps" else r[c] / ref[c]
                 cell += f" ({ratio:.1f}x)"
             cells.append(cell)
-        tail = f" | {r['timed']} | {r['empty']} |"
+        load = "-".join(f"{x:g}" for x in r.get("load", []))
+        tail = f" | {r['timed']} | {r['empty']} | {load} |"
         lines.append(f"| {r['engine']} | " + " | ".join(cells) + tail)
     return "\n".join(lines)
 
@@ -300,7 +388,11 @@ def main() -> None:
             )
         queries = bench_queries(args.queries)
         print(f"load average before: {os.getloadavg()}, cores: {os.cpu_count()}")
-        rows = [measure(name, corpus, queries, args.budget) for name in args.engines]
+        rows = [row for name in args.engines for row in measure(name, corpus, queries, args.budget)]
+        built = {r["engine"]: r["folder"] for r in rows if "folder" in r}
+        if "ours ids" in built and "bm25s numba" in built:
+            race = (built["ours ids"], built["bm25s numba"], queries, args.budget)
+            rows += _child(run_race, race, "race")
         print(f"load average after: {os.getloadavg()}")
         print(
             f"\n{args.passages:,} passages, up to {len(queries)} queries ({args.budget:g}s budget "
@@ -318,6 +410,8 @@ def main() -> None:
         }
         (OUT / "index.json").write_text(json.dumps(record, indent=2))
     finally:
+        for work in {r.get("work") for r in locals().get("rows", [])} - {None}:
+            shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import tantivy
 
-from drvenus.corpus import CorpusError, CorpusIndex, build_index, load_corpus, url_key
+from drvenus.corpus import CorpusError, CorpusIndex, build_index, impact, load_corpus, url_key
 from drvenus.corpus import index as index_module
 from drvenus.corpus.index import SNIPPET_CHARS, TITLE_BOOST, sanitize_query
 from drvenus.corpus.urls import _canonical_key
@@ -99,9 +99,10 @@ def built(
                 cache_dir=cache,
                 on_progress=lambda d, t, c=calls: c.append((d, t)),
                 threads=1,
+                impacts=True,  # not the default at this size
             )
             out[fmt] = (CorpusIndex(info.path), calls)
-        info = build_index(corpora["jsonl"], cache_dir=cache / "threads", threads=2)
+        info = build_index(corpora["jsonl"], cache_dir=cache / "threads", threads=2, impacts=True)
         out["threads"] = (CorpusIndex(info.path), [])
     return out
 
@@ -184,25 +185,119 @@ def reference_search(index: CorpusIndex, query: str, k: int) -> list[tuple[str, 
     return out
 
 
-@pytest.mark.parametrize("candidates", [(250,), (40,), (5,), (1, 3)])
-def test_fast_search_is_exact(
-    built: dict[str, tuple[CorpusIndex, list]], candidates: tuple[int, ...], monkeypatch
-) -> None:
-    """Same top-k order and snippets as full evaluation, whichever path answers."""
-    monkeypatch.setattr(index_module, "CANDIDATES", candidates)
-    monkeypatch.setattr(index_module, "TWO_STAGE_MIN_DOCS", 0)
-    index = built["jsonl"][0]
+def exactness_queries() -> list[str]:
     rng = random.Random(3)
-    queries = QUERIES + [
+    return QUERIES + [
         " ".join(
             rng.choice(COMMON + TOPICS + ["w1", "w2", "w99"]) for _ in range(rng.randrange(1, 12))
         )
         for _ in range(60)
     ]
-    for query in queries:
+
+
+@pytest.mark.parametrize("candidates", [(250,), (40,), (5,), (1, 3)])
+def test_two_stage_search_is_exact(
+    built: dict[str, tuple[CorpusIndex, list]], candidates: tuple[int, ...], monkeypatch
+) -> None:
+    """tantivy's own path (no impact postings): same top-k order and snippets as full
+    evaluation, whichever stage answers."""
+    monkeypatch.setattr(index_module, "CANDIDATES", candidates)
+    monkeypatch.setattr(index_module, "TWO_STAGE_MIN_DOCS", 0)
+    index = CorpusIndex(built["jsonl"][0].path, impacts=False)
+    assert not index.fast_path
+    for query in exactness_queries():
         for k in (1, 10):
             got = [(h.id, h.snippet) for h in index.search(query, k)]
             assert got == reference_search(index, query, k), (query, k)
+
+
+needs_numba = pytest.mark.skipif(not impact.can_search(), reason="numba is not installed")
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    ("share", "cheap"), [(0.5, 0.005), (0.0, 0.005), (0.99, 0.0), (0.99, 1.0), (0.2, 0.05)]
+)
+def test_impact_search_is_exact(
+    built: dict[str, tuple[CorpusIndex, list]], share: float, cheap: float, monkeypatch
+) -> None:
+    """The impact path: same top-k order, snippets and scores as tantivy's full evaluation,
+    however the clauses split between summed and looked up."""
+    monkeypatch.setattr(impact, "LOOKUP_SHARE", share)
+    monkeypatch.setattr(impact, "CHEAP_FRACTION", cheap)
+    for fmt in ("jsonl", "threads"):  # one segment, several segments
+        index = built[fmt][0]
+        assert index.fast_path
+        for query in exactness_queries():
+            for k in (1, 3, 10):
+                got = index.search(query, k)
+                assert [(h.id, h.snippet) for h in got] == reference_search(index, query, k)
+                want = [s for s, _ in reference_scores(index, query, k)]
+                assert [h.score for h in got] == pytest.approx(want, rel=1e-5), query
+                assert index.search_ids(query, k) == [(h.id, h.score) for h in got]
+
+
+@needs_numba
+@pytest.mark.parametrize(("min_df", "chunk"), [(1, 1 << 20), (10**9, 1 << 20), (16, 128)])
+def test_impact_postings_with_every_or_no_term_stored(
+    corpora: dict[str, Path], tmp_path: Path, min_df: int, chunk: int, monkeypatch
+) -> None:
+    """Terms left out of the store (rarer than MIN_DF) are read from tantivy at query time;
+    common terms are read in row ranges when building (CHUNK_ROWS)."""
+    monkeypatch.setattr(impact, "MIN_DF", min_df)
+    monkeypatch.setattr(impact, "SMALL_CORPUS", 0)
+    monkeypatch.setattr(impact, "CHUNK_ROWS", chunk)
+    info = build_index(corpora["jsonl"], cache_dir=tmp_path, threads=2, impacts=True)
+    index = CorpusIndex(info.path)
+    assert index.fast_path
+    stored = sum(f["terms"] for f in index._impacts.meta["fields"].values())
+    assert (stored == 0) == (min_df > N_DOCS)
+    for query in exactness_queries()[:30]:
+        got = [(h.id, h.snippet) for h in index.search(query, 10)]
+        assert got == reference_search(index, query, 10), query
+
+
+def test_impact_dir_name() -> None:
+    assert index_module.IMPACT_DIR == impact.IMPACT_DIR
+
+
+@pytest.mark.parametrize("impacts", [False, None])
+def test_index_without_impact_postings(
+    corpora: dict[str, Path], tmp_path: Path, impacts: bool | None
+) -> None:
+    """Not asked for, or (by default) a corpus under IMPACT_MIN_DOCS: tantivy alone."""
+    info = build_index(corpora["jsonl"], cache_dir=tmp_path, impacts=impacts)
+    index = CorpusIndex(info.path)
+    assert not index.fast_path and not (info.path / impact.IMPACT_DIR).exists()
+    assert not index.meta["impacts"]
+    hits = index.search("comet glacier", 5)
+    assert hits and index.search_ids("comet glacier", 5) == [(h.id, h.score) for h in hits]
+    assert index.search_ids("zzz nothing", 5) == [] and index.search_ids("", 5) == []
+
+
+@needs_numba
+def test_stale_impact_postings_are_ignored(corpora: dict[str, Path], tmp_path: Path) -> None:
+    info = build_index(corpora["jsonl"], cache_dir=tmp_path, impacts=True)
+    meta_file = info.path / impact.IMPACT_DIR / "impact.json"
+    meta = json.loads(meta_file.read_text())
+    meta_file.write_text(json.dumps({**meta, "doc_count": meta["doc_count"] + 1}))
+    index = CorpusIndex(info.path)
+    assert not index.fast_path
+    assert index.search("comet glacier", 3)
+
+
+def reference_scores(index: CorpusIndex, query: str, k: int) -> list[tuple[float, str]]:
+    text = sanitize_query(query)
+    if not text:
+        return []
+    parsed, _ = index._index.parse_query_lenient(
+        text, ["title", "text"], field_boosts={"title": TITLE_BOOST}
+    )
+    searcher = index._index.searcher()
+    return [
+        (score, searcher.doc(address).get_first("id"))
+        for score, address in searcher.search(parsed, limit=k).hits
+    ]
 
 
 def test_url_key_fast_path_matches_the_long_way() -> None:

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tantivy
 
@@ -40,9 +40,12 @@ from drvenus.corpus.documents import (
 )
 from drvenus.corpus.urls import url_key
 
+if TYPE_CHECKING:
+    from drvenus.corpus.impact import Impacts
+
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: impact postings
 TOKENIZER = "drvenus_en"
 TITLE_BOOST = 2.5
 SNIPPET_CHARS = 260
@@ -56,6 +59,9 @@ BM25_K1 = 1.2  # tantivy's
 COMMON_FRACTION = 0.05  # a term in more than this share of the texts is "common" (see search)
 CANDIDATES = (250,)  # first-stage depths tried before the plain full query
 TWO_STAGE_MIN_DOCS = 500_000  # measured: slower than one pass at 200K passages, faster at 1M
+IMPACT_MIN_DOCS = 100_000  # by default, impact postings from this corpus size up
+IMPACT_DIR = "impact"  # drvenus.corpus.impact.IMPACT_DIR
+_BOOSTS = {"title": TITLE_BOOST, "text": 1.0}  # the clause boosts the impact postings store
 
 ProgressFn = Callable[[int, int | None], None]
 """Called as ``fn(documents_indexed, expected_rows_or_None)`` during a build."""
@@ -213,6 +219,7 @@ def build_index(
     progress: bool = False,
     on_progress: ProgressFn | None = None,
     threads: int | None = None,
+    impacts: bool | None = None,
 ) -> IndexInfo:
     """Build the index of a corpus unless a valid cached one exists; return where it is.
 
@@ -220,8 +227,10 @@ def build_index(
     The corpus is streamed (memory is bounded by the writer heap, not the corpus size).
     ``progress`` shows a progress bar on stderr; ``on_progress`` is called every
     ``PROGRESS_EVERY`` documents and once at the end. ``threads``: indexing threads (default:
-    all cores, at most 8). Raises :class:`CorpusError` for a missing file or a corpus without
-    usable rows.
+    all cores, at most 8). ``impacts``: also store every term's BM25 scores for the fast search
+    path (:mod:`drvenus.corpus.impact`; needs numpy): None (default) for corpora of at least
+    ``IMPACT_MIN_DOCS`` documents, where tantivy alone gets slow. Raises :class:`CorpusError`
+    for a missing file or a corpus without usable rows.
     """
     spec = corpus_spec(source, field_map=field_map)
     final = index_dir(spec, cache_dir)
@@ -235,7 +244,10 @@ def build_index(
     tmp = root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        meta = _write_index(spec, tmp, progress, on_progress, threads)
+        from drvenus.corpus import impact  # numpy: imported when building
+
+        with_impacts = impacts if impact.can_build() else False
+        meta = _write_index(spec, tmp, progress, on_progress, threads, with_impacts)
         _publish(tmp, final, replace=force)
     finally:
         if tmp.exists():
@@ -258,6 +270,7 @@ def _write_index(
     progress: bool,
     on_progress: ProgressFn | None,
     threads: int | None,
+    impacts: bool | None,
 ) -> dict[str, Any]:
     start = time.perf_counter()
     index = tantivy.Index(_schema(), path=str(path), reuse=False)
@@ -271,6 +284,9 @@ def _write_index(
     docs = iter_documents(spec, stats)
     add = writer.add_document
     make = tantivy.Document
+    from drvenus.corpus import impact
+
+    ids = impact.IdWriter(path / IMPACT_DIR) if impacts is not False else None
     for row, doc in enumerate(_with_progress(docs, spec, progress, on_progress)):
         key = url_key(doc.url) or doc.url
         page = make(
@@ -279,9 +295,18 @@ def _write_index(
         page.add_unsigned("row", row)
         page.add_unsigned("row_term", row)
         add(page)
+        if ids is not None:
+            ids.add(doc.id)
     report(spec, stats)  # raises CorpusError when nothing was usable
     writer.commit()
     writer.wait_merging_threads()
+    impact_meta = None
+    if ids is not None:
+        ids.close()
+        if impacts or stats.documents >= IMPACT_MIN_DOCS:
+            impact_meta = impact.write_impacts(index, path / IMPACT_DIR, _BOOSTS)
+        else:
+            shutil.rmtree(path / IMPACT_DIR)
     meta = {
         "schema_version": SCHEMA_VERSION,
         "doc_count": stats.documents,
@@ -294,6 +319,8 @@ def _write_index(
         "field_map": dict(spec.field_map),
         "corpus_key": corpus_key(spec),
         "tantivy": tantivy.__version__,
+        "impacts": impact_meta is not None,
+        "impact_seconds": impact_meta["seconds"] if impact_meta else None,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     # The meta file is written last: its presence marks a complete index.
@@ -399,8 +426,9 @@ def _remove_stale_tmp(root: Path) -> None:
 _WORD = re.compile(r"[^\W_]+")  # letters and digits; "_" separates words
 _PHRASE = re.compile(r'"([^"]+)"')
 # question words never locate an answer; the snippet choice ignores them
-_QUESTION_TOKENS = frozenset({"what", "who", "whom", "whose", "when", "where", "which", "why",
-                              "how"})
+_QUESTION_TOKENS = frozenset(
+    {"what", "who", "whom", "whose", "when", "where", "which", "why", "how"}
+)
 _MENTION_TOKENS = 4  # the rarest query tokens the lead lacks, each looked up in the page
 
 
@@ -450,9 +478,13 @@ def _char_span(text: str, byte_start: int, byte_end: int) -> tuple[int, int]:
 
 
 class CorpusIndex:
-    """An opened index: BM25 search and the URL -> page store. Thread-safe."""
+    """An opened index: BM25 search and the URL -> page store. Thread-safe.
 
-    def __init__(self, path: str | Path) -> None:
+    ``impacts``: search with the index's impact postings when it has them and numba is
+    installed (same results as tantivy's search, much faster with common words); False keeps
+    every search in tantivy."""
+
+    def __init__(self, path: str | Path, *, impacts: bool = True) -> None:
         self.path = Path(path)
         meta = _read_meta(self.path)
         if meta is None:
@@ -467,10 +499,22 @@ class CorpusIndex:
         self._schema = self._index.schema
         self._analyzer = _analyzer()
         self._searcher = self._index.searcher()  # the index never changes once built
+        self._impacts: Impacts | None = None
+        if impacts and (self.path / IMPACT_DIR).is_dir():
+            from drvenus.corpus.impact import Impacts  # numpy, numba: imported when needed
+
+            self._impacts = Impacts.open(self.path, self._searcher.num_docs)
+        if impacts and self._impacts is None and meta.get("impacts"):
+            log.info("%s: numba is not installed; searching with tantivy alone", self.path)
 
     @property
     def doc_count(self) -> int:
         return self._searcher.num_docs
+
+    @property
+    def fast_path(self) -> bool:
+        """Whether searches use the impact postings (see :mod:`drvenus.corpus.impact`)."""
+        return self._impacts is not None
 
     def __len__(self) -> int:
         return self.doc_count
@@ -483,22 +527,13 @@ class CorpusIndex:
         text = sanitize_query(query if isinstance(query, str) else str(query))
         if not text or k <= 0:
             return []
-        searcher = self._searcher
-        clauses = self._clauses(text)
-        if clauses is not None:
-            parsed = _union(clauses)
-            top = self._top_k(clauses, parsed, k)
-        else:
-            try:
-                parsed, _errors = self._index.parse_query_lenient(
-                    text, _SEARCH_FIELDS, field_boosts={"title": TITLE_BOOST}
-                )
-            except ValueError as exc:  # defensive: the sanitised text should always parse
-                log.warning("query %r could not be parsed: %s", query, exc)
-                return []
-            top = searcher.search(parsed, limit=k, count=False).hits
+        ranked = self._rank(text, k)
+        if ranked is None:
+            return []
+        top, parsed = ranked
         if not top:
             return []
+        searcher = self._searcher
         snippets = tantivy.SnippetGenerator.create(searcher, parsed, self._schema, "text")
         snippets.set_max_num_chars(SNIPPET_CHARS)
         weights = self.term_weights(text)
@@ -524,6 +559,117 @@ class CorpusIndex:
             )
         return hits
 
+    def search_ids(self, query: str, k: int = 10) -> list[tuple[str, float]]:
+        """The (id, score) of the top ``k`` documents for ``query``: the ranking of
+        :meth:`search` without loading pages or making snippets."""
+        text = sanitize_query(query if isinstance(query, str) else str(query))
+        if not text or k <= 0:
+            return []
+        words = self._words(text)
+        if words is not None and self._impact_ready():
+            assert self._impacts is not None
+            return [
+                (self._impacts.doc_id(number), score)
+                for score, number in self._impact_top_k(words, k)
+            ]
+        ranked = self._rank(text, k)
+        if ranked is None:
+            return []
+        searcher = self._searcher
+        return [
+            (searcher.doc(address).get_first("id") or "", float(score))
+            for score, address in ranked[0]
+        ]
+
+    def _rank(self, text: str, k: int) -> tuple[list[tuple[float, Any]], tantivy.Query] | None:
+        """The top ``k`` (score, address) of sanitised ``text`` and a query of its terms (for
+        snippets), or None when the text cannot be parsed."""
+        words = self._words(text)
+        if words is not None and self._impact_ready():
+            assert self._impacts is not None
+            top = [
+                (score, self._impacts.address(number))
+                for score, number in self._impact_top_k(words, k)
+            ]
+            tokens = dict.fromkeys(words[0] + [t for phrase in words[1] for t in phrase])
+            terms = [tantivy.Query.term_query(self._schema, "text", t) for t in tokens]
+            return top, _union(terms)
+        searcher = self._searcher
+        clauses = self._clauses(text)
+        if clauses is not None:
+            parsed = _union(clauses)
+            return self._top_k(clauses, parsed, k), parsed
+        try:
+            parsed, _errors = self._index.parse_query_lenient(
+                text, _SEARCH_FIELDS, field_boosts={"title": TITLE_BOOST}
+            )
+        except ValueError as exc:  # defensive: the sanitised text should always parse
+            log.warning("query %r could not be parsed: %s", text, exc)
+            return None
+        return searcher.search(parsed, limit=k, count=False).hits, parsed
+
+    def _words(self, text: str) -> tuple[list[str], list[list[str]]] | None:
+        """The token of each distinct word of sanitised ``text`` and the tokens of each
+        distinct phrase; None when a word is not exactly one token (the parser decides)."""
+        words = _PHRASE.sub(" ", text).split()
+        tokens = []
+        for word in dict.fromkeys(words):
+            analyzed = self._analyzer.analyze(word)
+            if len(analyzed) != 1:
+                return None
+            tokens.append(analyzed[0])
+        phrases = []
+        for phrase in dict.fromkeys(_PHRASE.findall(text)):
+            analyzed = [self._analyzer.analyze(w) for w in phrase.split()]
+            if any(len(t) != 1 for t in analyzed):
+                return None
+            phrases.append([t for (t,) in analyzed])
+        return tokens, phrases
+
+    def _impact_ready(self) -> bool:
+        impacts = self._impacts
+        return (
+            impacts is not None
+            and impacts.boost("title") == TITLE_BOOST
+            and impacts.boost("text") == 1.0
+        )
+
+    def _impact_top_k(
+        self, terms: tuple[list[str], list[list[str]]], k: int
+    ) -> list[tuple[float, int]]:
+        """The clauses of :meth:`_clauses` (per word, then per phrase: title, boosted, and
+        text) on the impact path; phrase clauses are read from tantivy."""
+        from drvenus.corpus.impact import hits_arrays
+
+        assert self._impacts is not None
+        tokens, phrases = terms
+        searcher = self._searcher
+        extra = []
+        for phrase in phrases:
+            words = list(enumerate(phrase))
+            for field, boost in (("title", TITLE_BOOST), ("text", 1.0)):
+                most = min(searcher.doc_freq(field, token) for token in phrase)
+                if most == 0:
+                    continue
+                query = _boost(tantivy.Query.phrase_query(self._schema, field, words), boost)
+                hits = searcher.search(query, limit=most, count=False).hits
+                if hits:
+                    extra.append(hits_arrays(hits, self._impacts.base))
+        clauses = [(field, token) for token in tokens for field in ("title", "text")]
+        return self._impacts.top_k(clauses, k, searcher.doc_freq, self._fetch_postings, extra)
+
+    def _fetch_postings(self, field: str, token: str, df: int) -> tuple[Any, Any]:
+        """(document numbers, scores) of a term too rare for the impact postings."""
+        from drvenus.corpus.impact import hits_arrays
+
+        assert self._impacts is not None
+        query = _boost(
+            tantivy.Query.term_query(self._schema, field, token),
+            TITLE_BOOST if field == "title" else 1.0,
+        )
+        hits = self._searcher.search(query, limit=df, count=False).hits
+        return hits_arrays(hits, self._impacts.base)
+
     def term_weights(self, text: str) -> dict[str, float]:
         """Each token of sanitised query ``text`` with its idf in the page texts."""
         n = self._searcher.num_docs
@@ -543,8 +689,11 @@ class CorpusIndex:
         country). So "capital of Hungary" on the page "Hungary" shows the window that says
         "capital", and "Dracula" on "Dracula" shows "1897 novel by Bram Stoker"."""
         shown = set(self._analyzer.analyze(title)) if title else set()
-        wanted = {t: w for t, w in weights.items()
-                  if t not in shown and t not in _QUESTION_TOKENS and w > 0}
+        wanted = {
+            t: w
+            for t, w in weights.items()
+            if t not in shown and t not in _QUESTION_TOKENS and w > 0
+        }
         lead = make_snippet(body, 0, 0)
         candidates = [lead]
         if start:
