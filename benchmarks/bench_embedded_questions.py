@@ -37,7 +37,8 @@ Metrics per variant:
 - s/question: mean of the records' ``elapsed_seconds``; total: wall time of the variant
 
 Usage: python benchmarks/bench_embedded_questions.py [--limit N] [--variants baseline,ours]
-       [--parallel 2] [--threads N] [--time-limit S]
+       [--parallel 2] [--threads N] [--time-limit S] [--max-steps N] [--max-tokens N]
+(smallest: ``--limit 1 --variants ours --parallel 1 --max-steps 1 --max-tokens 48``).
 Set DRVENUS_CACHE_DIR to reuse the index and the model. Writes
 ``benchmarks/out/embedded_questions_results.json`` (summary + one row per run).
 """
@@ -434,7 +435,12 @@ async def run_variant(
     settings = load_settings(**overrides)
     with preset(variant):
         stack = await asyncio.to_thread(build_stack, settings, parallel=args.parallel)
-    stack.agent.config = replace(stack.agent.config, current_date=BENCH_DATE)
+    config = replace(stack.agent.config, current_date=BENCH_DATE)
+    if args.max_steps:
+        config = replace(config, max_steps=args.max_steps)
+    if args.max_tokens:
+        config = replace(config, sampling=replace(config.sampling, max_tokens=args.max_tokens))
+    stack.agent.config = config
     slots = asyncio.Semaphore(args.parallel)
     done = 0
 
@@ -548,6 +554,10 @@ def main() -> None:
                     help="llama.cpp threads (default: the settings', i.e. all usable cores)")
     ap.add_argument("--time-limit", type=float, default=None,
                     help="override every variant's per-question time limit (seconds)")
+    ap.add_argument("--max-steps", type=int, default=None,
+                    help="override every variant's step limit (smoke runs)")
+    ap.add_argument("--max-tokens", type=int, default=None,
+                    help="override every variant's tokens per model call (smoke runs)")
     args = ap.parse_args()
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in names if v not in VARIANTS]

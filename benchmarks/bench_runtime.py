@@ -8,6 +8,7 @@
    through 4 slots (ours), and with 1 worker (the baseline: one question at a time).
 
 Usage: python benchmarks/bench_runtime.py [--part cache|throughput|all] [--questions 8]
+(smallest: ``--part cache --steps 1 --max-tokens 32``)
 Results go to stdout and benchmarks/out/runtime.json.
 """
 
@@ -24,10 +25,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from drvenus.agent import ResearchAgent, TraceEvent
-from drvenus.batch import Item, run_batch
+from drvenus.batch import run_batch
 from drvenus.config import load_settings
 from drvenus.llm import embedded
 from drvenus.llm.llamacpp import llamacpp_model
+from drvenus.questions import Question
 from drvenus.stack import EMBEDDED_AGENT, build_stack, build_toolbox
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -48,7 +50,8 @@ QUESTIONS = [
 ]
 
 
-async def cached_run(cache: bool, steps: int) -> list[dict[str, float]]:
+async def cached_run(cache: bool, steps: int, max_tokens: int | None = None
+                     ) -> list[dict[str, float]]:
     """Per-step prompt/evaluated tokens and model seconds of one embedded run."""
     settings = load_settings()
     path = embedded.embedded_model_path(settings.models_root())
@@ -60,6 +63,8 @@ async def cached_run(cache: bool, steps: int) -> list[dict[str, float]]:
         extra_body=None if cache else {"cache_prompt": False},
     )
     config = replace(EMBEDDED_AGENT, max_steps=steps, max_context_tokens=7000, time_limit=900)
+    if max_tokens:
+        config = replace(config, sampling=replace(config.sampling, max_tokens=max_tokens))
     agent = ResearchAgent(model, build_toolbox(settings), config)
     rows: list[dict[str, float]] = []
     last = [time.perf_counter()]
@@ -86,10 +91,10 @@ async def cached_run(cache: bool, steps: int) -> list[dict[str, float]]:
     return rows
 
 
-def part_cache(steps: int) -> dict:
+def part_cache(steps: int, max_tokens: int | None = None) -> dict:
     result = {}
     for label, cache in (("ours (prompt cache)", True), ("baseline (no cache)", False)):
-        rows = asyncio.run(cached_run(cache, steps))
+        rows = asyncio.run(cached_run(cache, steps, max_tokens))
         result[label] = rows
         print(f"\n{label}")
         print(f"{'call':>4} {'step':>4} {'prompt':>7} {'evaluated':>9} {'seconds':>8}")
@@ -106,7 +111,7 @@ def part_cache(steps: int) -> dict:
 async def batch(workers: int, questions: list[str]) -> float:
     settings = load_settings()
     stack = build_stack(settings, parallel=workers)
-    items = [Item(f"q{i}", q) for i, q in enumerate(questions)]
+    items = [Question(f"q{i}", q) for i, q in enumerate(questions)]
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         try:
@@ -134,10 +139,13 @@ def main() -> None:
     ap.add_argument("--part", choices=["cache", "throughput", "all"], default="all")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--questions", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=None,
+                    help="tokens per model call in the cache part (default: the embedded "
+                    "agent's; smoke runs)")
     args = ap.parse_args()
     report: dict = {"machine": f"{platform.machine()} {platform.processor()}".strip()}
     if args.part in ("cache", "all"):
-        report["cache"] = part_cache(args.steps)
+        report["cache"] = part_cache(args.steps, args.max_tokens)
     if args.part in ("throughput", "all"):
         report["throughput"] = part_throughput(args.questions)
     OUT.mkdir(exist_ok=True)

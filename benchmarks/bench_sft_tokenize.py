@@ -12,20 +12,20 @@ baselines users run:
 
 All use the embedded SmolLM2 tokenizer (from its GGUF) at full length. Then the share of real
 (non-padding) tokens at a few max lengths, one row per sequence versus packed. Usage:
-``python benchmarks/bench_sft_tokenize.py [--repeat 3]``.
+``python benchmarks/bench_sft_tokenize.py [--repeat 3]`` (smallest: ``--repeat 1 --rows 1
+--messages 12 --pack-lengths 4096``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from drvenus.llm.embedded import embedded_model_path
+from _embedded_tokenizer import embedded_tokenizer_dir
 from drvenus.train.sft import tokenize_conversation
 from drvenus.train.sft.pack import pack_rows, padding_efficiency
 from drvenus.train.templates import end_of_turn_ids
@@ -91,10 +91,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--pack-lengths", type=int, nargs="*", default=[32768, 65536, 131072])
+    parser.add_argument("--rows", type=int, default=None,
+                        help="only the first N trajectories (default: all)")
+    parser.add_argument("--messages", type=int, default=None,
+                        help="only the first N messages of each trajectory (default: all)")
     args = parser.parse_args()
-    gguf = embedded_model_path(Path(tempfile.gettempdir()) / "drvenus-test-models")
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    rows = [json.loads(p.read_text())["messages"] for p in sorted(SHARED.glob("*.json"))]
+    if not SHARED.is_dir():
+        raise SystemExit(f"shared trajectories not found: {SHARED}")
+    tok = AutoTokenizer.from_pretrained(embedded_tokenizer_dir())
+    rows = [json.loads(p.read_text())["messages"][: args.messages]
+            for p in sorted(SHARED.glob("*.json"))[: args.rows]]
     times: dict[str, float] = {}
     newline = set(tok("\n", add_special_tokens=False)["input_ids"])
     same: dict[str, bool] = {}

@@ -9,7 +9,8 @@ padded to the longest) and packed (micro batch 1); baseline TRL's ``SFTTrainer``
 PYTHONPATH to where it is installed; it needs ``datasets``). Tokens/s counts non-padding
 tokens and excludes tokenisation.
 
-Usage: ``python benchmarks/bench_sft_train.py [--epochs 2]``.
+Usage: ``python benchmarks/bench_sft_train.py [--epochs 2]`` (smallest: ``--epochs 1
+--trajectories 1 --max-length 128``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from drvenus.llm.embedded import embedded_model_path
+from _embedded_tokenizer import embedded_tokenizer_dir
 from drvenus.train.sft import SFTConfig, read_conversations, train
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "trajectories" / "dr-venus-sft"
@@ -41,10 +42,10 @@ CHATML_GENERATION = (
 )
 
 
-def build(folder: Path) -> tuple[Path, Path, int]:
-    """The tiny model folder, a JSONL of rows, and the number of rows."""
-    gguf = embedded_model_path(Path(tempfile.gettempdir()) / "drvenus-test-models")
-    tok = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+def build(folder: Path, trajectories: int | None = None) -> tuple[Path, Path, int]:
+    """The tiny model folder, a JSONL of rows (four per trajectory; ``trajectories``: the first
+    N, default all), and the number of rows."""
+    tok = transformers.AutoTokenizer.from_pretrained(embedded_tokenizer_dir())
     config = transformers.LlamaConfig(
         vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
@@ -54,7 +55,7 @@ def build(folder: Path) -> tuple[Path, Path, int]:
     transformers.LlamaForCausalLM(config).save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
     rows = []
-    for messages in read_conversations(SHARED):
+    for messages in read_conversations(SHARED)[:trajectories]:
         body = [{**m, "content": m["content"][:400]} for m in messages if m["role"] != "system"]
         rows += [body[:n] for n in (2, 4, 6, 8)]
     data = folder / "rows.jsonl"
@@ -62,8 +63,9 @@ def build(folder: Path) -> tuple[Path, Path, int]:
     return model_dir, data, len(rows)
 
 
-def ours(model: Path, data: Path, out: Path, epochs: float, micro: int, packing: bool) -> float:
-    config = SFTConfig(train=str(data), model=str(model), output=str(out), max_length=MAX_LENGTH,
+def ours(model: Path, data: Path, out: Path, epochs: float, micro: int, packing: bool,
+         max_length: int = MAX_LENGTH) -> float:
+    config = SFTConfig(train=str(data), model=str(model), output=str(out), max_length=max_length,
                        global_batch_size=4, micro_batch_size=micro, packing=packing,
                        epochs=epochs, learning_rate=1e-3, save_steps=10_000, logging_steps=1000)
     result = train(config)
@@ -71,7 +73,8 @@ def ours(model: Path, data: Path, out: Path, epochs: float, micro: int, packing:
     return result.data_stats["train"]["tokens"] * epochs / runtime
 
 
-def trl_baseline(model: Path, data: Path, out: Path, epochs: float, micro: int) -> float | None:
+def trl_baseline(model: Path, data: Path, out: Path, epochs: float, micro: int,
+                 max_length: int = MAX_LENGTH) -> float | None:
     try:
         import datasets
         from trl import SFTConfig as TrlConfig
@@ -83,7 +86,7 @@ def trl_baseline(model: Path, data: Path, out: Path, epochs: float, micro: int) 
     tok.chat_template = CHATML_GENERATION
     rows = [json.loads(line) for line in data.read_text().splitlines()]
     ds = datasets.Dataset.from_list(rows)
-    args = TrlConfig(output_dir=str(out), max_length=MAX_LENGTH, assistant_only_loss=True,
+    args = TrlConfig(output_dir=str(out), max_length=max_length, assistant_only_loss=True,
                      per_device_train_batch_size=micro, gradient_accumulation_steps=4 // micro,
                      num_train_epochs=epochs, learning_rate=1e-3, save_strategy="no",
                      logging_steps=1000, report_to="none", use_cpu=True, seed=42)
@@ -97,20 +100,28 @@ def trl_baseline(model: Path, data: Path, out: Path, epochs: float, micro: int) 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=float, default=2.0)
+    parser.add_argument("--max-length", type=int, default=MAX_LENGTH,
+                        help="tokens per sequence (rows are cut to it)")
+    parser.add_argument("--trajectories", type=int, default=None,
+                        help="rows from the first N shared trajectories only (4 rows each)")
     args = parser.parse_args()
+    if not SHARED.is_dir():
+        raise SystemExit(f"shared trajectories not found: {SHARED}")
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        model, data, n = build(folder)
+        model, data, n = build(folder, args.trajectories)
+        length = args.max_length
         results = {
             "ours, one row per sequence, micro 1": ours(model, data, folder / "a", args.epochs,
-                                                        1, False),
-            "ours, padded batches, micro 4": ours(model, data, folder / "b", args.epochs, 4, False),
-            "ours, packed, micro 1": ours(model, data, folder / "c", args.epochs, 1, True),
+                                                        1, False, length),
+            "ours, padded batches, micro 4": ours(model, data, folder / "b", args.epochs, 4, False,
+                                                  length),
+            "ours, packed, micro 1": ours(model, data, folder / "c", args.epochs, 1, True, length),
             "TRL SFTTrainer assistant_only_loss, micro 1": trl_baseline(
-                model, data, folder / "d", args.epochs, 1),
+                model, data, folder / "d", args.epochs, 1, length),
         }
-    print(f"{n} rows, max length {MAX_LENGTH}, {args.epochs} epochs, "
+    print(f"{n} rows, max length {args.max_length}, {args.epochs} epochs, "
           f"torch threads {torch.get_num_threads()}")
     print(f"{'run':<48} {'tokens/s':>10}")
     for name, value in results.items():

@@ -10,10 +10,18 @@ Rows, side by side in the same run:
 
 - in-process, sequential: ``Toolbox.call`` one after another (one agent with its own tools).
 - in-process, 32 concurrent: 32 asyncio tasks on one ``Toolbox`` (one process, no HTTP).
-- server, no cache: the same server with ``cache_size=0`` (every request runs the search).
-- server: the shipped defaults (response cache on).
+- server, no cache: the same server with ``cache_size=0`` (every request runs the search), one
+  client sending one request at a time (what a request costs: the search plus HTTP), then the
+  32 clients.
+- server: the shipped defaults (response cache on), the same two ways.
+
+Then what the server costs per request (its CPU time per request; one client's latency over the
+in-process call's) and what it saves: the memory one process pays to hold its own toolbox (a
+fresh process: RSS after loading the offline toolbox and answering each distinct query once,
+less before), against the one server holding it for every client process.
 
 Usage: python benchmarks/bench_tool_server.py [--requests 3000] [--clients 32] [--distinct 50]
+[--processes 4] (smallest: ``--requests 40 --clients 4 --processes 1 --distinct 8``).
 """
 
 from __future__ import annotations
@@ -167,6 +175,55 @@ def over_http(name: str, url: str, pool, expect, args: argparse.Namespace) -> Ro
     return Row(name, seconds, latencies, sum(p[3] for p in parts))
 
 
+def one_client(url: str, pool: list[str], expect: dict[str, str], n: int) -> Row:
+    """One agent, one connection, one request at a time (after a warm-up request)."""
+
+    async def go() -> Row:
+        agents = Agents(url, pool, expect, 1)
+        await agents.run(range(1))
+        agents.latencies.clear()
+        agents.errors = 0
+        start = time.perf_counter()
+        await agents.run(range(n))
+        seconds = time.perf_counter() - start
+        await agents.aclose()
+        return Row("", seconds, agents.latencies, agents.errors)
+
+    return asyncio.run(go())
+
+
+TOOLBOX_RSS = """
+import asyncio, sys
+from drvenus.config import load_settings
+from drvenus.protocol import ToolCall
+from drvenus.tools.toolbox import offline_toolbox
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
+before = rss()
+toolbox = offline_toolbox(cache_dir=load_settings().cache_root())
+async def go():
+    for q in sys.argv[1:]:
+        await toolbox.call(ToolCall("search", {"query": [q]}))
+asyncio.run(go())
+print((rss() - before) / 1024)
+"""
+
+
+def toolbox_rss_mib(pool: list[str]) -> float:
+    """What one process pays in memory to hold its own offline toolbox (a fresh process that
+    loads it and answers each query of the pool once)."""
+    out = subprocess.run([sys.executable, "-c", TOOLBOX_RSS, *pool], check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def peak_rss_mib(pid: int) -> float:
+    """Peak resident memory of a process (Linux ``VmHWM``)."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("VmHWM:")) / 1024
+
+
 def start_server(cache_size: int) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -198,34 +255,43 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def server_row(name: str, cache_size: int, pool, args, expect) -> Row:
+def server_rows(name: str, cache_size: int, pool, args, expect) -> tuple[list[Row], float]:
+    """One client, then ``args.clients`` clients, against one server; and its peak RSS."""
     proc, url = start_server(cache_size)
     try:
         before = cpu_seconds(proc.pid)
-        row = over_http(name, url, pool, expect, args)
+        single = one_client(url, pool, expect, args.requests)
+        single.name = f"{name}, 1 client, sequential"
+        single.server_cpu_ms = (cpu_seconds(proc.pid) - before) / (len(single.latencies) + 1) * 1e3
+        before = cpu_seconds(proc.pid)
+        row = over_http(f"{name}, {args.clients} clients", url, pool, expect, args)
         warm = 2 * (args.clients // args.processes) * args.processes
         row.server_cpu_ms = (cpu_seconds(proc.pid) - before) / (len(row.latencies) + warm) * 1e3
-        return row
+        return [single, row], peak_rss_mib(proc.pid)
     finally:
         proc.terminate()
         proc.wait(30)
 
 
-async def main_async(args: argparse.Namespace) -> list[Row]:
+def run_all(args: argparse.Namespace) -> tuple[list[Row], float]:
+    """Every row, and the server's peak RSS (MiB, defaults)."""
     from drvenus.config import load_settings
     from drvenus.tools.toolbox import offline_toolbox
 
-    toolbox = offline_toolbox(cache_dir=load_settings().cache_root())  # builds the index once
     pool = queries(args.distinct)
-    expect = await expected_answers(toolbox, pool)
-    rows = [
-        await in_process(toolbox, pool, args.requests, 1, expect),
-        await in_process(toolbox, pool, args.requests, args.clients, expect),
-        server_row("server, no cache", 0, pool, args, expect),
-        server_row("server (defaults)", 4096, pool, args, expect),
-    ]
-    await toolbox.aclose()
-    return rows
+
+    async def local() -> tuple[list[Row], dict[str, str]]:
+        toolbox = offline_toolbox(cache_dir=load_settings().cache_root())  # builds the index
+        expect = await expected_answers(toolbox, pool)
+        rows = [await in_process(toolbox, pool, args.requests, 1, expect),
+                await in_process(toolbox, pool, args.requests, args.clients, expect)]
+        await toolbox.aclose()
+        return rows, expect
+
+    rows, expect = asyncio.run(local())
+    uncached, _ = server_rows("server, no cache", 0, pool, args, expect)
+    cached, server_rss = server_rows("server (defaults)", 4096, pool, args, expect)
+    return rows + uncached + cached, server_rss
 
 
 def main() -> None:
@@ -236,7 +302,8 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=4, help="client processes (clients split)")
     args = ap.parse_args()
     load = os.getloadavg()
-    rows = asyncio.run(main_async(args))
+    rows, server_rss = run_all(args)
+    own_rss = toolbox_rss_mib(queries(args.distinct))
     print(f"machine: {platform.machine()} x{os.cpu_count()}, python {platform.python_version()}, "
           f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"{args.requests} searches, {args.clients} clients in {args.processes} processes "
@@ -245,9 +312,28 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(row.markdown())
-    base, ours = rows[0], rows[-1]
-    ratio = (len(ours.latencies) / ours.seconds) / (len(base.latencies) / base.seconds)
-    print(f"server / in-process sequential: {ratio:.2f}x (goal: >= 300 req/s, 0 errors)")
+    by = {r.name: r for r in rows}
+    base = rows[0]
+
+    def rps(row: Row) -> float:
+        return len(row.latencies) / row.seconds
+
+    def p50(row: Row) -> float:
+        return statistics.median(row.latencies) * 1e3
+
+    many = by[f"server (defaults), {args.clients} clients"]
+    print(f"server ({args.clients} clients, defaults) / in-process sequential: "
+          f"{rps(many) / rps(base):.2f}x; server, no cache, {args.clients} clients / in-process "
+          f"sequential: {rps(by[f'server, no cache, {args.clients} clients']) / rps(base):.2f}x "
+          "(goal: >= 300 req/s, 0 errors)")
+    for name in ("server, no cache", "server (defaults)"):
+        one = by[f"{name}, 1 client, sequential"]
+        print(f"cost per request, {name}: {p50(one) - p50(base):+.2f} ms p50 latency for one "
+              f"client over the in-process call ({p50(one):.2f} vs {p50(base):.2f} ms), "
+              f"{one.server_cpu_ms:.2f} ms of server CPU")
+    print(f"memory: one process holding its own toolbox pays {own_rss:,.0f} MiB; the server "
+          f"(peak RSS {server_rss:,.0f} MiB) holds one index and one cache for all "
+          f"{args.processes} client processes")
 
 
 if __name__ == "__main__":
