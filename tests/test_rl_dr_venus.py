@@ -47,7 +47,7 @@ from drvenus.train.rl.environment import (  # noqa: E402
 from drvenus.train.rl.recorder import ChatTemplateParts  # noqa: E402
 from drvenus.train.rl.verl_plugin.convert import TURN_CAP, server_sampling  # noqa: E402
 from drvenus.train.rl.verl_plugin.launch import plan  # noqa: E402
-from drvenus.train.rl.verl_plugin.servers import capped  # noqa: E402
+from drvenus.train.rl.verl_plugin.servers import capped, capped_generate  # noqa: E402
 from drvenus.train.templates import turn_markers  # noqa: E402
 from scripted import ScriptedModel, ScriptedTools, answer, call  # noqa: E402
 from test_sft_tokenize import QWEN3_STYLE_TEMPLATE  # noqa: E402
@@ -308,6 +308,36 @@ def test_the_verl_agent_loop_sends_the_per_turn_cap():
     assert TURN_CAP not in server_sampling(SamplingParams(max_tokens=None))
     assert capped(250_000, 8192) == 8192 and capped(100, 8192) == 100
     assert capped(100, None) == 100 and capped(None, 8) is None
+
+
+def test_the_capped_servers_generate_under_the_requests_cap():
+    """Our server classes' ``generate``: the cap leaves the sampling parameters (the engine
+    never sees it), is set while the engine's own ``generate`` runs, and is reset after."""
+    import asyncio
+    from contextvars import ContextVar
+
+    cap: ContextVar[int | None] = ContextVar("test_cap", default=None)
+    seen = []
+
+    class Engine:
+        async def generate(self, prompt_ids, sampling_params, request_id, image_data=None):
+            seen.append((cap.get(), dict(sampling_params), request_id, image_data))
+            if request_id == "boom":
+                raise RuntimeError("engine failed")
+            return [t + 1 for t in prompt_ids]
+
+    class Capped(Engine):
+        generate = capped_generate(Engine, cap)
+
+    server = Capped()
+    got = asyncio.run(server.generate([1, 2], {"temperature": 1.0, TURN_CAP: 8192}, "a"))
+    assert got == [2, 3] and seen[-1] == (8192, {"temperature": 1.0}, "a", None)
+    assert cap.get() is None
+    asyncio.run(server.generate([1], {"max_tokens": 5}, "b", image_data="img"))
+    assert seen[-1] == (None, {"max_tokens": 5}, "b", "img")
+    with pytest.raises(RuntimeError):
+        asyncio.run(server.generate([1], {TURN_CAP: 3}, "boom"))
+    assert seen[-1][0] == 3 and cap.get() is None
 
 
 # ---------------------------------------------------------------- token rollouts

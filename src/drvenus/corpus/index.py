@@ -505,7 +505,11 @@ class CorpusIndex:
 
             self._impacts = Impacts.open(self.path, self._searcher.num_docs)
         if impacts and self._impacts is None and meta.get("impacts"):
-            log.info("%s: numba is not installed; searching with tantivy alone", self.path)
+            log.info(
+                "%s: numba is not installed; searching with tantivy alone (pip install "
+                "'drvenus[search]' for the fast path)",
+                self.path,
+            )
 
     @property
     def doc_count(self) -> int:

@@ -21,8 +21,9 @@ not by its wording:
 
 To extend (e.g. the RL environment's texts from ``RL/...``): add the fields to
 :class:`DrVenusTexts` with defaults, or a sibling dataclass, and a part function like
-:func:`_inference` that reads through the same :class:`_Files` (so the hashes of every file
-read are kept), and list it in :data:`PARTS`.
+:func:`_inference` that reads through the same
+:class:`~drvenus.reference.store.PinnedFiles` (so the hashes of every file read are kept), and
+list it in :data:`PARTS`.
 """
 
 from __future__ import annotations
@@ -38,12 +39,12 @@ from drvenus.reference.extract import (
     ExtractError,
     assigned_string,
     call_keywords,
-    parse,
+    dict_value,
+    literal_text,
     scope,
-    string_of,
     strings,
 )
-from drvenus.reference.store import ReferenceStore, sha256
+from drvenus.reference.store import PinnedFiles, ReferenceStore
 
 SOURCE = "DR-Venus"
 PROFILE = "dr-venus"  # the --protocol value
@@ -108,58 +109,11 @@ def _body(message: str, what: str) -> str:
     return body
 
 
-class _Files:
-    """The pinned files of one source, read once each through the store, hashes kept."""
-
-    def __init__(self, store: ReferenceStore, name: str = SOURCE) -> None:
-        self.store, self.name = store, name
-        self.source = store.source(name)
-        self._texts: dict[str, str] = {}
-        self.hashes: dict[str, str] = {}
-
-    def where(self, path: str) -> str:
-        return f"{self.name}/{path}"
-
-    def text(self, path: str) -> str:
-        if path not in self._texts:
-            data = self.store.read_bytes(self.name, path)
-            self.hashes[path] = sha256(data)
-            try:
-                self._texts[path] = data.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ExtractError(f"{self.where(path)}: not UTF-8 text") from None
-        return self._texts[path]
-
-    def tree(self, path: str) -> ast.Module:
-        return parse(self.text(path), self.where(path))
-
-
 # ---------------------------------------------------------------- structural finders
 
 
-def _literal_text(node: ast.AST, where: str) -> str:
-    """A string literal's text: constants, their ``+``, and f-strings without placeholders
-    (``f"a\\n" "b"`` is one f-string to the parser) as their plain text."""
-    if isinstance(node, ast.JoinedStr):
-        if any(not isinstance(v, ast.Constant) for v in node.values):
-            raise ExtractError(f"{where}: line {node.lineno}: a message with placeholders")
-        return "".join(str(v.value) for v in node.values)  # type: ignore[attr-defined]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return _literal_text(node.left, where) + _literal_text(node.right, where)
-    return string_of(node)
-
-
-def _dict_value(node: ast.AST, key: str) -> ast.AST | None:
-    if not isinstance(node, ast.Dict):
-        return None
-    for k, v in zip(node.keys, node.values, strict=True):
-        if isinstance(k, ast.Constant) and k.value == key:
-            return v
-    return None
-
-
 def _is_role(node: ast.AST, role: str) -> bool:
-    value = _dict_value(node, "role")
+    value = dict_value(node, "role")
     return isinstance(value, ast.Constant) and value.value == role
 
 
@@ -168,19 +122,19 @@ def _is_self_attr(node: ast.AST, attr: str) -> bool:
             and isinstance(node.value, ast.Name) and node.value.id == "self")
 
 
-def _system_prompt(files: _Files) -> str:
+def _system_prompt(files: PinnedFiles) -> str:
     """The content of the system message the solver starts its conversation with."""
     where = files.where(RUN_DEMO)
     tree = files.tree(RUN_DEMO)
     init = scope(tree, "ResearchProblemSolver.__init__")
-    found = [_dict_value(n, "content") for n in ast.walk(init) if _is_role(n, "system")]
+    found = [dict_value(n, "content") for n in ast.walk(init) if _is_role(n, "system")]
     if len(found) != 1 or found[0] is None:
         raise ExtractError(f"{where}: expected one system message in "
                            f"ResearchProblemSolver.__init__, found {len(found)}")
     content = found[0]
     if isinstance(content, ast.Name):
         return assigned_string(files.text(RUN_DEMO), content.id, where=where)
-    return _literal_text(content, where)
+    return literal_text(content, where)
 
 
 def _is_status(node: ast.AST, value: int) -> bool:
@@ -190,7 +144,7 @@ def _is_status(node: ast.AST, value: int) -> bool:
             and node.comparators[0].value == value)
 
 
-def _parse_error_notice(files: _Files, solve: ast.AST) -> str:
+def _parse_error_notice(files: PinnedFiles, solve: ast.AST) -> str:
     """The user message ``solve`` appends when a step still fails to parse."""
     where = files.where(RUN_DEMO)
     found: list[str] = []
@@ -201,16 +155,16 @@ def _parse_error_notice(files: _Files, solve: ast.AST) -> str:
             if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                     and n.func.attr == "append" and _is_self_attr(n.func.value, "messages")
                     and n.args and _is_role(n.args[0], "user")):
-                content = _dict_value(n.args[0], "content")
+                content = dict_value(n.args[0], "content")
                 if content is not None:
-                    found.append(_literal_text(content, where))
+                    found.append(literal_text(content, where))
     if len(found) != 1:
         raise ExtractError(f"{where}: expected one parse error message under 'if status == 2' "
                            f"in ResearchProblemSolver.solve, found {len(found)}")
     return found[0]
 
 
-def _limit_notices(files: _Files, solve: ast.AST) -> dict[str, str]:
+def _limit_notices(files: PinnedFiles, solve: ast.AST) -> dict[str, str]:
     """The messages put in place of the last one right before each forced answer, by the
     termination of that answer."""
     where = files.where(RUN_DEMO)
@@ -229,10 +183,10 @@ def _limit_notices(files: _Files, solve: ast.AST) -> dict[str, str]:
                     and _is_self_attr(then.value.func, "_force_answer") and then.value.args
                     and isinstance(then.value.args[0], ast.Constant)):
                 continue
-            content = _dict_value(first.value, "content")
+            content = dict_value(first.value, "content")
             if content is not None:
                 found.setdefault(str(then.value.args[0].value), []).append(
-                    _literal_text(content, where))
+                    literal_text(content, where))
     out: dict[str, str] = {}
     for termination, name in _LIMITS.items():
         texts = found.get(termination, [])
@@ -244,7 +198,7 @@ def _limit_notices(files: _Files, solve: ast.AST) -> dict[str, str]:
     return out
 
 
-def _sampling(files: _Files, path: str, within: str) -> dict[str, Any]:
+def _sampling(files: PinnedFiles, path: str, within: str) -> dict[str, Any]:
     """The literal sampling keywords of the one chat call ``...create(...)`` in ``within``
     (``extra_body``'s merged in); any other literal keyword is refused, so that nothing
     DR-Venus sends is silently dropped."""
@@ -272,7 +226,7 @@ def _operands(node: ast.AST) -> list[ast.AST]:
     return [node]
 
 
-def _visit_failure_texts(files: _Files) -> tuple[str, str]:
+def _visit_failure_texts(files: PinnedFiles) -> tuple[str, str]:
     """The constant evidence and summary the visit tool writes into a failure frame."""
     where = files.where(TOOL_VISIT)
     tree = files.tree(TOOL_VISIT)
@@ -299,7 +253,7 @@ def _visit_failure_texts(files: _Files) -> tuple[str, str]:
     return evidence, summary
 
 
-def _extractor_prompt(files: _Files) -> str:
+def _extractor_prompt(files: PinnedFiles) -> str:
     where = files.where(TOOL_PROMPT)
     prompt = assigned_string(files.text(TOOL_PROMPT), "EXTRACTOR_PROMPT", where=where)
     try:
@@ -321,7 +275,7 @@ def _extractor_prompt(files: _Files) -> str:
 # ---------------------------------------------------------------- the parts and the loader
 
 
-def _inference(files: _Files) -> dict[str, Any]:
+def _inference(files: PinnedFiles) -> dict[str, Any]:
     """The texts of DR-Venus's inference: its demo solver and its tool server."""
     solve = scope(files.tree(RUN_DEMO), "ResearchProblemSolver.solve")
     evidence, summary = _visit_failure_texts(files)
@@ -338,7 +292,7 @@ def _inference(files: _Files) -> dict[str, Any]:
 
 
 # every part's fields, merged into one DrVenusTexts
-PARTS: tuple[Callable[[_Files], dict[str, Any]], ...] = (_inference,)
+PARTS: tuple[Callable[[PinnedFiles], dict[str, Any]], ...] = (_inference,)
 
 
 def load_dr_venus_texts(store: ReferenceStore) -> DrVenusTexts:
@@ -346,7 +300,7 @@ def load_dr_venus_texts(store: ReferenceStore) -> DrVenusTexts:
     :class:`~drvenus.reference.store.ReferenceError` (a file missing or of another version)
     or :class:`~drvenus.reference.extract.ExtractError` (a file without what is expected);
     both are one line naming the file."""
-    files = _Files(store)
+    files = PinnedFiles(store, SOURCE)
     values: dict[str, Any] = {}
     for part in PARTS:
         values.update(part(files))

@@ -38,8 +38,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from drvenus.reference.extract import ExtractError, assigned_string, parse, scope, string_of
-from drvenus.reference.store import ReferenceStore, sha256
+from drvenus.reference.extract import (
+    ExtractError,
+    assigned_string,
+    dict_value,
+    literal_text,
+    scope,
+    string_of,
+)
+from drvenus.reference.store import PinnedFiles, ReferenceStore
 
 log = logging.getLogger(__name__)
 
@@ -94,45 +101,7 @@ class RLJudgeTexts:
     zero_answers: tuple[str, ...]
 
 
-class _Files:
-    """The pinned files of the source, read once each through the store, hashes kept."""
-
-    def __init__(self, store: ReferenceStore) -> None:
-        self.store = store
-        self.source = store.source(SOURCE)
-        self._texts: dict[str, str] = {}
-        self.hashes: dict[str, str] = {}
-
-    @staticmethod
-    def where(path: str) -> str:
-        return f"{SOURCE}/{path}"
-
-    def text(self, path: str) -> str:
-        if path not in self._texts:
-            data = self.store.read_bytes(SOURCE, path)
-            self.hashes[path] = sha256(data)
-            try:
-                self._texts[path] = data.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ExtractError(f"{self.where(path)}: not UTF-8 text") from None
-        return self._texts[path]
-
-    def tree(self, path: str) -> ast.Module:
-        return parse(self.text(path), self.where(path))
-
-
 # ---------------------------------------------------------------- structural finders
-
-
-def _text(node: ast.AST, where: str) -> str:
-    """A literal's text: constants, their ``+``, and placeholder-free f-strings."""
-    if isinstance(node, ast.JoinedStr):
-        if any(not isinstance(v, ast.Constant) for v in node.values):
-            raise ExtractError(f"{where}: line {node.lineno}: a message with placeholders")
-        return "".join(str(v.value) for v in node.values)  # type: ignore[attr-defined]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return _text(node.left, where) + _text(node.right, where)
-    return string_of(node)
 
 
 def _mentions(node: ast.AST, attr: str) -> bool:
@@ -154,15 +123,6 @@ def _is_last_turn_test(node: ast.AST) -> bool:
     return False
 
 
-def _dict_value(node: ast.AST, key: str) -> ast.AST | None:
-    if not isinstance(node, ast.Dict):
-        return None
-    for k, v in zip(node.keys, node.values, strict=True):
-        if isinstance(k, ast.Constant) and k.value == key:
-            return v
-    return None
-
-
 def _replaced_last(branch: ast.If, where: str) -> list[str]:
     """The literal contents of the user messages assigned to ``messages[-1]`` in ``branch``."""
     found = []
@@ -173,10 +133,10 @@ def _replaced_last(branch: ast.If, where: str) -> list[str]:
         target = n.targets[0]
         if not (isinstance(target.value, ast.Name) and target.value.id == "messages"):
             continue
-        role, content = _dict_value(n.value, "role"), _dict_value(n.value, "content")
+        role, content = dict_value(n.value, "role"), dict_value(n.value, "content")
         if isinstance(role, ast.Constant) and role.value == "user" and content is not None:
             try:
-                found.append(_text(content, where))
+                found.append(literal_text(content, where))
             except ExtractError:
                 continue  # a message built at run time (the cut-off's), not a literal
     return found
@@ -192,7 +152,7 @@ def _branches(run: ast.AST) -> list[ast.If]:
     return [n for n in ast.walk(run) if isinstance(n, ast.If)]
 
 
-def _loop_notices(files: _Files) -> dict[str, str]:
+def _loop_notices(files: PinnedFiles) -> dict[str, str]:
     where = files.where(AGENT_LOOP)
     run = scope(files.tree(AGENT_LOOP), "DRAgentLoop.run")
     branches = _branches(run)
@@ -206,7 +166,7 @@ def _loop_notices(files: _Files) -> dict[str, str]:
         for n in b.body:
             if isinstance(n, ast.Assign):
                 try:
-                    cutoff.append(_text(n.value, where))
+                    cutoff.append(literal_text(n.value, where))
                 except ExtractError:
                     continue
     malformed = assigned_string(files.text(AGENT_LOOP), "error_msg", within="DRAgentLoop.run",
@@ -239,7 +199,7 @@ def _template(node: ast.JoinedStr, name: str, where: str) -> str:
             conversion = "!r"
         spec = ""
         if v.format_spec is not None:
-            spec = ":" + _text(v.format_spec, where)
+            spec = ":" + literal_text(v.format_spec, where)
         parts.append("{" + name + conversion + spec + "}")
     if fields != 1:
         raise ExtractError(f"{where}: line {node.lineno}: expected one placeholder, found {fields}")
@@ -260,7 +220,7 @@ def _handler_fstrings(node: ast.AST, kind: str) -> list[ast.JoinedStr]:
     return out
 
 
-def _tool_texts(files: _Files) -> dict[str, str]:
+def _tool_texts(files: PinnedFiles) -> dict[str, str]:
     where = files.where(AGENT_LOOP)
     call = scope(files.tree(AGENT_LOOP), "DRAgentLoop._call_tool")
     timeouts = [_template(f, "seconds", where) for f in _handler_fstrings(call, "TimeoutError")]
@@ -269,7 +229,7 @@ def _tool_texts(files: _Files) -> dict[str, str]:
             "tool_error": _one(errors, "tool error message", where)}
 
 
-def _system_prompt(files: _Files) -> str:
+def _system_prompt(files: PinnedFiles) -> str:
     where = files.where(AGENT_LOOP)
     init = scope(files.tree(AGENT_LOOP), "DRAgentLoop.init_class")
     imported = [a.name for n in ast.walk(init) if isinstance(n, ast.ImportFrom)
@@ -280,7 +240,7 @@ def _system_prompt(files: _Files) -> str:
     return assigned_string(files.text(TOOL_PROMPT), "SYSTEM_PROMPT", where=files.where(TOOL_PROMPT))
 
 
-def _judge(files: _Files) -> dict[str, Any]:
+def _judge(files: PinnedFiles) -> dict[str, Any]:
     where = files.where(LLM_JUDGE)
     text = files.text(LLM_JUDGE)
     prompt = assigned_string(text, "JUDGE_PROMPT_BC", where=where)
@@ -339,7 +299,7 @@ def load_rl_texts(store: ReferenceStore) -> RLTexts:
     of ``store``. Raises :class:`~drvenus.reference.store.ReferenceError` (a file missing or of
     another version) or :class:`~drvenus.reference.extract.ExtractError` (a file without what
     is expected); both are one line naming the file."""
-    files = _Files(store)
+    files = PinnedFiles(store, SOURCE)
     values: dict[str, Any] = {"system_prompt": _system_prompt(files)}
     values.update(_loop_notices(files))
     values.update(_tool_texts(files))
@@ -348,7 +308,7 @@ def load_rl_texts(store: ReferenceStore) -> RLTexts:
 
 def load_rl_judge(store: ReferenceStore) -> RLJudgeTexts:
     """DR-Venus's RL outcome judge texts from ``store`` (errors as :func:`load_rl_texts`)."""
-    files = _Files(store)
+    files = PinnedFiles(store, SOURCE)
     values = _judge(files)
     return RLJudgeTexts(source=files.source.short, files=dict(files.hashes), **values)
 

@@ -157,3 +157,25 @@ def call_keywords(text: str, func: str, *, within: str | None = None,
                     pass
             calls.append(kwargs)
     return calls
+
+
+def literal_text(node: ast.AST, where: str) -> str:
+    """A string literal's text: constants, their ``+``, and f-strings without placeholders
+    (``f"a\\n" "b"`` is one f-string to the parser) as their plain text."""
+    if isinstance(node, ast.JoinedStr):
+        if any(not isinstance(v, ast.Constant) for v in node.values):
+            raise ExtractError(f"{where}: line {node.lineno}: a message with placeholders")
+        return "".join(str(v.value) for v in node.values)  # type: ignore[attr-defined]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return literal_text(node.left, where) + literal_text(node.right, where)
+    return string_of(node)
+
+
+def dict_value(node: ast.AST, key: str) -> ast.AST | None:
+    """The value node of the constant ``key`` in a dict display, or None."""
+    if not isinstance(node, ast.Dict):
+        return None
+    for k, v in zip(node.keys, node.values, strict=True):
+        if isinstance(k, ast.Constant) and k.value == key:
+            return v
+    return None

@@ -15,6 +15,7 @@ download is refused with one line that names the file, the hash found and the on
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import logging
 import os
@@ -27,6 +28,7 @@ import httpx
 
 from drvenus.net.retry import is_retryable_status
 from drvenus.net.urls import redact_url
+from drvenus.reference.extract import ExtractError, parse
 from drvenus.reference.sources import SOURCES, Source
 
 log = logging.getLogger(__name__)
@@ -207,3 +209,30 @@ def reference_store(settings: object | None = None) -> ReferenceStore:
     local = s.reference_dir.expanduser() if s.reference_dir is not None else None
     return ReferenceStore(cache_dir=s.cache_root() / "reference", local_dir=local,
                           url_template=s.reference_url)
+
+
+class PinnedFiles:
+    """The pinned files of one source, each read once through ``store`` (hash-checked there)
+    and decoded as UTF-8; ``hashes`` keeps the SHA-256 of every file read, for reports."""
+
+    def __init__(self, store: ReferenceStore, name: str) -> None:
+        self.store, self.name = store, name
+        self.source = store.source(name)
+        self._texts: dict[str, str] = {}
+        self.hashes: dict[str, str] = {}
+
+    def where(self, path: str) -> str:
+        return f"{self.name}/{path}"
+
+    def text(self, path: str) -> str:
+        if path not in self._texts:
+            data = self.store.read_bytes(self.name, path)
+            self.hashes[path] = sha256(data)
+            try:
+                self._texts[path] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ExtractError(f"{self.where(path)}: not UTF-8 text") from None
+        return self._texts[path]
+
+    def tree(self, path: str) -> ast.Module:
+        return parse(self.text(path), self.where(path))

@@ -19,7 +19,10 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
+
+from drvenus.train.rl.verl_plugin.convert import TURN_CAP
 
 log = logging.getLogger(__name__)
 
@@ -57,4 +60,19 @@ def capped(limit: int | None, cap: Any) -> int | None:
     return max(1, min(int(limit), int(cap)))
 
 
-__all__ = ["capped", "install"]
+def capped_generate(base: type, cap: ContextVar[int | None]) -> Callable[..., Any]:
+    """A server's ``generate`` that runs ``base.generate`` with the request's cap set in
+    ``cap`` (the cap is popped from the sampling parameters: the engine never sees it)."""
+    async def generate(self: Any, prompt_ids: Any, sampling_params: dict[str, Any],
+                       request_id: str, image_data: Any = None) -> Any:
+        value = sampling_params.pop(TURN_CAP, None)
+        token = cap.set(None if value is None else int(value))
+        try:
+            return await base.generate(self, prompt_ids, sampling_params, request_id, image_data)
+        finally:
+            cap.reset(token)
+
+    return generate
+
+
+__all__ = ["capped", "capped_generate", "install"]

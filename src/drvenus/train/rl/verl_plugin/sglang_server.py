@@ -14,8 +14,7 @@ from typing import Any
 import ray
 from verl.workers.rollout.sglang_rollout import async_sglang_server as _server
 
-from drvenus.train.rl.verl_plugin.convert import TURN_CAP
-from drvenus.train.rl.verl_plugin.servers import capped
+from drvenus.train.rl.verl_plugin.servers import capped, capped_generate
 
 _CAP: ContextVar[int | None] = ContextVar("drvenus_sglang_turn_cap", default=None)
 _REQUEST = getattr(_server.GenerateReqInput, "drvenus_original", _server.GenerateReqInput)
@@ -38,14 +37,7 @@ _BASE: Any = getattr(_server.SGLangHttpServer, "__ray_actor_class__", _server.SG
 class CappedSGLangServer(_BASE):  # type: ignore[misc,valid-type]
     """verl's SGLang server; a request's :data:`TURN_CAP` caps its ``max_new_tokens``."""
 
-    async def generate(self, prompt_ids: Any, sampling_params: dict[str, Any], request_id: str,
-                       image_data: Any = None) -> Any:
-        cap = sampling_params.pop(TURN_CAP, None)
-        token = _CAP.set(None if cap is None else int(cap))
-        try:
-            return await super().generate(prompt_ids, sampling_params, request_id, image_data)
-        finally:
-            _CAP.reset(token)
+    generate = capped_generate(_BASE, _CAP)
 
 
 CappedSGLangHttpServer = ray.remote(num_cpus=1)(CappedSGLangServer)
