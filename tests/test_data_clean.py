@@ -64,7 +64,16 @@ from drvenus.data.stages import (
 from drvenus.grading.judge import JudgeConfig
 from drvenus.grading.match import exact_match, f1_score, normalize_answer
 from drvenus.protocol import parse_search_body, unwrap_tool_response
-from drvenus.protocol.legacy import parse_serper_markdown
+from drvenus.protocol.legacy import (
+    ANSWER_RE,
+    THINK_RE,
+    TOOL_CALL_RE,
+    TagBlock,
+    parse_serper_lines,
+    parse_serper_markdown,
+    serper_hits,
+)
+from drvenus.protocol.render import render_search, render_search_hits
 
 # From prepare_trajectories.py on build_reference_input() (see the module docstring).
 REFERENCE_STATS = {
@@ -183,6 +192,67 @@ def test_serper_edge_cases():
         {"title": "t", "url": "u", "snippet": ""},
     ]
     assert parse_serper_markdown("no header ## Web Results") == [("", [])]
+
+
+# Lines the one-pass Serper reader must read exactly as the line-at-a-time one: headers with
+# and without quotes, "## Web Results" with spaces, result lines with nested brackets, URLs with
+# parentheses, no space after "N.", non-ASCII digits and whitespace, date lines in any case,
+# blank and whitespace-only lines, and text that only looks like any of them.
+_SERPER_LINES = [
+    "A Google search for 'q' found 3 results:", '  A Google search for "x y" found 10 results:  ',
+    "A Google search for found 1 results:", "x A Google search for 'q' found 3 results:",
+    "A Google search for 'q' found 3 results: more", "## Web Results", " ## Web Results\t",
+    "## Web Results extra", "1. [t](u)", "2. [a [b] c](http://u/(1)) tail", "3. [](u)", "4. [t]()",
+    "5. [t] (u)", "6. [t](u", "7.[t](u)", "8.  [t](u) x ", "\u30009. [t](u)", "10. [x](y)\x1f",
+    "12. [t](u(v)w) z", "13. [t[](u)", "14. [t]](u)", "[t](u)", "1 . [t](u)", "\u0661. [digit](u)",
+    "15. [t](u) Date published: 1", "Date published: 2020", "date Updated : x",
+    "  Date published: y  ", "", " ", "\t", "\xa0", "snippet text", "  more text  ", "\xa0nb\xa0",
+    "<tool_response>", "</tool_response> x",
+]
+
+
+def test_one_pass_serper_reader_reads_as_the_line_reader():
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(20000):
+        text = "\n".join(rng.choice(_SERPER_LINES) for _ in range(rng.randint(0, 14)))
+        if rng.random() < 0.1:
+            text = f"\n {text}\n\n"
+        plain = text.replace("<tool_response>", "").replace("</tool_response>", "").strip()
+        expected = parse_serper_lines(plain)
+        assert parse_serper_markdown(text) == expected, text
+        checked += sum(len(hits) for _, hits in expected)
+    assert checked > 20000  # most texts hold results
+    # line breaks other than "\n" go to the line reader itself
+    text = "A Google search for 'q' found 1 results:\r\n## Web Results\r\n1. [t](u)\u2028s"
+    assert parse_serper_markdown(text) == [("q", [{"title": "t", "url": "u", "snippet": "s"}])]
+    assert serper_hits(text) == [("q", [("t", "u", "s")])]
+
+
+def test_search_hits_render_as_render_search():
+    rng = random.Random(5)
+    chars = ['a', '"', "\\", "\n", "\x00", "\x1f", "\x7f", "é", "中", "\ud800", "\u2028", " ", "/"]
+    for _ in range(3000):
+        def s() -> str:
+            return "".join(rng.choice(chars) for _ in range(rng.randint(0, 5)))
+        per_query = [(s(), [(s(), s(), s()) for _ in range(rng.randint(0, 3))])
+                     for _ in range(rng.randint(0, 3))]
+        as_dicts = [(q, [{"title": t, "url": u, "snippet": x} for t, u, x in hits])
+                    for q, hits in per_query]
+        assert render_search_hits(per_query) == render_search(as_dicts)
+
+
+def test_tag_blocks_find_what_the_lazy_patterns_find():
+    rng = random.Random(3)
+    atoms = ["<think>", "</think>", "<THINK>", "</Think>", "x", "\n", "<thin", "k>", "<answer>",
+             "</ANSWER>", "<tool_call>", "</tool_call>", "\u212a", "<thin\u212a>"]
+    for tag, pattern in (("think", THINK_RE), ("answer", ANSWER_RE), ("tool_call", TOOL_CALL_RE)):
+        block = TagBlock(tag)
+        for _ in range(5000):
+            text = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 12)))
+            m = pattern.search(text)
+            assert block.first(text) == (m.group(1) if m else None), text
+            assert block.all(text) == [m.group(1) for m in pattern.finditer(text)], text
 
 
 def test_tool_call_turn_normalisation():

@@ -19,19 +19,20 @@ from drvenus.protocol import (
     TOOL_RESPONSE_OPEN,
     after_thinking,
     render_answer_turn,
-    render_search,
+    render_search_hits,
     render_tool_call_turn,
     wrap_tool_response,
 )
 from drvenus.protocol._json import loads_json5
 from drvenus.protocol.legacy import (
+    ANSWER_BLOCK,
     ANSWER_RE,
     SUMMARY_RE,
-    THINK_RE,
-    TOOL_CALL_RE,
+    THINK_BLOCK,
+    TOOL_CALL_BLOCK,
     WEB_RESULTS_MARKER,
     legacy_tool_call,
-    parse_serper_markdown,
+    serper_hits,
     unwrap_inline_tags,
 )
 
@@ -103,17 +104,16 @@ def clean_tool_call_turn(text: Any) -> str | None:
     """
     if not isinstance(text, str):
         return None
-    think = THINK_RE.search(text)
+    think = THINK_BLOCK.first(text)
     if think is None:
         return None
-    thought = think.group(1).strip()
-    thought = unwrap_inline_tags(thought)
+    thought = unwrap_inline_tags(think.strip())
     if not thought:
         return None
-    call = TOOL_CALL_RE.search(text)
+    call = TOOL_CALL_BLOCK.first(text)
     if call is None:
         return None
-    raw = call.group(1).strip()
+    raw = call.strip()
     try:
         obj = loads_tool_call(raw.split("<code>")[0].strip())
     except Exception:  # an undecodable call drops the turn
@@ -135,14 +135,14 @@ def clean_answer_turn(text: Any) -> str | None:
     """
     if not isinstance(text, str):
         return None
-    answers = list(ANSWER_RE.finditer(text))
+    answers = ANSWER_BLOCK.all(text)
     if not answers:
         return None
-    answer = answers[-1].group(1).strip()
-    think = THINK_RE.search(text)
+    answer = answers[-1].strip()
+    think = THINK_BLOCK.first(text)
     if think is None:
         return None
-    thought = think.group(1).strip()
+    thought = think.strip()
     thought = _SUMMARY_BLOCK.sub(r"\1", thought)
     thought = _ANSWER_BLOCK.sub(r"\1", thought)
     thought = unwrap_inline_tags(thought)
@@ -157,7 +157,7 @@ def convert_tool_response(content: str) -> str:
     """A raw tool result as a protocol tool response; Serper markdown becomes search JSON."""
     body = content.replace(TOOL_RESPONSE_OPEN, "").replace(TOOL_RESPONSE_CLOSE, "").strip()
     if WEB_RESULTS_MARKER in body:
-        body = render_search(parse_serper_markdown(body))
+        body = render_search_hits(serper_hits(body))
     return wrap_tool_response(body)
 
 
@@ -250,7 +250,9 @@ def normalize_raw_messages(messages: Any, system_prompt: str) -> list[dict[str, 
                 out.append({"role": "assistant", "content": cleaned})
         else:
             return None
-    return deep_fix(out)
+    for m in out:  # the roles are ours; the texts may hold surrogates (JSON input)
+        m["content"] = fix_surrogates(m["content"])
+    return out
 
 
 def normalize_clean_messages(messages: Any, mode: str, system_prompt: str) -> list[Any] | None:

@@ -13,9 +13,9 @@ from typing import Any
 
 from drvenus.protocol import TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
 from drvenus.protocol.legacy import (
-    ANSWER_RE,
-    THINK_RE,
-    TOOL_CALL_RE,
+    ANSWER_BLOCK,
+    THINK_BLOCK,
+    TOOL_CALL_BLOCK,
     legacy_signature,
     tool_call_objects,
 )
@@ -130,10 +130,10 @@ def drop_duplicate_tool_calls(
 
 
 def _check_assistant(content: str, is_final: bool) -> str | None:
-    if not THINK_RE.search(content):
+    if THINK_BLOCK.first(content) is None:
         return "assistant_missing_think"
-    has_answer = ANSWER_RE.search(content) is not None
-    has_tool = TOOL_CALL_RE.search(content) is not None
+    has_answer = ANSWER_BLOCK.first(content) is not None
+    has_tool = TOOL_CALL_BLOCK.first(content) is not None
     if is_final:
         if not has_answer:
             return "final_assistant_missing_answer"

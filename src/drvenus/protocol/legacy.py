@@ -46,6 +46,41 @@ def strip_thinking(text: str) -> str:
     return THINK_RE.sub("", text)
 TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL | re.IGNORECASE)
 
+
+class TagBlock:
+    """The first ``<tag>...</tag>`` block of a text as ``<tag>(.*?)</tag>`` (any case, across
+    lines) finds it, in two searches, for the opening tag and then the first closing one after
+    it (about 4x faster: the lazy pattern tries the closing tag at every character)."""
+
+    def __init__(self, tag: str):
+        self._open = re.compile(f"<{tag}>", re.IGNORECASE)
+        self._close = re.compile(f"</{tag}>", re.IGNORECASE)
+
+    def first(self, text: str) -> str | None:
+        """The text inside the first block (not stripped), or None when there is none."""
+        m = self._open.search(text)
+        if m is None:
+            return None
+        end = self._close.search(text, m.end())
+        return None if end is None else text[m.end() : end.start()]
+
+    def all(self, text: str) -> list[str]:
+        """The texts inside every block, in order, as ``finditer`` of the pattern finds them."""
+        found = []
+        pos = 0
+        while (m := self._open.search(text, pos)) is not None:
+            end = self._close.search(text, m.end())
+            if end is None:
+                break
+            found.append(text[m.end() : end.start()])
+            pos = end.end()
+        return found
+
+
+THINK_BLOCK = TagBlock("think")
+ANSWER_BLOCK = TagBlock("answer")
+TOOL_CALL_BLOCK = TagBlock("tool_call")
+
 _SEARCH_HEADER = re.compile(r"^\s*A Google search for (.+?) found \d+ results:\s*$")
 _RESULT_START = re.compile(r"^\s*\d+\.\s+\[")
 _RESULT_PREFIX = re.compile(r"^\s*\d+\.\s+")
@@ -147,7 +182,106 @@ def parse_serper_markdown(text: str) -> list[tuple[str, list[dict[str, str]]]]:
     ``Date published/updated:`` lines are dropped from a snippet; results without a title or
     URL are skipped. Any ``<tool_response>`` tags are removed first.
     """
+    return [
+        (query, [{"title": t, "url": u, "snippet": s} for t, u, s in hits])
+        for query, hits in serper_hits(text)
+    ]
+
+
+def serper_hits(text: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """:func:`parse_serper_markdown` with each hit as a ``(title, url, snippet)`` tuple.
+
+    The rules are those of :func:`parse_serper_lines` (a line at a time, as DR-Venus's script
+    reads it); this reads the text in one pass with multi-line patterns instead, about 2x
+    faster, and hands text with line breaks other than ``\\n`` to :func:`parse_serper_lines`.
+    """
     text = text.replace("<tool_response>", "").replace("</tool_response>", "").strip()
+    if any(c in text for c in _OTHER_LINE_BREAKS):
+        return [
+            (query, [(h["title"], h["url"], h["snippet"]) for h in hits])
+            for query, hits in parse_serper_lines(text)
+        ]
+    headers = _header_lines(text)
+    if not headers:
+        return [("", _results_of_block(text))]
+    blocks = []
+    for n, (_, end, header) in enumerate(headers):
+        stop = headers[n + 1][0] - 1 if n + 1 < len(headers) else len(text)
+        blocks.append((_query_of_header(header), _results_of_block(text[end + 1 : stop])))
+    return blocks
+
+
+# Line breaks str.splitlines() knows besides "\n": text holding any of them is read a line at
+# a time, so that both readers split lines alike.
+_OTHER_LINE_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+_HEADER_WORDS = "A Google search for"
+# a result line: "N. [" at the start of a line (after "\n": a block is read with one put
+# before it); its link in the same pass when the title holds no bracket and the URL no
+# parenthesis (the brackets then balance at the first "]" and ")"; else _markdown_link counts)
+_RESULT_LINE = re.compile(
+    r"\n[^\S\n]*\d+\.[^\S\n]+\[(?:([^\[\]\n]*)\]\(([^()\n]*)\)([^\n]*)|[^\n]*)"
+)
+
+
+def _header_lines(text: str) -> list[tuple[int, int, str]]:
+    """``(line start, line end, stripped line)`` of each search header line of ``text``."""
+    found = []
+    i = text.find(_HEADER_WORDS)
+    while i != -1:
+        start = text.rfind("\n", 0, i) + 1
+        end = text.find("\n", i)
+        if end == -1:
+            end = len(text)
+        line = text[start:end].strip()
+        if _SEARCH_HEADER.match(line):
+            found.append((start, end, line))
+        i = text.find(_HEADER_WORDS, end)
+    return found
+
+
+def _results_of_block(block: str) -> list[tuple[str, str, str]]:
+    """The results of one block's text (its lines joined by ``\\n``), as
+    :func:`_results_of_lines` reads its lines."""
+    block = "\n" + block
+    i = block.find("## Web Results")
+    while i != -1:
+        start = block.rfind("\n", 0, i)
+        end = block.find("\n", i)
+        if end == -1:
+            end = len(block)
+        if block[start:end].strip() == "## Web Results":
+            block = block[end:]
+            break
+        i = block.find("## Web Results", end)
+    starts = list(_RESULT_LINE.finditer(block))
+    results = []
+    for n, m in enumerate(starts):
+        title = m.group(1)
+        if title is not None:
+            title, url, trailing = title.strip(), m.group(2).strip(), m.group(3).strip()
+        else:
+            found = _markdown_link(m.group())
+            if found is None:
+                continue
+            title, url, trailing = found
+        if not title or not url:
+            continue
+        end = starts[n + 1].start() if n + 1 < len(starts) else len(block)
+        parts = [p.strip() for p in block[m.end() + 1 : end].split("\n")]
+        if trailing:
+            parts.insert(0, trailing)
+        k = 0
+        while k < len(parts) and not parts[k]:
+            k += 1
+        while k < len(parts) and _DATE_LINE.match(parts[k]):
+            k += 1
+        results.append((title, url, "\n".join(filter(None, parts[k:]))))
+    return results
+
+
+def parse_serper_lines(text: str) -> list[tuple[str, list[dict[str, str]]]]:
+    """:func:`parse_serper_markdown` a line at a time (``text`` without tool-response tags):
+    the reference form of its rules, used for text with unusual line breaks."""
     blocks: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
         if _SEARCH_HEADER.match(line.strip()):
@@ -215,8 +349,8 @@ def tool_call_objects(content: str | None) -> list[dict[str, Any]]:
     if not content or "<" not in content:
         return []
     out = []
-    for m in TOOL_CALL_RE.finditer(content):
-        raw = m.group(1).strip().split("<code>")[0].strip()
+    for block in TOOL_CALL_BLOCK.all(content):
+        raw = block.strip().split("<code>")[0].strip()
         try:
             obj = loads_json5(raw)
         except Exception:  # undecodable calls are skipped

@@ -100,6 +100,23 @@ def render_search(per_query: Sequence[tuple[str, Iterable[Mapping[str, Any]]]]) 
     return json.dumps([search_entry(q, rs) for q, rs in per_query], ensure_ascii=False)
 
 
+def render_search_hits(per_query: Sequence[tuple[str, Sequence[tuple[str, str, str]]]]) -> str:
+    """:func:`render_search` for hits given as ``(title, url, snippet)`` strings (what
+    :func:`drvenus.protocol.legacy.serper_hits` returns): the same text, written with the JSON
+    encoder's own string escaping, about 2x faster."""
+    q = _json_string
+    entries = []
+    for query, hits in per_query:
+        listed = ", ".join([
+            f'{{"title": {q(t)}, "url": {q(u)}, "snippet": {q(s)}}}' for t, u, s in hits
+        ])
+        entries.append(f'{{"query": {q(query)}, "web_page_info_list": [{listed}]}}')
+    return "[" + ", ".join(entries) + "]"
+
+
+_json_string = json.encoder.encode_basestring  # json.dumps's escaping with ensure_ascii=False
+
+
 def render_visit(url: str, goal: str, summary: str, evidence: str | None = None) -> str:
     """One URL's visit frame. Without ``evidence`` only the Summary part is written."""
     head = f"The useful information in {url} for user goal {goal} as follows: \n\n"
