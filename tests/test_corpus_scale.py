@@ -161,9 +161,7 @@ def reference_search(index: CorpusIndex, query: str, k: int) -> list[tuple[str, 
     text = sanitize_query(query)
     if not text:
         return []
-    parsed, _ = index._index.parse_query_lenient(
-        text, ["title", "text"], field_boosts={"title": TITLE_BOOST}
-    )
+    parsed = _parser_query(index, text)
     searcher = index._index.searcher()
     result = searcher.search(parsed, limit=k)
     gen = tantivy.SnippetGenerator.create(searcher, parsed, index._schema, "text")
@@ -286,13 +284,18 @@ def test_stale_impact_postings_are_ignored(corpora: dict[str, Path], tmp_path: P
     assert index.search("comet glacier", 3)
 
 
+def _parser_query(index: CorpusIndex, text: str) -> tantivy.Query:
+    parsed, _ = index._index.parse_query_lenient(
+        text, ["title", "text"], field_boosts={"title": TITLE_BOOST}
+    )
+    return parsed
+
+
 def reference_scores(index: CorpusIndex, query: str, k: int) -> list[tuple[float, str]]:
     text = sanitize_query(query)
     if not text:
         return []
-    parsed, _ = index._index.parse_query_lenient(
-        text, ["title", "text"], field_boosts={"title": TITLE_BOOST}
-    )
+    parsed = _parser_query(index, text)
     searcher = index._index.searcher()
     return [
         (score, searcher.doc(address).get_first("id"))
