@@ -155,7 +155,7 @@ def test_interrupted_run_writes_nothing(tmp_path, workers):
 def test_ctrl_c_in_the_cli_leaves_no_output_and_no_tracebacks(tmp_path, shared_data):
     trajs = load_trajectories()
     base = [raw_row(t, random.Random(i)) for i, t in enumerate(trajs)]
-    inp = write_raw_parquet(base * 40, tmp_path / "in" / "train-0.parquet")  # 400 raw rows
+    inp = write_raw_parquet(base * 150, tmp_path / "in" / "train-0.parquet")  # 1,500 raw rows
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "drvenus", "data", "clean", "-i", str(inp), "-o", str(out),
            "--correctness", "off", "--workers", "2", "--chunk-rows", "2"]
