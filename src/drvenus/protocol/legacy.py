@@ -44,7 +44,6 @@ def unwrap_inline_tags(thought: str) -> str:
 def strip_thinking(text: str) -> str:
     """``text`` without its think blocks (e.g. a judge model's reasoning before its verdict)."""
     return THINK_RE.sub("", text)
-TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL | re.IGNORECASE)
 
 
 class TagBlock:
