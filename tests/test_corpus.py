@@ -28,6 +28,7 @@ from drvenus.corpus import (
     url_key,
     wikipedia_url,
 )
+from drvenus.corpus.index import SNIPPET_CHARS
 
 FILLER = (
     "The region is known for its mild climate and its long agricultural history. "
@@ -276,7 +277,7 @@ def test_snippet_is_a_window_around_the_match(index: CorpusIndex) -> None:
     assert hit.id == "valley"
     assert "gold nugget" in hit.snippet
     assert hit.snippet.startswith("...") and hit.snippet.endswith("...")
-    assert 150 <= len(hit.snippet) <= 300
+    assert SNIPPET_CHARS // 2 <= len(hit.snippet) <= SNIPPET_CHARS + 10
     inner = hit.snippet.strip(".")
     assert inner.strip() in " ".join(text.split())  # cut at word boundaries
     words = set(text.split())

@@ -22,7 +22,13 @@ from drvenus.protocol import (
     wrap_tool_response,
 )
 from drvenus.protocol.grammar import grammar_for_kind, protocol_grammar
-from drvenus.protocol.spans import clause_words, span_sources
+from drvenus.protocol.spans import (
+    PLAIN_SHAPE,
+    AnswerShape,
+    answer_shape,
+    clause_words,
+    span_sources,
+)
 from gbnf import Grammar
 
 SEARCH = (
@@ -547,3 +553,60 @@ def test_span_answers_can_be_made_to_say_something_new():
     assert "Dracula" not in language and "Dracula is" not in language  # only the question's
     assert "novel" not in language and "Dracula is an" not in language  # "an" says nothing
     assert language <= _span_language(SPAN_MESSAGES, **EMBEDDED_GRAMMAR_OPTIONS)
+
+
+# -- answer shapes: what the question asks for --------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("question", "shape"),
+    [
+        ("The founder of Sikhism was the first of how many Sikh Gurus?", AnswerShape(number=True)),
+        ("About how long have farmers watered crops?", AnswerShape(number=True)),
+        ("In what year did Steinbeck receive the Nobel Prize?", AnswerShape(time=True)),
+        ("When was the treaty signed?", AnswerShape(time=True)),
+        ("Over which centuries did dinner move to the evening?", AnswerShape(time=True)),
+        ("Who wrote the novel Dracula?", AnswerShape(name=True)),
+        ("On the bank of which river does the city stand?", AnswerShape(name=True)),
+        ("Where was the painter born?", AnswerShape(name=True)),
+        ("Were Scott Derrickson and Ed Wood of the same nationality?", AnswerShape(yes_no=True)),
+        ("Is the Nile longer than the Amazon?", AnswerShape(yes_no=True)),
+        ("Which was founded first, Harvard University or Yale University?",
+         AnswerShape(choices=("Harvard University", "Yale University"))),
+        ("Who was born first: Bach, Handel or Vivaldi?",
+         AnswerShape(choices=("Bach", "Handel", "Vivaldi"))),
+        ("What do some people consider the first musical instrument?", PLAIN_SHAPE),
+        ("How often is the cup held?", PLAIN_SHAPE),
+        ("", PLAIN_SHAPE),
+    ],
+)
+def test_answer_shape(question, shape):
+    assert answer_shape(question) == shape
+
+
+def _shaped_language(question: str, snippet: str) -> set[str]:
+    messages = [{"role": "user", "content": question},
+                {"role": "user", "content": wrap_tool_response(json.dumps([{
+                    "query": "q", "web_page_info_list": [{
+                        "title": "Page", "url": "https://en.wikipedia.org/wiki/Page",
+                        "snippet": snippet}]}]))}]
+    options = {**EMBEDDED_GRAMMAR_OPTIONS, "answer_spans_shaped": True, "max_answer_words": 3}
+    return _span_language(messages, **options)
+
+
+def test_shaped_span_answers_keep_the_asked_kind():
+    """A count or a time holds a number (or a number word / month); a name starts with a capital;
+    yes/no and choice questions are answered by exactly those; a shape that would leave nothing
+    keeps every span."""
+    snippet = "Guru Nanak was the first of ten gurus, born in 1469 in Talwandi; he taught widely"
+    many = _shaped_language("How many gurus were there?", snippet)
+    assert "ten" in many and "first of ten" in many and "1469" in many
+    assert all(any(c.isdigit() for c in a) or "ten" in a.split() for a in many)
+    when = _shaped_language("In what year was he born?", snippet)
+    assert "1469" in when and "ten" not in when
+    who = _shaped_language("Who was the first guru?", snippet)
+    assert "Guru Nanak" in who and "Talwandi" in who and all(a[0].isupper() for a in who)
+    assert _shaped_language("Was he born in 1469?", snippet) == {"yes", "no"}
+    assert _shaped_language("Who came first, Guru Nanak or Guru Angad?", snippet) == {
+        "Guru Nanak", "Guru Angad"}
+    plain = _shaped_language("When was he born?", "no figures here at all")
+    assert "figures" in plain  # nothing of the kind was read: every span stays

@@ -9,6 +9,7 @@ from functools import cache
 
 from drvenus import protocol
 from drvenus.grading.match import normalize_answer
+from drvenus.protocol.spans import question_query
 from drvenus.recipe.articles import RESERVED_COUNT, is_reserved, load_articles
 from drvenus.recipe.build import (
     BuildConfig,
@@ -25,7 +26,6 @@ from drvenus.recipe.questions import (
     Question,
     assign_splits,
     dedupe,
-    query_from_question,
     single_hop,
     two_hop,
 )
@@ -147,11 +147,15 @@ def test_name_after_skips_descriptors():
     assert name_after("born in Pisa, Italy", len("born in ")) == "Pisa"
 
 
-def test_query_from_question_fits_the_embedded_grammar():
-    q = query_from_question("who was the father of the founder of psychoanalysis and what was "
-                            "his job in vienna?")
+def test_question_query_fits_the_embedded_grammar():
+    q = question_query("who was the father of the founder of psychoanalysis and what was "
+                       "his job in vienna?", 60)
     assert len(q) <= 60 and q[0].isupper() and "?" not in q
-    assert query_from_question("What is 2+2?") == "What is 2 2"
+    assert q == "Father founder psychoanalysis job vienna"
+    assert question_query("What is 2+2?") == "2 2"
+    assert question_query("Which river flows through the capital of Hungary?") == \
+        "River flows through capital Hungary"
+    assert question_query("Who is he?") == ""
 
 
 # --- the teacher ------------------------------------------------------------------------------

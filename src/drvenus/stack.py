@@ -43,7 +43,7 @@ EMBEDDED_AGENT = AgentConfig(
     max_attempts=1,
     backoff_base=0.0,
     sampling=SamplingParams(
-        temperature=0.0, top_p=0.95, top_k=20, presence_penalty=0.0, max_tokens=384, seed=0
+        temperature=0.0, top_p=0.95, top_k=20, presence_penalty=0.0, max_tokens=448, seed=0
     ),
     constrained=True,
     min_searches=1,

@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 3  # 3: impact postings
 TOKENIZER = "drvenus_en"
 TITLE_BOOST = 2.5
-SNIPPET_CHARS = 260
+SNIPPET_CHARS = 420  # most leads whole (median 456 chars); see choose_snippet
 MAX_QUERY_TERMS = 48
 META_FILE = "drvenus_index.json"
 _STALE_TMP_SECONDS = 6 * 3600
@@ -430,6 +430,9 @@ _QUESTION_TOKENS = frozenset(
     {"what", "who", "whom", "whose", "when", "where", "which", "why", "how"}
 )
 _MENTION_TOKENS = 4  # the rarest query tokens the lead lacks, each looked up in the page
+# where a sentence starts: after . ! ? and blanks, before a capital, a digit or a quote
+_SENTENCE_START = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\u201c])")
+_SENTENCE_WINDOWS = 12  # the first sentences of a page each tried as a snippet's start
 
 
 def sanitize_query(text: str) -> str:
@@ -686,8 +689,9 @@ class CorpusIndex:
         self, body: str, start: int, end: int, weights: Mapping[str, float], title: str = ""
     ) -> str:
         """The window of ``body`` that holds the most of the query: the page's lead, the
-        best-matching fragment ``body[start:end]``, or a window around the first mention of a
-        query word the lead lacks, by the idf of the distinct query tokens each holds. Tokens
+        best-matching fragment ``body[start:end]``, a window from the start of one of the
+        page's first sentences, or a window around the first mention of a query word the lead
+        lacks, by the idf of the distinct query tokens each holds. Tokens
         of the page's ``title`` (the result shows it anyway) and question words do not count;
         a tie goes to the lead, which says what the page is about (a novel's author, a city's
         country). So "capital of Hungary" on the page "Hungary" shows the window that says
@@ -702,6 +706,10 @@ class CorpusIndex:
         candidates = [lead]
         if start:
             candidates.append(make_snippet(body, start, end))
+        for i, at in enumerate(_SENTENCE_START.finditer(body, 0, SNIPPET_CHARS * 8)):
+            if i == _SENTENCE_WINDOWS:
+                break
+            candidates.append(make_snippet(body, at.end(), at.end()))
         lead_tokens = set(self._analyzer.analyze(lead))
         folded = None
         for token in sorted(wanted, key=wanted.__getitem__, reverse=True)[:_MENTION_TOKENS]:

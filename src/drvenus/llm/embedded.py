@@ -45,14 +45,17 @@ ADAPTERS_DIR = Path(__file__).with_name("adapters")
 # SmolLM2 was trained with an 8K context: the whole agent prompt plus a few turns fit.
 EMBEDDED_WINDOW = 8192
 
-# Grammar bounds: a short plain-text thought (no "<", so its bound is a token bound), one plain
-# query that starts like a title, and a grounded answer: a span of at most eight words of what
-# the agent read (search titles and snippets, visited pages) or of its own earlier thoughts, so
-# a forced answer with no thought of its own keeps the answer its thinking already stated, and
-# with a word the question does not hold. The span grammar is built per turn from the
-# conversation; its closed vocabulary never glues words together or cuts one. A whole turn stays
-# inside the preset's max_tokens (384) even at its worst (every character a token: think 240 +
-# query 60 + the fixed JSON and tags), so it is never cut off before its closing tag.
+# Grammar bounds: a short plain-text thought (no "<", so its bound is a token bound), a first
+# search that asks the question's own content words (what finds the page: the model's own
+# first queries were a title or a fragment, "V", "1000"), later queries plain and starting like a
+# title, and a grounded answer: a span of at most eight words of what the agent read (search
+# titles and snippets, visited pages; never its own thoughts: "Understood" is no answer), with a
+# word the question does not hold, of the kind the question asks for (a number for "how many",
+# a time for "when", a name for "who" and "where", yes or no, one of the choices it names). The
+# span grammar is built per turn from the conversation; its closed vocabulary never glues
+# words together or cuts one. A whole turn stays inside the preset's max_tokens (448) even at
+# its worst (every character a token: think 240 + a first query of 120 + the fixed JSON and
+# tags), so it is never cut off before its closing tag.
 EMBEDDED_GRAMMAR_OPTIONS: MappingProxyType[str, Any] = MappingProxyType(
     {
         "max_think_chars": 240,
@@ -64,8 +67,9 @@ EMBEDDED_GRAMMAR_OPTIONS: MappingProxyType[str, Any] = MappingProxyType(
         "answer_think_chars": 0,
         "plain_answer": True,  # when nothing has been read yet
         "answer_spans": True,
-        "answer_spans_thinking": True,
         "answer_spans_news": True,  # not the question's words alone ("Dracula" for Dracula)
+        "answer_spans_shaped": True,  # of the kind asked: a number, a time, a name, yes/no
+        "question_first_search": True,  # the first search asks the question's own words
         "max_answer_words": 8,
     }
 )

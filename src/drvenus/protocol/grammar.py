@@ -26,12 +26,17 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from drvenus.protocol.spans import (
+    PLAIN_SHAPE,
+    AnswerShape,
+    answer_shape,
     past_queries,
     question_of,
+    question_query,
     question_words,
     result_urls,
     span_sources,
     spans_of,
+    weak_word,
 )
 
 # Tags that free text must never contain: the protocol's own, and the stop string.
@@ -180,7 +185,8 @@ def _json_string(rules: _Rules, name: str, first: str, item: str, max_chars: int
 
 
 def _answer_spans(
-    rules: _Rules, texts: tuple[str, ...], max_words: int, question: str, news: str = ""
+    rules: _Rules, texts: tuple[str, ...], max_words: int, question: str, news: str = "",
+    shape: AnswerShape = PLAIN_SHAPE,
 ) -> str | None:
     """An answer that is one span of at most ``max_words`` words of ``texts`` (see
     :mod:`drvenus.protocol.spans`), one space between words: a trie of words, one rule per node
@@ -188,9 +194,21 @@ def _answer_spans(
     answer can glue two words together or stop inside one. The words of ``question`` are left
     out (an answer says what the question does not); with ``news`` (the question again) they
     may appear, but an answer must also hold a word of its own (not "Dracula" alone for "Who
-    wrote Dracula?"). Return the body's expression, or None when no span is left."""
+    wrote Dracula?"). ``shape`` (:func:`~drvenus.protocol.spans.answer_shape`) keeps the spans
+    of the kind the question asks for: one of its choices, yes or no, a span that holds a
+    number or a time, one that starts with a capital; when it keeps none, every span stays.
+    Return the body's expression, or None when no span is left."""
+    if shape.choices or shape.yes_no:
+        options = shape.choices or ("yes", "no")
+        return rules.add("answer-span", " | ".join(_literal(o) for o in options))
+    spans = spans_of(texts, max_words, question_words(question))
+    if shape.name:
+        named = [sp for sp in spans if sp[0][:1].isupper()]
+        spans = named or spans
+    if not any(shape.typed(w) for sp in spans for w in sp):
+        shape = PLAIN_SHAPE  # nothing of the asked kind was read: any span
     trie: dict[str, dict] = {}
-    for span in spans_of(texts, max_words, question_words(question)):
+    for span in spans:
         node = trie
         for word in span:
             node = node.setdefault(word, {})
@@ -198,24 +216,25 @@ def _answer_spans(
     count = 0
 
     def is_new(word: str) -> bool:
-        return word.lower() not in old and not (len(word) <= 3 and word.islower())
+        return word.lower() not in old and not weak_word(word)
 
-    def alternatives(node: dict[str, dict], said: bool) -> str | None:
+    def alternatives(node: dict[str, dict], said: bool, typed: bool) -> str | None:
         nonlocal count
         alts = []
         for word, children in node.items():
-            now = said or is_new(word)
-            rest = alternatives(children, now) if children else None
+            now, kind = said or is_new(word), typed or shape.typed(word)
+            rest = alternatives(children, now, kind) if children else None
+            done = now and kind
             if rest is not None:
                 count += 1
                 name = rules.add(f"span-{count}", "")
-                rules.add(name, f'( " " ( {rest} ) )' + ("?" if now else ""))
+                rules.add(name, f'( " " ( {rest} ) )' + ("?" if done else ""))
                 alts.append(f"{_literal(word)} {name}")
-            elif now:
+            elif done:
                 alts.append(_literal(word))
         return " | ".join(alts) if alts else None
 
-    body = alternatives(trie, not news)
+    body = alternatives(trie, not news, False)
     return None if body is None else rules.add("answer-span", body)
 
 
@@ -239,8 +258,10 @@ def protocol_grammar(
     answer_spans: tuple[str, ...] | None = None,
     answer_question: str = "",
     answer_news: str = "",
+    answer_shape: AnswerShape = PLAIN_SHAPE,
     visit_urls: tuple[str, ...] | None = None,
     used_queries: tuple[str, ...] = (),
+    search_query: str | None = None,
 ) -> str:
     """The GBNF grammar of one well-formed assistant turn.
 
@@ -264,9 +285,12 @@ def protocol_grammar(
     never glue words together or stop inside a word (with no word in the texts, a plain
     answer); ``answer_question``: the question, whose words a span answer leaves out;
     ``answer_news``: the question, whose words a span answer may repeat but not only them.
+    ``answer_shape``: the kind of answer the question asks for, which a span answer keeps to
+    (:class:`~drvenus.protocol.spans.AnswerShape`).
     ``visit_urls``: the URLs a visit may open (the search results read so far; None: any
     ``http(s)://`` URL). ``used_queries`` (with ``plain_queries``): queries already searched,
-    which a search may not ask again.
+    which a search may not ask again. ``search_query``: the one query a search may ask (the
+    question's own words for the first search).
     ``max_answer_words`` needs ``answer_spans``: a word bound on free text cannot be
     kept without gluing words (when the bound is reached a model that wants a space can only go
     on with the word). ``plain_think``: the think block
@@ -304,12 +328,13 @@ def protocol_grammar(
         spans = None
         if answer_spans is not None:
             bound = max_answer_words or DEFAULT_MAX_SPAN_WORDS
-            spans = _answer_spans(r, answer_spans, bound, answer_question, answer_news)
+            spans = _answer_spans(r, answer_spans, bound, answer_question, answer_news,
+                                  answer_shape)
         _answer_rules(r, text_item, plain_answer or spans is not None, max_answer_chars, spans)
     if allow_tool_call:
         _tool_call_rules(
             r, tools, max_list_items, max_string_chars, plain_queries, capital_queries,
-            visit_urls, used_queries,
+            visit_urls, used_queries, search_query,
         )
     return r.render()
 
@@ -433,15 +458,17 @@ def _tool_call_rules(
     capital_queries: bool,
     visit_urls: tuple[str, ...] | None = None,
     used_queries: tuple[str, ...] = (),
+    search_query: str | None = None,
 ) -> None:
-    """The ``tool-call`` rule: the canonical one-line JSON of a search or visit call."""
+    """The ``tool-call`` rule: the canonical one-line JSON of a search or visit call (with
+    ``search_query``, a search asks that query and no other)."""
     r.add(
         "tool-call",
         f"{_literal('<tool_call>' + chr(10))} ( "
         + " | ".join(f"{t}-call" for t in tools)
         + f" ) {_literal(chr(10) + '</tool_call>')}",
     )
-    more_queries = _repeat('( ", " query )', max_list_items - 1)
+    more_queries = "" if search_query else _repeat('( ", " query )', max_list_items - 1)
     more_urls = _repeat('( ", " url )', max_list_items - 1)
     r.add(
         "search-call",
@@ -460,7 +487,9 @@ def _tool_call_rules(
     escape = r.add("json-escape", '"\\\\" ( ["\\\\/bfnrt] | "u" [0-9a-fA-F]{4} )')
     json_item = _tag_free_text(r, "json", excluded='"\\\\\\x00-\\x1F', extra_items=(escape,))
     r.add("json-first", f'[^<"\\\\{_BLANKS}] | "\\\\\\""')
-    if plain_queries and used_queries:
+    if search_query:
+        r.add("query", _literal(json.dumps(search_query, ensure_ascii=False)))
+    elif plain_queries and used_queries:
         first = _CAPITAL_FIRST if capital_queries else _WORD_FIRST
         _fresh_query(r, used_queries, first, _WORD_ITEM, max_string_chars)
     elif plain_queries:
@@ -489,7 +518,11 @@ def grammar_for_kind(
     responses in ``messages`` (the conversation so far, see
     :func:`drvenus.protocol.spans.span_sources`), ``answer_spans_thinking=True`` of the
     agent's own thoughts too, ``answer_spans_new_words=True`` without the question's words,
-    ``answer_spans_news=True`` with at least one word that is not the question's.
+    ``answer_spans_news=True`` with at least one word that is not the question's,
+    ``answer_spans_shaped=True`` of the kind of answer the question asks for (a number, a time,
+    a name, yes or no, one of its choices: :func:`~drvenus.protocol.spans.answer_shape`).
+    ``question_first_search=True``: the first search asks the question's own content words
+    (:func:`~drvenus.protocol.spans.question_query`), what a search engine finds the page by.
     ``grounded_calls=True``: a visit opens one of the search results read so far (no visit
     before there are any) and a search never repeats an earlier query. Grammars built per
     question and per turn."""
@@ -500,6 +533,8 @@ def grammar_for_kind(
     new_words = bool(options.pop("answer_spans_new_words", False))
     grounded_calls = bool(options.pop("grounded_calls", False))
     news = bool(options.pop("answer_spans_news", False))
+    shaped = bool(options.pop("answer_spans_shaped", False))
+    question_first = bool(options.pop("question_first_search", False))
     # Options may narrow the kind further (e.g. a model built with an answer-free grammar).
     allow_call = kind != "answer" and bool(options.pop("allow_tool_call", True))
     allow_answer = kind in ("any", "answer") and bool(options.pop("allow_answer", True))
@@ -508,6 +543,10 @@ def grammar_for_kind(
         tools = tuple(t for t in tools if t == "search")
     if not (allow_call or allow_answer):  # options exclude the kind asked for: the kind wins
         allow_call, allow_answer = kind != "answer", kind == "answer"
+    if question_first and allow_call and "search" in tools and not past_queries(messages or ()):
+        query = question_query(question_of(messages or ()))
+        if query:  # the first search asks the question's own words
+            options["search_query"] = query
     if grounded_calls and allow_call:
         options["used_queries"] = past_queries(messages or ())
         urls = result_urls(messages or ())
@@ -523,6 +562,8 @@ def grammar_for_kind(
             options["answer_question"] = question_of(messages or ())
         if news:
             options["answer_news"] = question_of(messages or ())
+        if shaped:
+            options["answer_shape"] = answer_shape(question_of(messages or ()))
     elif grounded:
         options.pop("max_answer_words", None)  # no answer in this turn: no span bound either
     return protocol_grammar(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from drvenus.protocol.parse import parse_turn
 from drvenus.protocol.render import (
@@ -142,9 +143,10 @@ def span_sources(
     return tuple(texts)
 
 
-def _weak_start(word: str) -> bool:
-    """A short lower-case word (a, an, the, by, of, in, was): no answer starts with one."""
-    return len(word) <= 3 and word.islower()
+def weak_word(word: str) -> bool:
+    """A short lower-case word (a, an, the, by, of, in, was), not a number ("ten"): no answer
+    starts with one, and none is an answer of its own."""
+    return len(word) <= 3 and word.islower() and word not in _NUMBER_WORDS
 
 
 def spans_of(
@@ -160,13 +162,98 @@ def spans_of(
     for text in texts:
         for words in clause_words(text, exclude):
             for i in range(len(words)):
-                if _weak_start(words[i]):
+                if weak_word(words[i]):
                     continue
                 span = tuple(words[i : i + max_words])
                 if span not in seen:
                     seen.add(span)
                     out.append(span)
     return out
+
+
+
+# -- what the question asks for -------------------------------------------------------------
+
+_AUX = ("is", "are", "was", "were", "do", "does", "did", "has", "have", "had", "can", "could",
+        "will", "would", "should")
+_WH = re.compile(r"\b(how|what|which|who|whom|when|where)\b(?:\s+(\w+))?", re.IGNORECASE)
+_HOW_NUMBER = frozenset({"many", "much", "long", "old", "far", "tall", "high", "big", "large",
+                         "deep", "wide", "heavy", "fast", "hot", "cold"})
+_TIME_NOUNS = frozenset({"year", "years", "date", "century", "centuries", "decade", "decades",
+                         "month", "day"})
+_NAMED_NOUNS = frozenset({
+    "city", "country", "town", "village", "river", "state", "province", "island", "islands",
+    "continent", "mountain", "lake", "sea", "ocean", "region", "county", "nation", "capital",
+    "team", "club", "company", "university", "king", "queen", "emperor", "president", "author",
+    "writer", "poet", "painter", "composer", "scientist", "artist", "architect", "empire",
+    "dynasty", "band", "person", "man", "woman",
+})
+_NUMBER_WORDS = frozenset(
+    "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety "
+    "hundred hundreds thousand thousands million millions billion billions trillion dozen "
+    "dozens half once twice".split()
+)
+_TIME_WORDS = frozenset(
+    "january february march april may june july august september october november december "
+    "century centuries spring summer autumn winter".split()
+)
+# "..., A or B?": the two (or more) things a comparison question names
+_CHOICES = re.compile(r"[,:]\s*([^,:?]+?(?:,\s*[^,:?]+?)*)\s+or\s+([^,:?]+?)\s*\?\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerShape:
+    """What kind of answer a question asks for, read from its wording (English): a count or
+    amount (``number``: "how many", "how long"), a time (``time``: "when", "in what year"), a
+    name (``name``: "who", "where", "which river"; the answer starts with a capital), a yes or
+    a no ("Is ...?", "Were both ...?"), or one of the things it names (``choices``: "Which is
+    older, the Nile or the Amazon?"). The span grammar keeps the answers of that shape, and
+    keeps them all when none is left (a shape narrows, it never empties)."""
+
+    number: bool = False
+    time: bool = False
+    name: bool = False
+    yes_no: bool = False
+    choices: tuple[str, ...] = ()
+
+    def typed(self, word: str) -> bool:
+        """``word`` is of the shape's kind (a number or a time); True when neither is asked."""
+        if not (self.number or self.time):
+            return True
+        if any(c.isdigit() for c in word):
+            return True
+        lower = word.lower()
+        return (self.number and lower in _NUMBER_WORDS) or (self.time and lower in _TIME_WORDS)
+
+
+PLAIN_SHAPE = AnswerShape()
+
+
+def answer_shape(question: str) -> AnswerShape:
+    """The :class:`AnswerShape` of ``question`` (see there); ``PLAIN_SHAPE`` when its wording
+    says nothing (a "what" question about anything)."""
+    text = " ".join(question.split())
+    choices = _CHOICES.search(text)
+    if choices:
+        names = [c.strip() for c in choices.group(1).split(",")] + [choices.group(2).strip()]
+        names = [n for n in names if n and len(n.split()) <= 8]
+        if len(names) >= 2:
+            return AnswerShape(choices=tuple(dict.fromkeys(names)))
+    first = text.split(" ", 1)[0].lower() if text else ""
+    if first in _AUX:
+        return AnswerShape(yes_no=True)
+    wh = _WH.search(text)
+    if wh is None:
+        return PLAIN_SHAPE
+    word, after = wh.group(1).lower(), (wh.group(2) or "").lower()
+    if word == "how":
+        return AnswerShape(number=after in _HOW_NUMBER)
+    if word == "when" or (word in ("what", "which") and after in _TIME_NOUNS):
+        return AnswerShape(time=True)
+    if word in ("who", "whom", "where") or (word in ("what", "which") and after in _NAMED_NOUNS):
+        return AnswerShape(name=True)
+    return PLAIN_SHAPE
 
 
 
@@ -188,6 +275,36 @@ def _items(value: object) -> list[str]:
     if isinstance(value, str):
         return [value]
     return [str(v) for v in value] if isinstance(value, list) else []
+
+
+# Words that locate nothing in a search index: question words, articles, prepositions, pronouns
+_QUERY_STOPWORDS = frozenset(
+    """a an the of in on at to for by with from and or is was are were be been who whom whose
+    what which when where why how did does do that this these those as its it his her their
+    there name named he she him they them we you i me my our your""".split()
+)
+# characters outside the embedded grammar's query alphabet (protocol.grammar's plain queries)
+_NOT_QUERY_CHARS = re.compile(r"[^a-zA-Z0-9 ,.'()\u00C0-\uFFFF-]")
+QUESTION_QUERY_CHARS = 120
+
+
+def question_query(question: str, limit: int = QUESTION_QUERY_CHARS) -> str:
+    """A search query made of a question's own content words, in order: characters outside
+    the plain-query alphabet and stopwords dropped, at most ``limit`` characters (whole words),
+    the first letter a capital. What a search engine should be asked first ("Which river flows
+    through the capital of Hungary?" -> "River flows through capital Hungary"); empty when the
+    question has no content word."""
+    words = []
+    for raw in _NOT_QUERY_CHARS.sub(" ", question).split():
+        word = raw.strip(" ,.'-")
+        if word and word.lower() not in _QUERY_STOPWORDS:
+            words.append(word)
+    text = ""
+    for word in words:
+        if len(text) + len(word) + (1 if text else 0) > limit:
+            break
+        text = f"{text} {word}" if text else word
+    return text[:1].upper() + text[1:]
 
 
 def past_queries(messages: Sequence[Mapping[str, str]]) -> tuple[str, ...]:
@@ -214,12 +331,18 @@ def result_urls(messages: Sequence[Mapping[str, str]]) -> tuple[str, ...]:
 
 
 __all__ = [
+    "PLAIN_SHAPE",
+    "AnswerShape",
+    "answer_shape",
     "clause_words",
     "past_queries",
     "result_urls",
+    "QUESTION_QUERY_CHARS",
     "question_of",
+    "question_query",
     "question_words",
     "span_sources",
     "spans_of",
+    "weak_word",
     "tool_response_text",
 ]

@@ -30,6 +30,7 @@ from typing import Any
 from drvenus import protocol
 from drvenus.grading.match import normalize_answer
 from drvenus.protocol import ANSWER_SPLIT, ToolCall
+from drvenus.protocol.spans import question_query
 from drvenus.recipe.articles import Article, is_reserved
 from drvenus.recipe.facts import contains_answer, find_span
 from drvenus.recipe.questions import (
@@ -38,7 +39,6 @@ from drvenus.recipe.questions import (
     Question,
     assign_splits,
     dedupe,
-    query_from_question,
     single_hop,
     two_hop,
     usable_alias,
@@ -100,7 +100,7 @@ async def mix_questions(rows: Iterable[dict[str, Any]], toolbox: Any,
         if not aliases:
             why["no_usable_answer"] += 1
             continue
-        query = query_from_question(question)
+        query = question_query(question)
         if not query:
             why["no_query"] += 1
             continue

@@ -183,29 +183,7 @@ def two_hop(articles: Sequence[Article], rng: random.Random, per_bridge: int = 2
 
 # --- distant supervision over the deepresearcher mix ------------------------------------------
 
-_STOP = frozenset(
-    """a an the of in on at to for by with from and or is was are were be been who whom whose
-    what which when where why how did does do that this these those as its it his her their
-    there name named""".split()
-)
-_QUERY_CHARS = re.compile(r"[^a-zA-Z0-9 ,.'()\u00C0-\uFFFF-]")
-MAX_QUERY_CHARS = 60
-
-
-def query_from_question(question: str, limit: int = MAX_QUERY_CHARS) -> str:
-    """A search query for a free-form question, in the embedded grammar's query alphabet:
-    characters outside it dropped, question words and stopwords dropped when the question is
-    longer than ``limit``, capitalised first letter."""
-    text = " ".join(_QUERY_CHARS.sub(" ", question).split()).strip(" ,.")
-    if len(text) > limit:
-        words = [w for w in text.split() if w.lower() not in _STOP]
-        text = ""
-        for w in words:
-            if len(text) + len(w) + (1 if text else 0) > limit:
-                break
-            text = f"{text} {w}".strip()
-    text = text.strip(" ,.'-")
-    return _cap(text) if text else text
+MAX_QUERY_CHARS = 60  # the embedded grammar's bound on a query the model writes
 
 
 def usable_alias(alias: str) -> bool:
@@ -239,6 +217,6 @@ def dedupe(questions: Iterable[Question]) -> list[Question]:
 
 
 __all__ = [
-    "RESERVED", "SPLITS", "TRAIN", "Question", "assign_splits", "dedupe", "query_from_question",
+    "MAX_QUERY_CHARS", "RESERVED", "SPLITS", "TRAIN", "Question", "assign_splits", "dedupe",
     "question_id", "single_hop", "stable_hash", "subject_mention", "two_hop", "usable_alias",
 ]

@@ -20,8 +20,9 @@ from typing import Any
 
 from drvenus import protocol
 from drvenus.protocol import ToolCall
+from drvenus.protocol.spans import QUESTION_QUERY_CHARS, question_query
 from drvenus.recipe.facts import NEED, find_span, sentences
-from drvenus.recipe.questions import MAX_QUERY_CHARS, Question, query_from_question
+from drvenus.recipe.questions import MAX_QUERY_CHARS, Question
 
 MAX_THINK_CHARS = 240
 MAX_GOAL_CHARS = 60
@@ -169,8 +170,9 @@ class _Episode:
                               "content": protocol.render_answer_turn(thought, answer)})
         return answer
 
-    async def search(self, thought: str, query: str) -> list[_Hit]:
-        query = query_from_question(query, MAX_QUERY_CHARS)
+    async def search(self, thought: str, query: str, limit: int = MAX_QUERY_CHARS
+                     ) -> list[_Hit]:
+        query = question_query(query, limit)
         body = await self.call(thought, protocol.normalize_tool_call(
             {"name": protocol.SEARCH, "arguments": {"query": [query]}}))
         entries = protocol.parse_search_body(body) or []
@@ -267,13 +269,13 @@ class _Episode:
 
     async def distant(self) -> str:
         q = self.q
-        query = query_from_question(q.question)
+        query = question_query(q.question)
         first = self.rng.choice((
             f"I will search for the key terms of the question: {query}.",
             f"Let me search for {query} and read the results.",
             f"First I will search the question's main terms: {query}.",
         ))
-        hits = await self.search(first, query)
+        hits = await self.search(first, query, QUESTION_QUERY_CHARS)
         gold = [h for h in hits if h.title in q.gold_titles]
         if not gold:
             raise _Drop("gold_not_in_results")
