@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,11 @@ from drvenus.eval.judges import grade
 from drvenus.eval.metrics import RunResult, summarize
 from drvenus.eval.report import build_report, render_markdown
 from drvenus.grading.match import HOTPOTQA, SQUAD, exact_match, f1_score
-from drvenus.protocol import ANSWER_SPLIT
+from drvenus.llm.embedded import EMBEDDED_GRAMMAR_OPTIONS
+from drvenus.protocol import ANSWER_SPLIT, build_system_prompt, initial_messages, wrap_tool_response
+from drvenus.protocol.grammar import grammar_for_kind
+from drvenus.protocol.spans import is_yes_no_question
+from gbnf import Grammar
 from scripted import answer, call
 from stub_server import StubServer
 from test_eval_runner import drvenus
@@ -208,6 +213,59 @@ def test_report_shows_em_and_f1_with_intervals():
     assert "| Exact match (EM), 95% interval | 50.0% (" in md and "| F1, 95% interval | 0.625 (" in md
     assert "HotpotQA's official exact match" in md
     assert summarize([RunResult("q", 0, True, score=1.0)])["exact_f1"] is None
+
+
+# ---------------------------------------------------------------------------- yes / no answers
+@pytest.mark.parametrize(("question", "yes_no"), [
+    ("Are the Eiffel Tower and Big Ben both in France?", True),
+    ("Were Scott Derrickson and Ed Wood of the same nationality?", True),
+    ("  did Gustave Eiffel build bridges?", True),
+    ("Which tower is older, the Eiffel Tower or Big Ben?", False),
+    ("Who built the Eiffel Tower?", False),
+    ("Isaac Newton was born in which year?", False),
+    ("", False),
+])
+def test_yes_no_questions(question, yes_no):
+    assert is_yes_no_question(question) is yes_no
+
+
+def _read(question: str) -> list[dict]:
+    hits = [{"title": "Eiffel Tower", "url": wikipedia_url("Eiffel Tower"),
+             "snippet": "".join(EIFFEL)}]
+    return [*initial_messages(question, build_system_prompt("2025-01-01")),
+            {"role": "user", "content": wrap_tool_response(json.dumps(
+                [{"query": "Eiffel Tower", "web_page_info_list": hits}]))}]
+
+
+def test_a_grounded_answer_may_be_yes_or_no_to_a_yes_no_question():
+    """The embedded model's answer is a span of what it read; no span says "no", so a yes/no
+    question also admits yes and no (and only such a question)."""
+    def accepts(question: str, body: str) -> bool:
+        grammar = grammar_for_kind("answer", False, _read(question), **EMBEDDED_GRAMMAR_OPTIONS)
+        return Grammar(grammar).accepts(f"<think>\n\n</think>\n<answer>\n{body}\n</answer>")
+
+    comparison = "Are the Eiffel Tower and Big Ben both in France?"
+    for body in ("no", "No", "yes", "Yes", "Gustave Eiffel"):
+        assert accepts(comparison, body), body
+    assert not accepts(comparison, "no way") and not accepts(comparison, "maybe")
+    assert accepts("Who built the Eiffel Tower?", "Gustave Eiffel")
+    assert not accepts("Who built the Eiffel Tower?", "no")
+
+
+@pytest.mark.slow
+def test_llama_cpp_samples_the_yes_no_grammar(embedded_gguf):
+    from drvenus.llm.llamacpp import LlamaCppServer
+
+    grammar = grammar_for_kind("answer", False, _read("Is the Eiffel Tower in Paris?"),
+                               **EMBEDDED_GRAMMAR_OPTIONS)
+    server = LlamaCppServer(embedded_gguf, window=1024, n_threads=1)
+    try:
+        reply = server.chat({"messages": [{"role": "user", "content": "Hi"}], "grammar": grammar,
+                             "max_tokens": 200, "temperature": 0.0}, threading.Event())
+    finally:
+        server.close()
+    assert "error" not in reply, reply
+    assert "<answer>" in reply["choices"][0]["message"]["content"]
 
 
 # ---------------------------------------------------------------------------- end to end

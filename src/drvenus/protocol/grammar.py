@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from drvenus.protocol.spans import (
+    YES_NO_ANSWERS,
+    is_yes_no_question,
     past_queries,
     question_of,
     question_words,
@@ -239,6 +241,7 @@ def protocol_grammar(
     answer_spans: tuple[str, ...] | None = None,
     answer_question: str = "",
     answer_news: str = "",
+    answer_yes_no: bool = False,
     visit_urls: tuple[str, ...] | None = None,
     used_queries: tuple[str, ...] = (),
 ) -> str:
@@ -264,6 +267,8 @@ def protocol_grammar(
     never glue words together or stop inside a word (with no word in the texts, a plain
     answer); ``answer_question``: the question, whose words a span answer leaves out;
     ``answer_news``: the question, whose words a span answer may repeat but not only them.
+    ``answer_yes_no`` (with ``answer_spans``): the answer may also be yes or no (a question
+    that asks for one, which no span of what was read answers).
     ``visit_urls``: the URLs a visit may open (the search results read so far; None: any
     ``http(s)://`` URL). ``used_queries`` (with ``plain_queries``): queries already searched,
     which a search may not ask again.
@@ -305,6 +310,9 @@ def protocol_grammar(
         if answer_spans is not None:
             bound = max_answer_words or DEFAULT_MAX_SPAN_WORDS
             spans = _answer_spans(r, answer_spans, bound, answer_question, answer_news)
+            if answer_yes_no:
+                choices = [_literal(w) for w in YES_NO_ANSWERS] + ([spans] if spans else [])
+                spans = r.add("answer-yes-no", " | ".join(choices))
         _answer_rules(r, text_item, plain_answer or spans is not None, max_answer_chars, spans)
     if allow_tool_call:
         _tool_call_rules(
@@ -519,6 +527,7 @@ def grammar_for_kind(
                 allow_call, allow_answer = False, True
     if grounded and allow_answer:
         options["answer_spans"] = span_sources(messages or (), thinking=thinking)
+        options["answer_yes_no"] = is_yes_no_question(question_of(messages or ()))
         if new_words:
             options["answer_question"] = question_of(messages or ())
         if news:

@@ -110,6 +110,22 @@ def tool_response_text(body: str) -> str:
     return _VISIT_HEAD.sub("", body.replace(VISIT_SEPARATOR, "\n"))
 
 
+# auxiliary verbs that open a question asking for yes or no ("Are both bands British?")
+_YES_NO_OPENERS = frozenset(
+    "is are was were am do does did has have had can could will would shall should may might "
+    "must".split()
+)
+YES_NO_ANSWERS = ("yes", "Yes", "no", "No")
+
+
+def is_yes_no_question(question: str) -> bool:
+    """Whether ``question`` asks for yes or no: it opens with an auxiliary verb ("Were Scott
+    Derrickson and Ed Wood of the same nationality?", HotpotQA's comparisons). No span of what
+    was read answers it, so a grounded answer may then also be yes or no."""
+    first = question.strip().split(maxsplit=1)
+    return bool(first) and first[0].strip(_STRIP).lower() in _YES_NO_OPENERS
+
+
 def question_of(messages: Sequence[Mapping[str, str]]) -> str:
     """The question of a conversation: its first user message that is not a tool response."""
     for m in messages:
@@ -214,7 +230,9 @@ def result_urls(messages: Sequence[Mapping[str, str]]) -> tuple[str, ...]:
 
 
 __all__ = [
+    "YES_NO_ANSWERS",
     "clause_words",
+    "is_yes_no_question",
     "past_queries",
     "result_urls",
     "question_of",
