@@ -17,6 +17,7 @@ from drvenus.eval import benchmarks as bm
 from drvenus.eval.judges import grade
 from drvenus.eval.metrics import RunResult, summarize
 from drvenus.eval.report import build_report, render_markdown
+from drvenus.grading.judge import JudgeClient, JudgeConfig
 from drvenus.grading.match import HOTPOTQA, SQUAD, exact_match, f1_score
 from drvenus.llm.embedded import EMBEDDED_GRAMMAR_OPTIONS
 from drvenus.protocol import ANSWER_SPLIT, build_system_prompt, initial_messages, wrap_tool_response
@@ -199,6 +200,23 @@ def test_hotpotqa_grader_keeps_em_and_f1(tiny):
     assert (partial.correct, partial.exact) == (False, False)
     assert partial.score == pytest.approx(2 / 3)
     assert partial.to_dict()["exact"] is False
+
+
+def test_with_a_judge_em_stays_apart_from_the_verdict(tiny, tmp_path):
+    q1, _ = bm.load("hotpotqa", tiny)
+    with StubServer([], default="reasoning: the same city.\ncorrect: yes") as server:
+        judge = JudgeClient(JudgeConfig(base_url=server.base_url, model="judge", retries=1,
+                                        timeout_s=10, cache_path=tmp_path / "cache.sqlite"))
+
+        async def go():
+            try:
+                return await grade("hotpotqa", q1, "Paris, France", judge)
+            finally:
+                await judge.aclose()
+
+        graded = asyncio.run(go())
+    assert (graded.correct, graded.method, graded.exact) == (True, "judge", False)
+    assert graded.score == pytest.approx(2 / 3)
 
 
 def test_report_shows_em_and_f1_with_intervals():
