@@ -97,6 +97,16 @@ def test_the_test_set_without_answers_loads(tmp_path, caplog):
     assert len(list(bm.hotpotqa_official_corpus(path))) == 4
 
 
+def test_malformed_context_entries_are_skipped(tmp_path):
+    row = {**TINY[0], "context": [["Eiffel Tower", EIFFEL], {"title": "x"}, ["Big Ben"], "text"],
+           "supporting_facts": [["Eiffel Tower", 0], "Big Ben"]}
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps([row]))
+    (item,) = bm.load("hotpotqa", path)
+    assert item.meta["gold_urls"] == [wikipedia_url("Eiffel Tower")]
+    assert [d["title"] for d in bm.hotpotqa_official_corpus(path)] == ["Eiffel Tower"]
+
+
 def _sentences(text: str) -> list[str]:
     """A crude sentence split that keeps every character: each sentence after the first keeps
     the spaces before it, as HotpotQA's sentences do."""

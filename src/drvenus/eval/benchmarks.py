@@ -213,6 +213,7 @@ def load_generic(path: Path) -> list[EvalItem]:
 
 # ---------------------------------------------------------------------------- HotpotQA (offline)
 HOTPOT_CORPUS = "hotpotqa-paragraphs"
+HOTPOT_OFFICIAL = "hotpotqa"
 # a row's paragraphs: (title, text, is it a supporting paragraph)
 Paragraphs = Callable[[dict[str, Any]], list[tuple[str, str, bool]]]
 
@@ -227,18 +228,20 @@ def _official_paragraphs(row: dict[str, Any]) -> list[tuple[str, str, bool]]:
     """HotpotQA's ``context`` (``[title, [sentences]]``), one paragraph per title with its
     sentences concatenated as given (they carry their own spacing); a paragraph supports when
     ``supporting_facts`` names its title."""
-    support = {str(fact[0]) for fact in row.get("supporting_facts") or [] if fact}
+    support = {str(fact[0]) for fact in row.get("supporting_facts") or []
+               if isinstance(fact, list) and fact}
     out = []
     for entry in row.get("context") or []:
-        title = str(entry[0] or "") if entry else ""
-        sentences = entry[1] if len(entry) > 1 and isinstance(entry[1], list) else []
-        out.append((title, "".join(str(s) for s in sentences), title in support))
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
+            continue  # not [title, [sentences]]
+        title = str(entry[0] or "")
+        out.append((title, "".join(str(s) for s in entry[1]), title in support))
     return out
 
 
 # the two layouts: rows with these keys, what they are called, the benchmark that reads them
 _HOTPOT_LAYOUTS = {
-    "hotpotqa": (("_id", "context"), "HotpotQA's official JSON (_id, question, context)"),
+    HOTPOT_OFFICIAL: (("_id", "context"), "HotpotQA's official JSON (_id, question, context)"),
     HOTPOT_CORPUS: (("question_id", "contexts"), "IRCoT-style HotpotQA JSONL "
                     "(question_id, question_text, contexts)"),
 }
@@ -300,7 +303,7 @@ def load_hotpotqa_official(path: Path) -> list[EvalItem]:
     supporting_facts, context``; ids are the ``_id`` s; ``meta``: ``type`` (bridge /
     comparison), ``level`` and ``gold_urls`` (the supporting paragraphs). The test set has no
     answers: its items load, and score nothing."""
-    rows = _hotpot_rows(path, "hotpotqa")
+    rows = _hotpot_rows(path, HOTPOT_OFFICIAL)
     docs = _hotpot_docs(rows, _official_paragraphs)
     items = []
     for i, r in enumerate(rows, 1):
@@ -321,7 +324,7 @@ def hotpotqa_corpus(path: Path) -> Iterator[dict[str, str]]:
 
 def hotpotqa_official_corpus(path: Path) -> Iterator[dict[str, str]]:
     """The distractor corpus of an official HotpotQA file: every paragraph of its contexts."""
-    yield from _hotpot_docs(_hotpot_rows(path, "hotpotqa"), _official_paragraphs).values()
+    yield from _hotpot_docs(_hotpot_rows(path, HOTPOT_OFFICIAL), _official_paragraphs).values()
 
 
 def write_corpus(rows: Iterable[dict[str, str]], out: Path) -> int:
@@ -374,7 +377,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
         BenchmarkSpec("parquet", load_generic, "qa", description="generic parquet / RL format"),
         BenchmarkSpec(HOTPOT_CORPUS, load_hotpotqa, "hotpotqa", corpus=hotpotqa_corpus,
                       description="HotpotQA with its paragraphs as the local corpus (offline)"),
-        BenchmarkSpec("hotpotqa", load_hotpotqa_official, "hotpotqa",
+        BenchmarkSpec(HOTPOT_OFFICIAL, load_hotpotqa_official, "hotpotqa",
                       corpus=hotpotqa_official_corpus,
                       description="HotpotQA's official JSON, its contexts as the local corpus"),
     )
