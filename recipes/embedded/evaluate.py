@@ -12,7 +12,9 @@ question, one question at a time so that seconds per question are a user's laten
   and open-QA question of the split and the first ``--single-hop`` single-hop ones in a fixed
   hash order, graded by exact match over the gold aliases; the report breaks accuracy down by
   level (single-hop, two-hop, open-qa) with a 95% Wilson interval;
-- the offline HotpotQA-paragraphs benchmark (its own corpus; ``--hotpot`` questions; 0: skip).
+- the offline HotpotQA-paragraphs benchmark (its own corpus; ``--hotpot`` questions; 0: skip),
+  or with ``--hotpot-official FILE`` HotpotQA's official JSON (``--benchmark hotpotqa``, the
+  distractor corpus of the file's contexts); the cell is EM with its interval, then F1.
 
 Reruns resume (``drvenus eval`` skips finished questions). Writes ``OUT/table.md`` and
 ``OUT/table.json`` and prints the table.
@@ -90,7 +92,7 @@ def _cell(acc: float | None, ci: list[float] | None, n: int | None) -> str:
 
 
 def table(results: dict[str, dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    head = ("| stage | single-hop | two-hop | open-qa | HotpotQA-paragraphs | turns | searches "
+    head = ("| stage | single-hop | two-hop | open-qa | HotpotQA | turns | searches "
             "| visits | s/question |")
     lines = [head, "|" + "---|" * 9]
     rows = []
@@ -101,12 +103,16 @@ def table(results: dict[str, dict[str, Any]]) -> tuple[str, list[dict[str, Any]]
                        levels.get(lv, {}).get("n")) for lv in LEVELS]
         hp = _metrics(res["hotpot"]) if res.get("hotpot") else None
         cells.append(_cell(hp["avg_at_k"], hp.get("ci95_items"), hp["items"]) if hp else "–")
+        hp_f1 = ((hp or {}).get("exact_f1") or {}).get("f1")
+        if hp_f1 is not None:
+            cells[-1] += f", F1 {hp_f1:.3f}"
         cost = m["cost_all"]
         lines.append(f"| {stage} | " + " | ".join(cells) + f" | {cost['turns']:.2f} | "
                      f"{cost['search_calls']:.2f} | {cost['visit_calls']:.2f} | "
                      f"{cost['seconds']:.1f} |")
         rows.append({"stage": stage, "levels": levels, "hotpot": hp and {
-            "avg_at_k": hp["avg_at_k"], "ci95_items": hp.get("ci95_items"), "n": hp["items"]},
+            "avg_at_k": hp["avg_at_k"], "ci95_items": hp.get("ci95_items"), "n": hp["items"],
+            "f1": hp_f1},
             "cost": cost, "overall": m["avg_at_k"], "ci95": m.get("ci95_items")})
     return "\n".join(lines), rows
 
@@ -119,9 +125,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="a stage to evaluate (repeatable); NAME= for the base model")
     p.add_argument("--single-hop", type=int, default=60, help="single-hop questions (0: all)")
     p.add_argument("--max-items", type=int, default=None, help="cap the subset (a quick run)")
-    p.add_argument("--hotpot", type=int, default=30, help="HotpotQA-paragraphs questions")
+    p.add_argument("--hotpot", type=int, default=30, help="HotpotQA questions (0: skip)")
     p.add_argument("--hotpot-data", type=Path,
                    default=SHARED_HOTPOT if SHARED_HOTPOT.is_file() else None)
+    p.add_argument("--hotpot-official", type=Path, default=None, metavar="FILE.json",
+                   help="HotpotQA's official JSON, run in place of --hotpot-data")
     p.add_argument("--max-steps", type=int, default=None, help="passed to drvenus eval")
     p.add_argument("--out", type=Path, default=None, help="default: DATA/eval-runs")
     args = p.parse_args(argv)
@@ -134,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, Any]] = {}
     for name, adapter in stages.items():
         res = {"recipe": run_eval("jsonl", subset, out / name / args.split, adapter, None, extra)}
-        if args.hotpot and args.hotpot_data:
+        if args.hotpot_official and args.hotpot:
+            res["hotpot"] = run_eval("hotpotqa", args.hotpot_official,
+                                     out / name / "hotpot-official", adapter, args.hotpot, extra)
+        elif args.hotpot and args.hotpot_data:
             res["hotpot"] = run_eval("hotpotqa-paragraphs", args.hotpot_data, out / name / "hotpot",
                                      adapter, args.hotpot, extra)
         results[name] = res

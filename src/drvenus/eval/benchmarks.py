@@ -213,16 +213,63 @@ def load_generic(path: Path) -> list[EvalItem]:
 
 # ---------------------------------------------------------------------------- HotpotQA (offline)
 HOTPOT_CORPUS = "hotpotqa-paragraphs"
+HOTPOT_OFFICIAL = "hotpotqa"
+# a row's paragraphs: (title, text, is it a supporting paragraph)
+Paragraphs = Callable[[dict[str, Any]], list[tuple[str, str, bool]]]
 
 
-def _hotpot_docs(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, str]]:
+def _ircot_paragraphs(row: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """IRCoT's ``contexts[]{title, paragraph_text, is_supporting}``."""
+    return [(str(c.get("title") or ""), str(c.get("paragraph_text") or ""),
+             bool(c.get("is_supporting"))) for c in row.get("contexts") or []]
+
+
+def _official_paragraphs(row: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """HotpotQA's ``context`` (``[title, [sentences]]``), one paragraph per title with its
+    sentences concatenated as given (they carry their own spacing); a paragraph supports when
+    ``supporting_facts`` names its title."""
+    support = {str(fact[0]) for fact in row.get("supporting_facts") or []
+               if isinstance(fact, list) and fact}
+    out = []
+    for entry in row.get("context") or []:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
+            continue  # not [title, [sentences]]
+        title = str(entry[0] or "")
+        out.append((title, "".join(str(s) for s in entry[1]), title in support))
+    return out
+
+
+# the two layouts: rows with these keys, what they are called, the benchmark that reads them
+_HOTPOT_LAYOUTS = {
+    HOTPOT_OFFICIAL: (("_id", "context"), "HotpotQA's official JSON (_id, question, context)"),
+    HOTPOT_CORPUS: (("question_id", "contexts"), "IRCoT-style HotpotQA JSONL "
+                    "(question_id, question_text, contexts)"),
+}
+
+
+def _hotpot_rows(path: Path, benchmark: str) -> list[dict[str, Any]]:
+    """The rows of a HotpotQA file in ``benchmark``'s layout; a file in the other layout, or in
+    neither, is one ValueError naming the file and the benchmark that reads it."""
+    rows = read_records(path)
+    first = rows[0] if rows else {}
+    for name, (keys, what) in _HOTPOT_LAYOUTS.items():
+        if any(k in first for k in keys):
+            if name != benchmark:
+                raise ValueError(f"{path} is {what}: read it with --benchmark {name}")
+            return rows
+    raise ValueError(f"{path} is not {_HOTPOT_LAYOUTS[benchmark][1]}, which --benchmark "
+                     f"{benchmark} reads")
+
+
+def _hotpot_docs(
+    rows: list[dict[str, Any]], paragraphs: Paragraphs
+) -> dict[tuple[str, str], dict[str, str]]:
     """Each distinct (title, paragraph) as a corpus document, in order of first appearance:
     the Wikipedia URL of its title, or a pseudo URL for a second paragraph of one title."""
     docs: dict[tuple[str, str], dict[str, str]] = {}
     titles: set[str] = set()
     for row in rows:
-        for ctx in row.get("contexts") or []:
-            title, text = str(ctx.get("title") or ""), str(ctx.get("paragraph_text") or "")
+        for title, text, _ in paragraphs(row):
             if (title, text) in docs or not text:
                 continue
             doc_id = "hp-" + hashlib.sha1(f"{title}\n{text}".encode()).hexdigest()[:12]
@@ -233,24 +280,51 @@ def _hotpot_docs(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, 
     return docs
 
 
+def _gold_urls(
+    row: dict[str, Any], paragraphs: Paragraphs, docs: dict[tuple[str, str], dict[str, str]]
+) -> list[str]:
+    return [docs[(title, text)]["url"] for title, text, gold in paragraphs(row) if gold and text]
+
+
 def load_hotpotqa(path: Path) -> list[EvalItem]:
     """IRCoT-style HotpotQA JSONL; ``meta['gold_urls']``: URLs of the supporting paragraphs."""
-    rows = read_records(path)
-    docs = _hotpot_docs(rows)
+    rows = _hotpot_rows(path, HOTPOT_CORPUS)
+    docs = _hotpot_docs(rows, _ircot_paragraphs)
     items = []
     for i, r in enumerate(rows, 1):
         answers = [s for a in r.get("answers_objects") or [] for s in a.get("spans") or []]
-        gold = [docs[(str(c.get("title") or ""), str(c["paragraph_text"]))]["url"]
-                for c in r.get("contexts") or []
-                if c.get("is_supporting") and c.get("paragraph_text")]
         items.append(_item(r.get("question_id") or i, r.get("question_text"), answers,
-                           gold_urls=gold))
+                           gold_urls=_gold_urls(r, _ircot_paragraphs, docs)))
+    return items
+
+
+def load_hotpotqa_official(path: Path) -> list[EvalItem]:
+    """HotpotQA as published: a JSON list of ``_id, question, answer, type, level,
+    supporting_facts, context``; ids are the ``_id`` s; ``meta``: ``type`` (bridge /
+    comparison), ``level`` and ``gold_urls`` (the supporting paragraphs). The test set has no
+    answers: its items load, and score nothing."""
+    rows = _hotpot_rows(path, HOTPOT_OFFICIAL)
+    docs = _hotpot_docs(rows, _official_paragraphs)
+    items = []
+    for i, r in enumerate(rows, 1):
+        meta = {k: str(r[k]) for k in ("type", "level") if r.get(k) is not None}
+        items.append(_item(r.get("_id") or i, r.get("question"), [r.get("answer")],
+                           gold_urls=_gold_urls(r, _official_paragraphs, docs), **meta))
+    unanswered = sum(not item.answers for item in items)
+    if unanswered:
+        log.warning("%s: %d question(s) without an answer (the test set?): they cannot score",
+                    path, unanswered)
     return items
 
 
 def hotpotqa_corpus(path: Path) -> Iterator[dict[str, str]]:
-    """The paragraphs of the HotpotQA file as corpus rows ``id,title,url,text``."""
-    yield from _hotpot_docs(read_records(path)).values()
+    """The paragraphs of an IRCoT-style HotpotQA file as corpus rows ``id,title,url,text``."""
+    yield from _hotpot_docs(_hotpot_rows(path, HOTPOT_CORPUS), _ircot_paragraphs).values()
+
+
+def hotpotqa_official_corpus(path: Path) -> Iterator[dict[str, str]]:
+    """The distractor corpus of an official HotpotQA file: every paragraph of its contexts."""
+    yield from _hotpot_docs(_hotpot_rows(path, HOTPOT_OFFICIAL), _official_paragraphs).values()
 
 
 def write_corpus(rows: Iterable[dict[str, str]], out: Path) -> int:
@@ -301,8 +375,11 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
         BenchmarkSpec("simpleqa", load_simpleqa, "qa", description="SimpleQA CSV"),
         BenchmarkSpec("jsonl", load_generic, "qa", description="generic JSONL"),
         BenchmarkSpec("parquet", load_generic, "qa", description="generic parquet / RL format"),
-        BenchmarkSpec(HOTPOT_CORPUS, load_hotpotqa, "qa", corpus=hotpotqa_corpus,
+        BenchmarkSpec(HOTPOT_CORPUS, load_hotpotqa, "hotpotqa", corpus=hotpotqa_corpus,
                       description="HotpotQA with its paragraphs as the local corpus (offline)"),
+        BenchmarkSpec(HOTPOT_OFFICIAL, load_hotpotqa_official, "hotpotqa",
+                      corpus=hotpotqa_official_corpus,
+                      description="HotpotQA's official JSON, its contexts as the local corpus"),
     )
 }
 
@@ -337,6 +414,7 @@ __all__ = [
     "encrypt",
     "get_spec",
     "hotpotqa_corpus",
+    "hotpotqa_official_corpus",
     "load",
     "read_records",
     "write_corpus",

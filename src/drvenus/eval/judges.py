@@ -14,13 +14,15 @@ by the same parser.
 - ``deepsearchqa``: Set answers get one mark per gold item plus a count of extra items (fully
   correct = all items, no extras; item F1); Single answers as ``qa``.
 - ``qa``: exact match, then an equivalence judge; EM (and F1) without a judge.
+- ``hotpotqa``: as ``qa`` under HotpotQA's official EM / F1 rules
+  (:data:`drvenus.grading.match.HOTPOTQA`); its EM is recorded apart from the verdict.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from drvenus.eval.benchmarks import EvalItem, is_set_answer
@@ -34,13 +36,15 @@ from drvenus.eval.scoring import (
     split_set,
 )
 from drvenus.grading.judge import JudgeClient
+from drvenus.grading.match import HOTPOTQA, SQUAD, MatchRules
 from drvenus.protocol.legacy import strip_thinking
 
 
 @dataclass(frozen=True)
 class Grade:
     """One graded answer. ``correct`` None: the judge failed (an error, not a wrong answer).
-    ``score``: token F1, or item F1 for set answers; ``confidence``: 0-100 as the judge read it."""
+    ``score``: token F1, or item F1 for set answers; ``confidence``: 0-100 as the judge read it;
+    ``exact``: the benchmark's exact match where it reports one apart from the verdict."""
 
     correct: bool | None
     method: str
@@ -52,6 +56,7 @@ class Grade:
     extra_items: int | None = None
     error: str | None = None
     grader: str | None = None  # the official grader that graded it (``--grader official``)
+    exact: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -265,9 +270,11 @@ async def _equivalence(item: EvalItem, prediction: str, judge: JudgeClient, scor
     return Grade(verdict["correct"], "judge", score)
 
 
-async def grade_qa(item: EvalItem, prediction: str, judge: JudgeClient | None) -> Grade:
+async def grade_qa(
+    item: EvalItem, prediction: str, judge: JudgeClient | None, rules: MatchRules = SQUAD
+) -> Grade:
     """Generic short-answer QA: exact match, then the equivalence judge if there is one."""
-    score = f1(prediction, item.answers)
+    score = f1(prediction, item.answers, rules)
     if not prediction.strip():
         return Grade(False, "empty", score)
     if em(prediction, item.answers):
@@ -275,6 +282,13 @@ async def grade_qa(item: EvalItem, prediction: str, judge: JudgeClient | None) -
     if judge is None:
         return Grade(False, "em", score)
     return await _equivalence(item, prediction, judge, score)
+
+
+async def grade_hotpotqa(item: EvalItem, prediction: str, judge: JudgeClient | None) -> Grade:
+    """HotpotQA: ``qa`` under its official rules, its EM kept beside the verdict (a judge may
+    accept what EM misses; the report shows both)."""
+    graded = await grade_qa(item, prediction, judge, HOTPOTQA)
+    return replace(graded, exact=em(prediction, item.answers))
 
 
 async def grade_gaia(item: EvalItem, prediction: str, judge: JudgeClient | None) -> Grade:
@@ -344,6 +358,7 @@ GRADERS: dict[str, Grader] = {
     "hle": grade_browsecomp,  # HLE-style already: the same judge
     "xbench": grade_xbench,
     "deepsearchqa": grade_deepsearchqa,
+    "hotpotqa": grade_hotpotqa,
 }
 
 

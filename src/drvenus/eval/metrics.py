@@ -1,5 +1,6 @@
 """Evaluation metrics over graded (item, run) results: Avg@k, best Pass@1, unbiased Pass@k,
-majority vote, HLE-style calibration error, DeepSearchQA set scores, per-level accuracy, the
+majority vote, HLE-style calibration error, DeepSearchQA set scores, a benchmark's own EM and F1
+(HotpotQA) with their intervals, per-level accuracy, the
 termination histogram, tool calls / tokens / wall time per question and, for local corpora, the
 recall of gold paragraphs among the documents the agent retrieved or visited.
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -133,13 +134,25 @@ def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, f
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def item_means(results: Iterable[RunResult], value: Callable[[RunResult], float]) -> list[float]:
+    """Each item's mean of ``value`` over its runs."""
+    per_item: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        per_item[r.item_id].append(value(r))
+    return [statistics.fmean(v) for v in per_item.values()]
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, float] | None:
+    """95% Wilson interval of the mean of per-item values in [0, 1] (a share of correct runs,
+    or an F1): the Wilson interval assumes the variance p(1-p), the largest any [0, 1] value
+    with mean p can have, so for graded scores it errs wide."""
+    return wilson_interval(sum(values), len(values))
+
+
 def item_interval(results: Iterable[RunResult]) -> tuple[float, float] | None:
     """95% Wilson interval of the accuracy over items (each item's share of correct runs):
     how far the Avg@k of another draw of as many questions may lie."""
-    per_item: dict[str, list[bool]] = defaultdict(list)
-    for r in results:
-        per_item[r.item_id].append(bool(r.correct))  # a judge error counts as wrong
-    return wilson_interval(sum(sum(v) / len(v) for v in per_item.values()), len(per_item))
+    return mean_interval(item_means(results, lambda r: float(bool(r.correct))))  # error: wrong
 
 
 def calibration_error(
@@ -272,6 +285,18 @@ def _dsqa_official(rows: Sequence[RunResult]) -> dict[str, Any] | None:
     return out
 
 
+def _exact_f1(rows: Sequence[RunResult]) -> dict[str, Any] | None:
+    """The benchmark's own EM and token F1 (graders that record ``exact``, e.g. HotpotQA's
+    official rules), each the mean over items of the mean over runs, with a 95% interval."""
+    graded = [r for r in rows if r.grade.get("exact") is not None]
+    if not graded:
+        return None
+    em = item_means(graded, lambda r: float(r.grade["exact"]))
+    f1 = item_means(graded, lambda r: r.score or 0.0)
+    return {"items": len(em), "em": statistics.fmean(em), "em_ci95": mean_interval(em),
+            "f1": statistics.fmean(f1), "f1_ci95": mean_interval(f1)}
+
+
 def _per_level(rows: Sequence[RunResult]) -> dict[str, Any] | None:
     levels: dict[str, list[RunResult]] = defaultdict(list)
     for r in rows:
@@ -315,6 +340,7 @@ def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
         "calibration_n": len(confident),
         "deepsearchqa": _set_metrics(results),
         "deepsearchqa_official": _dsqa_official(results),
+        "exact_f1": _exact_f1(results),
         "per_level": _per_level(results),
         "terminations": dict(Counter(r.termination for r in results).most_common()),
         "cost_all": cost_summary(results),
@@ -334,7 +360,9 @@ __all__ = [
     "cost_summary",
     "gold_recall",
     "item_interval",
+    "item_means",
     "majority_vote",
+    "mean_interval",
     "pass_at_k",
     "pass_at_k_curve",
     "per_run_accuracy",

@@ -28,6 +28,7 @@ DETERMINISTIC = {
     "hle": "exact match (token F1 reported)",
     "xbench": "normalised exact match",
     "deepsearchqa": "set-item matching (Set) / exact match (Single)",
+    "hotpotqa": "HotpotQA's official exact match (its token F1 reported)",
 }
 
 
@@ -107,6 +108,10 @@ def _interval(ci: Sequence[float] | None) -> str:
     return "–" if not ci else f"{_pct(ci[0])} – {_pct(ci[1])}"
 
 
+def _num_interval(ci: Sequence[float] | None) -> str:
+    return "–" if not ci else f"{_num(ci[0], 3)} – {_num(ci[1], 3)}"
+
+
 def _headline(m: dict[str, Any]) -> list[str]:
     pass_k = m["pass_at_k"]
     k = max(pass_k, key=int) if pass_k else None
@@ -136,6 +141,12 @@ def _headline(m: dict[str, Any]) -> list[str]:
                   f"{_num(ds['recall'], 3)} / {_num(ds['f1'], 3)}")]
         rows += [(f"Fully correct, {kind} answers", _pct(v))
                  for kind, v in ds["fully_correct_by_type"].items()]
+    if m.get("exact_f1"):
+        ef = m["exact_f1"]
+        rows += [("Exact match (EM), 95% interval",
+                  f"{_pct(ef['em'])} ({_interval(ef['em_ci95'])})"),
+                 ("F1, 95% interval",
+                  f"{_num(ef['f1'], 3)} ({_num_interval(ef['f1_ci95'])})")]
     recall = m["recall"]
     if recall["visited"] is not None:
         rows.append(("Gold paragraph recall, visited", _pct(recall["visited"])))

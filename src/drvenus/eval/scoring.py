@@ -12,7 +12,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from drvenus.grading.match import exact_match, f1_score, normalize_answer
+from drvenus.grading.match import SQUAD, MatchRules, exact_match, f1_score, normalize_answer
 from drvenus.protocol import ANSWER_SPLIT
 
 _LIST_SEPARATORS = re.compile(r"[,;]")
@@ -29,9 +29,9 @@ def em(prediction: str, answers: Sequence[str] | str) -> bool:
     return bool(prediction) and exact_match(prediction, _joined(answers))
 
 
-def f1(prediction: str, answers: Sequence[str] | str) -> float:
-    """Best token F1 over the accepted answers."""
-    return f1_score(prediction or "", _joined(answers))
+def f1(prediction: str, answers: Sequence[str] | str, rules: MatchRules = SQUAD) -> float:
+    """Best token F1 over the accepted answers (SQuAD's rules unless told)."""
+    return f1_score(prediction or "", _joined(answers), rules)
 
 
 # ---------------------------------------------------------------------------- GAIA
