@@ -66,6 +66,8 @@ from drvenus.agent import AgentConfig
 from drvenus.agent.events import TraceEvent
 from drvenus.corpus.documents import builtin_corpus_path
 from drvenus.corpus.urls import wikipedia_url
+from drvenus.eval.metrics import wilson_interval
+from drvenus.grading.match import exact_match
 from drvenus.llm.base import SamplingParams
 from drvenus.protocol.grammar import PROTOCOL_TAGS
 
@@ -108,6 +110,7 @@ class Variant:
     agent: AgentConfig
     search_top_k: int
     grammar_options: Mapping[str, Any]
+    snippet_chars: int | None = None  # None: the product's (CorpusIndex.snippet_chars)
 
 
 def current_variant(name: str = "ours") -> Variant:
@@ -120,7 +123,8 @@ def current_variant(name: str = "ours") -> Variant:
     )
 
 
-def _ours_with(name: str, steps: int | None = None, **grammar: Any) -> Callable[[], Variant]:
+def _ours_with(name: str, steps: int | None = None, snippet_chars: int | None = None,
+               max_tokens: int | None = None, **grammar: Any) -> Callable[[], Variant]:
     """Ablations: the current preset with a few values changed (``None`` drops an option)."""
 
     def make() -> Variant:
@@ -128,9 +132,18 @@ def _ours_with(name: str, steps: int | None = None, **grammar: Any) -> Callable[
         options = {**v.grammar_options, **grammar}
         options = {k: x for k, x in options.items() if x is not None}
         agent = v.agent if steps is None else replace(v.agent, max_steps=steps)
-        return Variant(name, agent, v.search_top_k, MappingProxyType(options))
+        if max_tokens is not None:
+            agent = replace(agent, sampling=replace(agent.sampling, max_tokens=max_tokens))
+        return Variant(name, agent, v.search_top_k, MappingProxyType(options), snippet_chars)
 
     return make
+
+
+# The levers of issue #29, each of which an ablation turns off (``levers-off``: all of them,
+# the preset before the issue: spans of thoughts too, no answer shape, no focus on the
+# question's sentences, the model's own first query, 260-character snippets).
+LEVERS_OFF = dict(answer_spans_thinking=True, answer_spans_shaped=None, answer_spans_focus=None,
+                  question_first_search=None, snippet_chars=260, max_tokens=384)
 
 
 VARIANTS: dict[str, Callable[[], Variant]] = {
@@ -157,6 +170,13 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
     "ours-4steps": _ours_with("ours-4steps", steps=4),
     # ours with the old two-step budget
     "ours-2steps": _ours_with("ours-2steps", steps=2),
+    # issue #29's levers: all off, and each one off
+    "levers-off": _ours_with("levers-off", **LEVERS_OFF),
+    "ours-noshape": _ours_with("ours-noshape", answer_spans_shaped=None),
+    "ours-nofocus": _ours_with("ours-nofocus", answer_spans_focus=None),
+    "ours-ownquery": _ours_with("ours-ownquery", question_first_search=None),
+    "ours-thoughts": _ours_with("ours-thoughts", answer_spans_thinking=True),
+    "ours-snip260": _ours_with("ours-snip260", snippet_chars=260),
 }
 
 
@@ -164,16 +184,20 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
 def preset(variant: Variant) -> Iterator[None]:
     """The variant's values in place of the product's embedded preset while a stack is built."""
     from drvenus import stack
+    from drvenus.corpus.index import CorpusIndex
     from drvenus.llm import embedded
 
-    saved = (stack.EMBEDDED_AGENT, stack.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS)
+    saved = (stack.EMBEDDED_AGENT, stack.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS,
+             CorpusIndex.snippet_chars)
     stack.EMBEDDED_AGENT = variant.agent
     stack.EMBEDDED_SEARCH_TOP_K = variant.search_top_k
     embedded.EMBEDDED_GRAMMAR_OPTIONS = MappingProxyType(dict(variant.grammar_options))
+    CorpusIndex.snippet_chars = variant.snippet_chars or CorpusIndex.snippet_chars
     try:
         yield
     finally:
-        stack.EMBEDDED_AGENT, stack.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS = saved
+        (stack.EMBEDDED_AGENT, stack.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS,
+         CorpusIndex.snippet_chars) = saved
 
 
 # -- questions ----------------------------------------------------------------------------------
@@ -285,9 +309,34 @@ def load_dev_questions(path: Path = DEV_FILE) -> list[dict[str, str]]:
     return questions
 
 
+NATURAL_DIR = Path(__file__).resolve().parents[1] / "recipes" / "embedded" / "natural"
+
+
+def load_natural_questions(split: str) -> list[dict[str, str]]:
+    """The hand-written natural questions (recipes/embedded/natural/, issue #29) of ``split``
+    (dev or test), in file order; ``kind`` is the row's (single-hop, two-hop, comparison,
+    yes-no)."""
+    questions = []
+    for line in (NATURAL_DIR / f"{split}.jsonl").read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        titles = [str(t) for t in row["gold_titles"]]
+        questions.append({
+            "kind": str(row["kind"]), "question": str(row["question"]),
+            "answer": protocol.ANSWER_SPLIT.join(row["answer"]),
+            "gold_title": titles[-1], "gold_url": wikipedia_url(titles[-1]),
+            "id": str(row["id"]),
+        })
+    return questions
+
+
 def pick_questions(source: str, limit: int | None) -> list[dict[str, str]]:
     """``templated`` (the questions built here), ``dev`` (the recipe's dev set) or ``mixed``
     (alternating, templated first): the first ``limit`` of them."""
+    if source in ("natural", "natural-test"):
+        chosen = load_natural_questions("test" if source == "natural-test" else "dev")
+        return chosen if limit is None else chosen[:limit]
     templated = build_questions(load_pages())
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     with QUESTIONS_FILE.open("w", encoding="utf-8") as fh:
@@ -432,9 +481,10 @@ async def run_variant(
         overrides["n_threads"] = args.threads
     if args.time_limit:
         overrides["time_limit"] = args.time_limit
+    if args.no_adapter:
+        overrides["no_adapter"] = True
     settings = load_settings(**overrides)
-    with preset(variant):
-        stack = await asyncio.to_thread(build_stack, settings, parallel=args.parallel)
+    stack = await asyncio.to_thread(build_stack, settings, parallel=args.parallel)
     config = replace(stack.agent.config, current_date=BENCH_DATE)
     if args.max_steps:
         config = replace(config, max_steps=args.max_steps)
@@ -461,6 +511,7 @@ async def run_variant(
             "well_formed": problem is None,
             "problem": problem,
             "correct": answered and is_correct(record["prediction"], q["answer"]),
+            "exact": answered and exact_match(record["prediction"], q["answer"]),
             "gold_in_results": q["gold_url"] in urls,
             "gold_visited": q["gold_url"] in visited,
             "queries": queries,
@@ -501,6 +552,9 @@ def summarize(rows: list[dict[str, Any]], total: float) -> dict[str, Any]:
         "questions": len(rows),
         "well_formed_pct": pct("well_formed"),
         "correct_pct": pct("correct"),
+        "exact_pct": pct("exact"),
+        "exact_ci95": [round(100 * x, 1) for x in wilson_interval(
+            sum(bool(r["exact"]) for r in rows), len(rows)) or (0.0, 0.0)],
         "gold_in_results_pct": pct("gold_in_results"),
         "gold_visited_pct": pct("gold_visited"),
         "plain_queries_pct": pct("plain_queries"),
@@ -520,17 +574,25 @@ def summarize(rows: list[dict[str, Any]], total: float) -> dict[str, Any]:
             f"{sum(r['kind'] == k for r in rows)}"
             for k in dict.fromkeys(r["kind"] for r in rows)
         },
+        "exact_by_kind": {
+            k: f"{sum(r['exact'] for r in rows if r['kind'] == k)}/"
+            f"{sum(r['kind'] == k for r in rows)}"
+            for k in dict.fromkeys(r["kind"] for r in rows)
+        },
     }
 
 
 def print_table(summaries: dict[str, dict[str, Any]]) -> None:
-    head = (f"{'variant':<10} {'n':>3} {'well-formed':>12} {'correct':>8} {'gold in res':>12} "
+    head = (f"{'variant':<13} {'n':>3} {'well-formed':>12} {'exact':>6} {'95% CI':>12} "
+            f"{'correct':>8} {'gold in res':>12} "
             f"{'visited':>8} {'plain q':>8} {'s/question':>11} {'max s':>6} {'total s':>8}")
     print(head)
     print("-" * len(head))
     for name, s in summaries.items():
+        lo, hi = s["exact_ci95"]
         print(
-            f"{name:<10} {s['questions']:>3} {s['well_formed_pct']:>11.1f}% "
+            f"{name:<13} {s['questions']:>3} {s['well_formed_pct']:>11.1f}% "
+            f"{s['exact_pct']:>5.1f}% {f'{lo:.0f}-{hi:.0f}%':>12} "
             f"{s['correct_pct']:>7.1f}% {s['gold_in_results_pct']:>11.1f}% "
             f"{s['gold_visited_pct']:>7.1f}% {s['plain_queries_pct']:>7.1f}% "
             f"{s['mean_seconds']:>11.1f} "
@@ -538,7 +600,7 @@ def print_table(summaries: dict[str, dict[str, Any]]) -> None:
         )
     for name, s in summaries.items():
         print(f"{name}: terminations {s['terminations']}; problems {s['problems']}; "
-              f"correct by kind {s['correct_by_kind']}")
+              f"exact by kind {s['exact_by_kind']}; correct by kind {s['correct_by_kind']}")
 
 
 def main() -> None:
@@ -546,9 +608,14 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="run only the first N questions")
     ap.add_argument("--variants", default="baseline,ours",
                     help=f"comma-separated, among: {', '.join(VARIANTS)}")
-    ap.add_argument("--questions", choices=("templated", "dev", "mixed"), default="templated",
+    ap.add_argument("--questions",
+                    choices=("templated", "dev", "mixed", "natural", "natural-test"),
+                    default="templated",
                     help="question source: the templated questions built here, the recipe's "
-                    f"dev set ({DEV_FILE}), or both alternating")
+                    f"dev set ({DEV_FILE}), both alternating, or the hand-written natural "
+                    "dev (or test) set of recipes/embedded/natural/")
+    ap.add_argument("--no-adapter", action="store_true",
+                    help="the plain embedded model, without its shipped adapter")
     ap.add_argument("--parallel", type=int, default=2, help="questions at once (model slots)")
     ap.add_argument("--threads", type=int, default=None,
                     help="llama.cpp threads (default: the settings', i.e. all usable cores)")
@@ -573,7 +640,8 @@ def main() -> None:
     configs: dict[str, Any] = {}
     for name in names:
         variant = VARIANTS[name]()
-        rows, total = asyncio.run(run_variant(variant, questions, args))
+        with preset(variant):  # for the whole run: the snippet width is read at each search
+            rows, total = asyncio.run(run_variant(variant, questions, args))
         summaries[name] = summarize(rows, total)
         all_rows.extend(rows)
         configs[name] = {

@@ -27,6 +27,7 @@ from drvenus.protocol.spans import (
     AnswerShape,
     answer_shape,
     clause_words,
+    focus_sentences,
     span_sources,
 )
 from gbnf import Grammar
@@ -325,6 +326,11 @@ SPAN_MESSAGES = [
 ]
 
 
+# the embedded options with every span read as answer material (no focus on the question's
+# sentences, no answer shape)
+ALL_SPANS = {**EMBEDDED_GRAMMAR_OPTIONS, "answer_spans_focus": 0, "answer_spans_shaped": False}
+
+
 def _answer_of(body: str) -> str:
     return f"<think>\n\n</think>\n<answer>\n{body}\n</answer>"
 
@@ -349,7 +355,7 @@ def test_span_answers_never_glue_words():
     are ever glued and no word is cut, whatever the bound."""
     texts = span_sources(SPAN_MESSAGES, thinking=True)
     for bound in (1, 3, 8):
-        options = {**EMBEDDED_GRAMMAR_OPTIONS, "max_answer_words": bound}
+        options = {**ALL_SPANS, "max_answer_words": bound}
         language = _span_language(SPAN_MESSAGES, **options)
         assert {"Bram Stoker", "Aldous Huxley", "Tolkien", "1,234 days"} <= language or bound < 2
         vocabulary = {w for text in texts for clause in clause_words(text) for w in clause}
@@ -362,7 +368,7 @@ def test_span_answers_never_glue_words():
         for bad in ("AldousiaHuxley", "AldousHuxley", "Rite ofspring", "ParkServ",
                     "The answer is:", "1.1.1.2.1.1.1.1", "Bram Stoker.", "Bram  Stoker"):
             assert bad not in language
-    grammar = grammar_for_kind("answer", False, SPAN_MESSAGES, **EMBEDDED_GRAMMAR_OPTIONS)
+    grammar = grammar_for_kind("answer", False, SPAN_MESSAGES, **ALL_SPANS)
     assert accepts(grammar, _answer_of("Bram Stoker"))
     assert accepts(grammar, _answer_of("J. R. R. Tolkien"))  # initials keep their stops
     assert accepts(grammar, _answer_of("Irish author Bram Stoker"))
@@ -526,7 +532,7 @@ def test_constrained_samples_are_valid(model, kind, prefilled, seed):
 
 
 def test_grounded_calls_visit_what_was_found_and_never_repeat_a_query():
-    options = {**EMBEDDED_GRAMMAR_OPTIONS, "grounded_calls": True}
+    options = {**EMBEDDED_GRAMMAR_OPTIONS, "grounded_calls": True, "question_first_search": False}
     before = grammar_for_kind("any", False, SPAN_MESSAGES[:2], **options)
     assert accepts(before, search_with("Dracula")) and not accepts(before, VISIT)  # no results
     after = grammar_for_kind("any", False, SPAN_MESSAGES[:-1], **options)
@@ -562,7 +568,8 @@ def test_span_answers_can_be_made_to_say_something_new():
     [
         ("The founder of Sikhism was the first of how many Sikh Gurus?", AnswerShape(number=True)),
         ("About how long have farmers watered crops?", AnswerShape(number=True)),
-        ("In what year did Steinbeck receive the Nobel Prize?", AnswerShape(time=True)),
+        ("In what year did Steinbeck receive the Nobel Prize?",
+         AnswerShape(time=True, year=True)),
         ("When was the treaty signed?", AnswerShape(time=True)),
         ("Over which centuries did dinner move to the evening?", AnswerShape(time=True)),
         ("Who wrote the novel Dracula?", AnswerShape(name=True)),
@@ -575,6 +582,7 @@ def test_span_answers_can_be_made_to_say_something_new():
         ("Who was born first: Bach, Handel or Vivaldi?",
          AnswerShape(choices=("Bach", "Handel", "Vivaldi"))),
         ("What do some people consider the first musical instrument?", PLAIN_SHAPE),
+        ("What is the atomic number of the metal?", AnswerShape(number=True)),
         ("How often is the cup held?", PLAIN_SHAPE),
         ("", PLAIN_SHAPE),
     ],
@@ -599,14 +607,42 @@ def test_shaped_span_answers_keep_the_asked_kind():
     keeps every span."""
     snippet = "Guru Nanak was the first of ten gurus, born in 1469 in Talwandi; he taught widely"
     many = _shaped_language("How many gurus were there?", snippet)
-    assert "ten" in many and "first of ten" in many and "1469" in many
-    assert all(any(c.isdigit() for c in a) or "ten" in a.split() for a in many)
+    assert {"ten", "ten gurus", "1469"} <= many  # it starts with a number
+    assert all(a.split()[0] in ("ten", "1469") for a in many)
+    amount = _shaped_language("What is the number of the year?", snippet)
+    assert {"ten", "1469", "1469 in Talwandi"} <= amount  # it starts with a number
+    assert all(a.split()[0] in ("ten", "1469") for a in amount)
     when = _shaped_language("In what year was he born?", snippet)
     assert "1469" in when and "ten" not in when
+    century = "born in the 15th century, in 1469"
+    assert "15th century" in _shaped_language("When was he born?", century)
+    assert all(a.startswith("1469") for a in _shaped_language("What year was he born?", century))
     who = _shaped_language("Who was the first guru?", snippet)
     assert "Guru Nanak" in who and "Talwandi" in who and all(a[0].isupper() for a in who)
+    assert "A" not in _shaped_language("Which river is it?", "A river, the Danube in Europe")
     assert _shaped_language("Was he born in 1469?", snippet) == {"yes", "no"}
     assert _shaped_language("Who came first, Guru Nanak or Guru Angad?", snippet) == {
         "Guru Nanak", "Guru Angad"}
     plain = _shaped_language("When was he born?", "no figures here at all")
     assert "figures" in plain  # nothing of the kind was read: every span stays
+
+
+def test_the_first_search_asks_the_question_and_answers_come_from_its_sentences():
+    """With the embedded options the first search is the question's own content words (no
+    other query), later searches are free; a span answer comes from the sentences that match
+    the question most."""
+    question = "Who wrote the novel Dracula?"
+    first = grammar_for_kind("search", False, SPAN_MESSAGES[:2], **EMBEDDED_GRAMMAR_OPTIONS)
+    assert accepts(first, search_with("Wrote novel Dracula"))
+    assert not accepts(first, search_with("Dracula"))
+    later = grammar_for_kind("any", False, SPAN_MESSAGES[:-1], **EMBEDDED_GRAMMAR_OPTIONS)
+    assert accepts(later, search_with("Bram Stoker"))
+    texts = span_sources(SPAN_MESSAGES)
+    # the best sentence, and the first two lines read (the top result's title and description)
+    assert focus_sentences(texts, question, 1) == (
+        "Dracula", "Dracula is an 1897 Gothic horror novel by Irish author Bram Stoker.")
+    assert "A 1932 novel by Aldous Huxley (see The Rite of Spring; National Park Service)." in \
+        focus_sentences(texts, "Which 1932 novel did Aldous Huxley write?", 1)
+    focused = _span_language(SPAN_MESSAGES, **{**EMBEDDED_GRAMMAR_OPTIONS,
+                                               "answer_spans_focus": 1})
+    assert "Bram Stoker" in focused and "Aldous Huxley" not in focused

@@ -223,6 +223,21 @@ def test_teacher_turns_are_in_the_embedded_grammar():
     turns = [m["content"] for t in list(solved.values())[:6] for m in t.messages
              if m["role"] == "assistant"]
     assert turns and all(grammar.accepts(t) for t in turns)
+    # each turn in the grammar the agent decodes it with, built from the conversation before
+    # it: the first search asks the question's words, the answer is a span of what was read,
+    # of the shape the question asks for
+    checked = 0
+    for traj in list(solved.values())[:8]:
+        msgs = traj.messages
+        for i, m in enumerate(msgs):
+            if m["role"] != "assistant":
+                continue
+            kind = "search" if i == 2 else "any"
+            turn_grammar = Grammar(grammar_for_kind(kind, False, msgs[:i],
+                                                    **dict(EMBEDDED_GRAMMAR_OPTIONS)))
+            assert turn_grammar.accepts(m["content"]), (traj.question.question, m["content"])
+            checked += 1
+    assert checked >= 8
 
 
 def test_teacher_drops_what_it_cannot_find():

@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dev-size", type=int, default=200)
     p.add_argument("--test-size", type=int, default=500)
     p.add_argument("--limit", type=int, default=None, help="questions per source (quick run)")
+    p.add_argument("--described", type=float, default=0.5,
+                   help="share of single-hop questions that describe their subject")
     p.add_argument("--workers", type=int, default=1, help="data clean worker processes")
     p.add_argument("--no-clean", action="store_true", help="skip data clean / stats")
     args = p.parse_args(argv)
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             out=args.out, seed=args.seed, mix_path=None if args.no_mix else args.mix,
             current_date=args.current_date, sft_tokens=args.sft_tokens,
             max_tokens=args.max_tokens, dev_size=args.dev_size, test_size=args.test_size,
-            limit=args.limit,
+            limit=args.limit, described=args.described,
         )
         result = build(cfg, load_articles(), toolbox, counter)
     finally:

@@ -485,7 +485,9 @@ class CorpusIndex:
 
     ``impacts``: search with the index's impact postings when it has them and numba is
     installed (same results as tantivy's search, much faster with common words); False keeps
-    every search in tantivy."""
+    every search in tantivy. ``snippet_chars``: about how long a result's snippet is."""
+
+    snippet_chars = SNIPPET_CHARS
 
     def __init__(self, path: str | Path, *, impacts: bool = True) -> None:
         self.path = Path(path)
@@ -542,7 +544,7 @@ class CorpusIndex:
             return []
         searcher = self._searcher
         snippets = tantivy.SnippetGenerator.create(searcher, parsed, self._schema, "text")
-        snippets.set_max_num_chars(SNIPPET_CHARS)
+        snippets.set_max_num_chars(self.snippet_chars)
         weights = self.term_weights(text)
         hits = []
         for score, address in top:
@@ -702,14 +704,15 @@ class CorpusIndex:
             for t, w in weights.items()
             if t not in shown and t not in _QUESTION_TOKENS and w > 0
         }
-        lead = make_snippet(body, 0, 0)
+        width = self.snippet_chars
+        lead = make_snippet(body, 0, 0, width)
         candidates = [lead]
         if start:
-            candidates.append(make_snippet(body, start, end))
-        for i, at in enumerate(_SENTENCE_START.finditer(body, 0, SNIPPET_CHARS * 8)):
+            candidates.append(make_snippet(body, start, end, width))
+        for i, at in enumerate(_SENTENCE_START.finditer(body, 0, width * 8)):
             if i == _SENTENCE_WINDOWS:
                 break
-            candidates.append(make_snippet(body, at.end(), at.end()))
+            candidates.append(make_snippet(body, at.end(), at.end(), width))
         lead_tokens = set(self._analyzer.analyze(lead))
         folded = None
         for token in sorted(wanted, key=wanted.__getitem__, reverse=True)[:_MENTION_TOKENS]:
@@ -718,7 +721,7 @@ class CorpusIndex:
             folded = folded if folded is not None else body.lower()
             at = self._first_mention(body, folded, token)
             if at is not None:
-                candidates.append(make_snippet(body, *at))
+                candidates.append(make_snippet(body, *at, width))
         if len(candidates) == 1:
             return lead
 

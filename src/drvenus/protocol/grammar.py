@@ -29,6 +29,7 @@ from drvenus.protocol.spans import (
     PLAIN_SHAPE,
     AnswerShape,
     answer_shape,
+    focus_sentences,
     past_queries,
     question_of,
     question_query,
@@ -186,7 +187,7 @@ def _json_string(rules: _Rules, name: str, first: str, item: str, max_chars: int
 
 def _answer_spans(
     rules: _Rules, texts: tuple[str, ...], max_words: int, question: str, news: str = "",
-    shape: AnswerShape = PLAIN_SHAPE,
+    shape: AnswerShape = PLAIN_SHAPE, focus: tuple[int, str] = (0, ""),
 ) -> str | None:
     """An answer that is one span of at most ``max_words`` words of ``texts`` (see
     :mod:`drvenus.protocol.spans`), one space between words: a trie of words, one rule per node
@@ -195,18 +196,24 @@ def _answer_spans(
     out (an answer says what the question does not); with ``news`` (the question again) they
     may appear, but an answer must also hold a word of its own (not "Dracula" alone for "Who
     wrote Dracula?"). ``shape`` (:func:`~drvenus.protocol.spans.answer_shape`) keeps the spans
-    of the kind the question asks for: one of its choices, yes or no, a span that holds a
+    of the kind the question asks for: one of its choices, yes or no, a span that starts with a
     number or a time, one that starts with a capital; when it keeps none, every span stays.
+    ``focus`` (k, question): spans of the k sentences that match the question most
+    (:func:`~drvenus.protocol.spans.focus_sentences`), when one of them has a span of the shape.
     Return the body's expression, or None when no span is left."""
     if shape.choices or shape.yes_no:
         options = shape.choices or ("yes", "no")
         return rules.add("answer-span", " | ".join(_literal(o) for o in options))
-    spans = spans_of(texts, max_words, question_words(question))
-    if shape.name:
-        named = [sp for sp in spans if sp[0][:1].isupper()]
-        spans = named or spans
-    if not any(shape.typed(w) for sp in spans for w in sp):
-        shape = PLAIN_SHAPE  # nothing of the asked kind was read: any span
+    exclude = question_words(question)
+
+    def shaped(sources: Sequence[str]) -> list[tuple[str, ...]]:
+        return [sp for sp in spans_of(sources, max_words, exclude) if shape.first(sp[0])]
+
+    # the sentences that match the question most, unless none of them holds an answer of the
+    # asked shape; then anything read of that shape; then anything read
+    k, topic = focus
+    spans = (k and shaped(focus_sentences(texts, topic, k))) or shaped(texts)
+    spans = spans or spans_of(texts, max_words, exclude)
     trie: dict[str, dict] = {}
     for span in spans:
         node = trie
@@ -218,23 +225,22 @@ def _answer_spans(
     def is_new(word: str) -> bool:
         return word.lower() not in old and not weak_word(word)
 
-    def alternatives(node: dict[str, dict], said: bool, typed: bool) -> str | None:
+    def alternatives(node: dict[str, dict], said: bool) -> str | None:
         nonlocal count
         alts = []
         for word, children in node.items():
-            now, kind = said or is_new(word), typed or shape.typed(word)
-            rest = alternatives(children, now, kind) if children else None
-            done = now and kind
+            now = said or is_new(word)
+            rest = alternatives(children, now) if children else None
             if rest is not None:
                 count += 1
                 name = rules.add(f"span-{count}", "")
-                rules.add(name, f'( " " ( {rest} ) )' + ("?" if done else ""))
+                rules.add(name, f'( " " ( {rest} ) )' + ("?" if now else ""))
                 alts.append(f"{_literal(word)} {name}")
-            elif done:
+            elif now:
                 alts.append(_literal(word))
         return " | ".join(alts) if alts else None
 
-    body = alternatives(trie, not news, False)
+    body = alternatives(trie, not news)
     return None if body is None else rules.add("answer-span", body)
 
 
@@ -259,6 +265,7 @@ def protocol_grammar(
     answer_question: str = "",
     answer_news: str = "",
     answer_shape: AnswerShape = PLAIN_SHAPE,
+    answer_focus: tuple[int, str] = (0, ""),
     visit_urls: tuple[str, ...] | None = None,
     used_queries: tuple[str, ...] = (),
     search_query: str | None = None,
@@ -286,7 +293,9 @@ def protocol_grammar(
     answer); ``answer_question``: the question, whose words a span answer leaves out;
     ``answer_news``: the question, whose words a span answer may repeat but not only them.
     ``answer_shape``: the kind of answer the question asks for, which a span answer keeps to
-    (:class:`~drvenus.protocol.spans.AnswerShape`).
+    (:class:`~drvenus.protocol.spans.AnswerShape`); ``answer_focus`` (k, question): a span
+    answer comes from the k sentences that match the question most, when they hold one of the
+    shape.
     ``visit_urls``: the URLs a visit may open (the search results read so far; None: any
     ``http(s)://`` URL). ``used_queries`` (with ``plain_queries``): queries already searched,
     which a search may not ask again. ``search_query``: the one query a search may ask (the
@@ -329,7 +338,7 @@ def protocol_grammar(
         if answer_spans is not None:
             bound = max_answer_words or DEFAULT_MAX_SPAN_WORDS
             spans = _answer_spans(r, answer_spans, bound, answer_question, answer_news,
-                                  answer_shape)
+                                  answer_shape, answer_focus)
         _answer_rules(r, text_item, plain_answer or spans is not None, max_answer_chars, spans)
     if allow_tool_call:
         _tool_call_rules(
@@ -521,6 +530,8 @@ def grammar_for_kind(
     ``answer_spans_news=True`` with at least one word that is not the question's,
     ``answer_spans_shaped=True`` of the kind of answer the question asks for (a number, a time,
     a name, yes or no, one of its choices: :func:`~drvenus.protocol.spans.answer_shape`).
+    ``answer_spans_focus=K``: spans of the K sentences read that match the question most
+    (:func:`~drvenus.protocol.spans.focus_sentences`).
     ``question_first_search=True``: the first search asks the question's own content words
     (:func:`~drvenus.protocol.spans.question_query`), what a search engine finds the page by.
     ``grounded_calls=True``: a visit opens one of the search results read so far (no visit
@@ -535,6 +546,7 @@ def grammar_for_kind(
     news = bool(options.pop("answer_spans_news", False))
     shaped = bool(options.pop("answer_spans_shaped", False))
     question_first = bool(options.pop("question_first_search", False))
+    focus = int(options.pop("answer_spans_focus", 0))  # type: ignore[call-overload]
     # Options may narrow the kind further (e.g. a model built with an answer-free grammar).
     allow_call = kind != "answer" and bool(options.pop("allow_tool_call", True))
     allow_answer = kind in ("any", "answer") and bool(options.pop("allow_answer", True))
@@ -558,6 +570,8 @@ def grammar_for_kind(
                 allow_call, allow_answer = False, True
     if grounded and allow_answer:
         options["answer_spans"] = span_sources(messages or (), thinking=thinking)
+        if focus:  # the sentences that match the question most
+            options["answer_focus"] = (focus, question_of(messages or ()))
         if new_words:
             options["answer_question"] = question_of(messages or ())
         if news:

@@ -14,6 +14,7 @@ stated), and the question when there is nothing else.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -172,15 +173,61 @@ def spans_of(
 
 
 
+# where a sentence of a snippet or page starts: after . ! ? and blanks (not after an initial:
+# "John A. Macdonald", nor "c." of a date), before a capital, a digit or a quote
+_SENTENCE_BREAK = re.compile(
+    r"(?<=[.!?])(?<!\b[A-Z]\.)(?<!\bc\.)(?<!\bca\.)\s+(?=[A-Z0-9\"'(\u201c])"
+)
+_STEM_CHARS = 5  # words compared by their first letters ("killed" ~ "kills")
+_LATEST = 2  # sentences of the latest reading always among the focus (a second hop's page)
+
+
+def _stems(text: str) -> set[str]:
+    return {w.lower()[:_STEM_CHARS] for w in re.findall(r"[^\W_]+", text) if len(w) >= 3}
+
+
+def focus_sentences(texts: Sequence[str], question: str, k: int) -> tuple[str, ...]:
+    """The ``k`` sentences (or title lines) of ``texts`` that share the most with
+    ``question``'s content words, each shared word weighted by how few of the sentences hold
+    it (a word every result repeats locates nothing); with them, the best two of the last
+    text (the latest reading: a second hop's page) and the first two lines of each text (a
+    search's top result's title and description: "(1815–1891)" shares no word with "born"),
+    in reading order. The sentences an answer is in, most of the time: a small model picks
+    its span among these instead of every line of five search results."""
+    sentences: list[str] = []
+    heads: set[int] = set()  # the first two lines of each text (a result's title, description)
+    last = 0  # where the last text (the latest reading) starts
+    for text in texts:
+        last = len(sentences)
+        heads.update((last, last + 1))
+        sentences += [sentence for line in text.splitlines()
+                      for sentence in _SENTENCE_BREAK.split(line.strip()) if sentence.strip()]
+    wanted = _stems(question_query(question))
+    if len(sentences) <= k + len(heads) or not wanted:
+        return tuple(sentences)
+    stems = [_stems(sentence) for sentence in sentences]
+    held = {w: sum(w in st for st in stems) for w in wanted}
+    n = len(sentences)
+
+    def score(i: int) -> float:
+        return sum(math.log(1 + n / held[w]) for w in wanted & stems[i])
+
+    ranked = sorted(range(n), key=lambda i: (-score(i), i))
+    best = set(ranked[:k]) | set([i for i in ranked if i >= last][:_LATEST])
+    return tuple(s for i, s in enumerate(sentences) if i in best or i in heads)
+
+
 # -- what the question asks for -------------------------------------------------------------
 
 _AUX = ("is", "are", "was", "were", "do", "does", "did", "has", "have", "had", "can", "could",
         "will", "would", "should")
-_WH = re.compile(r"\b(how|what|which|who|whom|when|where)\b(?:\s+(\w+))?", re.IGNORECASE)
+_WH = re.compile(r"\b(how|what|which|who|whom|when|where)\b((?:\s+[\w'-]+){0,4})", re.IGNORECASE)
 _HOW_NUMBER = frozenset({"many", "much", "long", "old", "far", "tall", "high", "big", "large",
                          "deep", "wide", "heavy", "fast", "hot", "cold"})
 _TIME_NOUNS = frozenset({"year", "years", "date", "century", "centuries", "decade", "decades",
                          "month", "day"})
+_AMOUNT_NOUNS = frozenset({"number", "population", "percentage", "amount", "length", "height",
+                           "area", "size", "age", "distance", "depth", "weight", "speed"})
 _NAMED_NOUNS = frozenset({
     "city", "country", "town", "village", "river", "state", "province", "island", "islands",
     "continent", "mountain", "lake", "sea", "ocean", "region", "county", "nation", "capital",
@@ -198,6 +245,9 @@ _TIME_WORDS = frozenset(
     "january february march april may june july august september october november december "
     "century centuries spring summer autumn winter".split()
 )
+_YEAR_WORD = re.compile(r"\d{3,4}s?")  # 1904, 820, 1960s
+# what a question asks for wherever it says it: a year, or a count
+_CUES = re.compile(r"\b(?:(?:what|which) (year)|how (?:many|much))\b", re.IGNORECASE)
 # "..., A or B?": the two (or more) things a comparison question names
 _CHOICES = re.compile(r"[,:]\s*([^,:?]+?(?:,\s*[^,:?]+?)*)\s+or\s+([^,:?]+?)\s*\?\s*$")
 
@@ -208,20 +258,26 @@ class AnswerShape:
     amount (``number``: "how many", "how long"), a time (``time``: "when", "in what year"), a
     name (``name``: "who", "where", "which river"; the answer starts with a capital), a yes or
     a no ("Is ...?", "Were both ...?"), or one of the things it names (``choices``: "Which is
-    older, the Nile or the Amazon?"). The span grammar keeps the answers of that shape, and
-    keeps them all when none is left (a shape narrows, it never empties)."""
+    older, the Nile or the Amazon?"). The span grammar keeps the answers of that shape (a
+    number or a time starts with one), and keeps them all when none is left (a shape narrows,
+    it never empties)."""
 
     number: bool = False
     time: bool = False
+    year: bool = False  # a time that is a year ("in what year": "1904", not "20th century")
     name: bool = False
     yes_no: bool = False
     choices: tuple[str, ...] = ()
 
-    def typed(self, word: str) -> bool:
-        """``word`` is of the shape's kind (a number or a time); True when neither is asked."""
-        if not (self.number or self.time):
-            return True
-        if any(c.isdigit() for c in word):
+    def first(self, word: str) -> bool:
+        """``word`` may start an answer of this shape: a number or a time starts with one
+        ("25 million", "ten", "1962", "March 1758"), a name with a capital and never a lone
+        letter; any word starts an answer of no particular shape."""
+        if self.name:
+            return word[:1].isupper() and len(word) > 1
+        if self.year:
+            return _YEAR_WORD.fullmatch(word) is not None
+        if not (self.number or self.time) or any(c.isdigit() for c in word):
             return True
         lower = word.lower()
         return (self.number and lower in _NUMBER_WORDS) or (self.time and lower in _TIME_WORDS)
@@ -234,6 +290,9 @@ def answer_shape(question: str) -> AnswerShape:
     """The :class:`AnswerShape` of ``question`` (see there); ``PLAIN_SHAPE`` when its wording
     says nothing (a "what" question about anything)."""
     text = " ".join(question.split())
+    cue = _CUES.search(text)  # asked in place: "..., who introduced them in what year?"
+    if cue is not None:
+        return AnswerShape(time=True, year=True) if cue.group(1) else AnswerShape(number=True)
     choices = _CHOICES.search(text)
     if choices:
         names = [c.strip() for c in choices.group(1).split(",")] + [choices.group(2).strip()]
@@ -246,13 +305,18 @@ def answer_shape(question: str) -> AnswerShape:
     wh = _WH.search(text)
     if wh is None:
         return PLAIN_SHAPE
-    word, after = wh.group(1).lower(), (wh.group(2) or "").lower()
+    word, following = wh.group(1).lower(), wh.group(2).lower().split()
+    after = following[0] if following else ""
     if word == "how":
         return AnswerShape(number=after in _HOW_NUMBER)
+    if word in ("what", "which") and after == "year":
+        return AnswerShape(time=True, year=True)
     if word == "when" or (word in ("what", "which") and after in _TIME_NOUNS):
         return AnswerShape(time=True)
     if word in ("who", "whom", "where") or (word in ("what", "which") and after in _NAMED_NOUNS):
         return AnswerShape(name=True)
+    if word in ("what", "which") and _AMOUNT_NOUNS & set(following):
+        return AnswerShape(number=True)  # "What is the atomic number of ...?"
     return PLAIN_SHAPE
 
 
@@ -281,7 +345,8 @@ def _items(value: object) -> list[str]:
 _QUERY_STOPWORDS = frozenset(
     """a an the of in on at to for by with from and or is was are were be been who whom whose
     what which when where why how did does do that this these those as its it his her their
-    there name named he she him they them we you i me my our your""".split()
+    there name named he she him they them we you i me my our your many much have has had
+    roughly about approximately""".split()
 )
 # characters outside the embedded grammar's query alphabet (protocol.grammar's plain queries)
 _NOT_QUERY_CHARS = re.compile(r"[^a-zA-Z0-9 ,.'()\u00C0-\uFFFF-]")
@@ -335,6 +400,7 @@ __all__ = [
     "AnswerShape",
     "answer_shape",
     "clause_words",
+    "focus_sentences",
     "past_queries",
     "result_urls",
     "QUESTION_QUERY_CHARS",

@@ -62,6 +62,7 @@ class BuildConfig:
     dev_size: int = 200
     test_size: int = 500
     per_article: int = 3
+    described: float = 0.5  # share of single-hop questions that describe their subject
     concurrency: int = 8
     limit: int | None = None  # questions per source (a quick run)
 
@@ -226,7 +227,8 @@ def rl_row(q: Question) -> dict[str, Any]:
     }
 
 
-EVAL_LEVELS = {"wiki-single-hop": "single-hop", "wiki-two-hop": "two-hop",
+EVAL_LEVELS = {"wiki-single-hop": "single-hop", "wiki-described": "single-hop",
+               "wiki-two-hop": "two-hop",
                "deepresearcher-mix": "open-qa"}
 
 
@@ -251,7 +253,7 @@ def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:
 def generate_questions(articles: Sequence[Article], cfg: BuildConfig, toolbox: Any
                        ) -> tuple[list[Question], dict[str, Any]]:
     rng = random.Random(cfg.seed)
-    singles = single_hop(articles, rng, cfg.per_article)
+    singles = single_hop(articles, rng, cfg.per_article, cfg.described)
     doubles, two_hop_skips = two_hop(articles, rng)
     mixed: list[Question] = []
     mix_why: Counter[str] = Counter()

@@ -485,13 +485,62 @@ _SUPERLATIVE = re.compile(r"\b(largest|most|second|third|oldest|biggest|highest|
 _TRUNCATED = re.compile(r"(?:^|[\s.])[A-Z]\.?$|^[A-Z]\.[A-Z]")
 
 
+# Facts anywhere in the lead, asked in place ("Polynesia is made up of more than how many
+# islands?"): a sentence that starts with the subject (its title or a pronoun), cut after the
+# clause that holds the answer, the answer replaced by the question phrase.
+_PRONOUN_START = re.compile(r"^(?:It|He|She|They|This|These)\s+(?=[a-z])")
+_IN_PLACE = (
+    ("lead_year", re.compile(r"\b(in|since|until|from|by) (\d{4})\b(?!s|\s*BC|\s*BCE)"),
+     lambda m: f"{m.group(1)} what year", 2),
+    ("lead_count", re.compile(
+        r"\b(\d[\d,.]*(?:\s(?:million|billion|thousand))?|two|three|four|five|six|seven|"
+        r"eight|nine|ten|eleven|twelve)\s+((?:[a-z]+\s)?[a-z]{3,}s)\b"),
+     lambda m: f"how many {m.group(2)}", 1),
+    ("lead_agent", re.compile(r"\bby ((?:[A-Z][\w'’.-]+\s){0,3}[A-Z][\w'’-]+)"),
+     lambda m: "by whom", 1),
+)
+_CLAUSE_END = re.compile(r"[,;:]\s|\s[-–—]\s")
+_ASIDE = re.compile(r"\s*\([^()]*\)")  # "(125 km2)": left out of a question
+_RANGE_END = re.compile(r"(?:\bto|\band|[-–])\s*$")  # "from 1.17 to 3.4": no single answer
+_YEAR = re.compile(r"1\d{3}|20\d{2}")
+MAX_IN_PLACE_CHARS = 180
+
+
+def in_place_facts(article: Article) -> Iterator[Fact]:
+    """Questions asked in the lead's own sentences, each fact of a sentence that starts with
+    the article's subject (its title or a pronoun), any sentence of the lead: the answer (a
+    year after in/since/until/from/by, a count before a plural noun, the agent after "by")
+    replaced in place by what asks for it, the subject by ``{s}``."""
+    t, cat = article.title, _category(article)
+    for sentence in sentences(article.extract):
+        if sentence.startswith(t + " "):
+            rest = sentence[len(t):]
+        elif (m := _PRONOUN_START.match(sentence)) is not None:
+            rest = " " + sentence[m.end():]
+        else:
+            continue
+        rest = _ASIDE.sub("", rest)
+        for kind, pattern, ask, group in _IN_PLACE:
+            m = pattern.search(rest)
+            if m is None or _RANGE_END.search(rest, 0, m.start()):
+                continue
+            if kind == "lead_count" and _YEAR.fullmatch(m.group(1)):
+                continue  # "from 2003 to 2014 as ...": a year, not a count
+            end = _CLAUSE_END.search(rest, m.end())
+            cut = rest[: end.start() if end else len(rest)].rstrip(" .;,")
+            question = "{s}" + cut[: m.start()] + ask(m) + cut[m.end():] + "?"
+            if len(question) > MAX_IN_PLACE_CHARS or "{" in cut or "}" in cut:
+                continue
+            yield Fact(t, kind, m.group(group), (question,), sentence, cat)
+
+
 def article_facts(article: Article) -> list[Fact]:
     """:func:`lead_facts` kept only when usable: the answer occurs verbatim in the article
     text (the span is taken with its casing there), is short, starts with a letter or digit,
     is not the subject itself, and is not a bare demonym (except for nationality); one fact
     per kind."""
     out: dict[str, Fact] = {}
-    for f in lead_facts(article):
+    for f in (*lead_facts(article), *in_place_facts(article)):
         if f.kind in out:
             continue
         span = find_span(article.text, f.answer)
@@ -530,6 +579,7 @@ NEED = {
     "located_in": "location", "located": "location", "population": "population",
     "atomic_number": "atomic number", "chemical_symbol": "chemical symbol",
     "named_after": "namesake", "also_known_as": "other name", "count": "number",
+    "lead_year": "year", "lead_count": "number", "lead_agent": "person",
 }
 
 # The question word each kind asks with (for the counts per kind of question).
@@ -539,7 +589,8 @@ WH = {
     "located_in": "where", "region": "where", "country": "which", "capital_of": "which",
     "capital": "what", "nationality": "what", "occupation": "what", "chemical_symbol": "what",
     "atomic_number": "how many", "population": "how many", "count": "how many",
-    "also_known_as": "what", "named_after": "who",
+    "also_known_as": "what", "named_after": "who", "lead_year": "when", "lead_count": "how many",
+    "lead_agent": "who",
 }
 
 

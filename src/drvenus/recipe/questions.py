@@ -85,6 +85,31 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+_PARENTHESES = re.compile(r"\s*\([^()]*\)")
+_WORDS = re.compile(r"[A-Za-z]+")
+MIN_DESCRIBED_WORDS = 3  # "the substance used for cleaning", not "the sport"
+
+
+def lower_words(articles: Sequence[Article]) -> frozenset[str]:
+    """The words the corpus writes in lower case (so "Capital" can start a description and
+    be "the capital ...", while "American" stays capitalised)."""
+    return frozenset(w for a in articles for w in _WORDS.findall(a.extract) if w.islower())
+
+
+def described_mention(article: Article, lower: frozenset[str]) -> str | None:
+    """How a person who does not know its title describes an article: its short description,
+    parentheses left out, after "the" ("Substance used for cleaning" -> "the substance used
+    for cleaning"); None when there is none of at least ``MIN_DESCRIBED_WORDS`` words, or it
+    names the article's title."""
+    text = " ".join(_PARENTHESES.sub("", article.description).split()).strip(" ,;.")
+    if len(text.split()) < MIN_DESCRIBED_WORDS or contains_answer(text, article.title):
+        return None
+    first = text.split(" ", 1)[0]
+    if first.lower() in lower:
+        text = first.lower() + text[len(first):]
+    return f"the {text}"
+
+
 def _bucket(titles: Iterable[str]) -> str | None:
     flags = {is_reserved(t) for t in titles}
     if flags == {False}:
@@ -94,30 +119,39 @@ def _bucket(titles: Iterable[str]) -> str | None:
     return None
 
 
-def single_hop(articles: Sequence[Article], rng: random.Random, per_article: int = 3
-               ) -> list[Question]:
+def single_hop(articles: Sequence[Article], rng: random.Random, per_article: int = 3,
+               described: float = 0.0) -> list[Question]:
     """One question per fact (at most ``per_article`` facts of an article, kinds shuffled),
-    one phrasing drawn at random; the answer is never in the question."""
+    one phrasing drawn at random; the answer is never in the question. With ``described``,
+    that share of the questions (where the article has a usable description and the fact a
+    phrasing for a noun phrase) describe the subject instead of naming it (source
+    ``wiki-described``: "Who founded the multinational fast food chain ...?")."""
+    lower = lower_words(articles) if described else frozenset()
     out = []
     for art in articles:
         mention = subject_mention(art.title, art.extract)
         if mention is None:
             continue
+        description = described_mention(art, lower) if described else None
         facts = article_facts(art)
         rng.shuffle(facts)
         made = 0
         for f in facts:
             if made >= per_article:
                 break
-            q = _cap(rng.choice(f.templates).format(s=mention))
+            subject, source, templates = mention, "wiki-single-hop", f.templates
+            if description and f.templates_for_phrase() and rng.random() < described:
+                subject, source = description, "wiki-described"
+                templates = f.templates_for_phrase()
+            q = _cap(rng.choice(templates).format(s=subject))
             if contains_answer(q, f.answer):
                 continue
             bucket = _bucket([art.title])
             out.append(Question(
                 id=question_id("wiki1", f.kind, q), question=q, answer=f.answer, aliases=[],
                 kind=f.kind, hops=1, gold_titles=[art.title], bucket=bucket or TRAIN, split="",
-                source="wiki-single-hop", wh=wh_of(f.kind), category=f.category,
-                subject=mention, meta={"evidence": f.evidence},
+                source=source, wh=wh_of(f.kind), category=f.category,
+                subject=subject, meta={"evidence": f.evidence},
             ))
             made += 1
     return out
@@ -218,5 +252,6 @@ def dedupe(questions: Iterable[Question]) -> list[Question]:
 
 __all__ = [
     "MAX_QUERY_CHARS", "RESERVED", "SPLITS", "TRAIN", "Question", "assign_splits", "dedupe",
-    "question_id", "single_hop", "stable_hash", "subject_mention", "two_hop", "usable_alias",
+    "described_mention", "lower_words", "question_id", "single_hop", "stable_hash",
+    "subject_mention", "two_hop", "usable_alias",
 ]

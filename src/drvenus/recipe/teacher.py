@@ -30,6 +30,7 @@ MAX_URL_CHARS = 60  # after the scheme: the embedded grammar's string bound
 
 DROP_REASONS = (
     "gold_not_in_results", "answer_not_found", "bridge_not_found", "too_long", "unusable_url",
+    "described_subject_not_first",
 )
 
 
@@ -206,11 +207,15 @@ class _Episode:
 
     # -- policies --------------------------------------------------------------------------
 
-    async def locate(self, title: str, query: str, first_thought: str, retry_query: str
-                     ) -> _Hit:
-        """Search for the article ``title``; one reformulated search if it is not listed."""
-        hits = await self.search(first_thought, query)
+    async def locate(self, title: str, query: str, first_thought: str, retry_query: str,
+                     limit: int = MAX_QUERY_CHARS) -> _Hit:
+        """Search for the article ``title`` (``query`` of at most ``limit`` characters); one
+        reformulated search if it is not listed. A question that describes its subject must
+        find it first (a description that fits many pages is no question)."""
+        hits = await self.search(first_thought, query, limit)
         hit = self.gold_hit(hits, title)
+        if hit is not None and self.q.source == "wiki-described" and hits[0] is not hit:
+            raise _Drop("described_subject_not_first")
         if hit is None and retry_query and retry_query != query:
             hits = await self.search(
                 f"The results for {query} do not include the page I need. I will search "
@@ -257,11 +262,12 @@ class _Episode:
         need = NEED.get(q.kind, "answer")
         subject = q.subject or title
         first = self.rng.choice((
-            f"I need the {need} of {subject}. I will search for {subject}.",
-            f"The question is about {subject}. Let me search for it to find the {need}.",
-            f"To answer, I should look up {subject} and find the {need}.",
+            f"I need the {need} of {subject}. I will search the question's key words.",
+            f"The question is about {subject}. Let me search its terms to find the {need}.",
+            f"To answer, I should find the page on {subject} and read the {need}.",
         ))
-        hit = await self.locate(title, subject, first, f"{subject} {need}")
+        hit = await self.locate(title, question_query(q.question), first, f"{subject} {need}",
+                                QUESTION_QUERY_CHARS)
         span, where, text = await self.read(hit, title, self.answers, need, subject)
         self.sources.append(title)
         tail = self.rng.choice((f"So the answer is {span}.", f"The answer is {span}."))
@@ -271,9 +277,9 @@ class _Episode:
         q = self.q
         query = question_query(q.question)
         first = self.rng.choice((
-            f"I will search for the key terms of the question: {query}.",
-            f"Let me search for {query} and read the results.",
-            f"First I will search the question's main terms: {query}.",
+            "I will search for the key terms of the question.",
+            "Let me search the question's words and read the results.",
+            "First I will search the question's main terms.",
         ))
         hits = await self.search(first, query, QUESTION_QUERY_CHARS)
         gold = [h for h in hits if h.title in q.gold_titles]
@@ -300,12 +306,13 @@ class _Episode:
         need_a = NEED.get(bridge_kind, "related entity")
         need_b = NEED.get(q.kind.split(">")[-1], "answer")
         first = self.rng.choice((
-            f"This needs two steps. First I need the {need_a} of {subject}. I will search for "
-            f"{subject}.",
+            f"This needs two steps. First I need the {need_a} of {subject}. I will search the "
+            "question's key words.",
             f"I must first find the {need_a} of {subject}, then the {need_b} of that one. "
-            f"Searching for {subject}.",
+            "Searching the question's terms.",
         ))
-        hit_a = await self.locate(title_a, subject, first, f"{subject} {need_a}")
+        hit_a = await self.locate(title_a, question_query(q.question), first,
+                                  f"{subject} {need_a}", QUESTION_QUERY_CHARS)
         try:
             bridge, where, text = await self.read(hit_a, title_a, [title_b], need_a, subject)
         except _Drop:
