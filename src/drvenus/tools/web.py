@@ -4,10 +4,11 @@
 model that chooses the URLs. It
 
 - accepts only ``http``/``https`` URLs without credentials in them;
-- resolves the host once (``getaddrinfo`` in a thread, or an injected resolver) and refuses
-  private, loopback, link-local, unspecified, multicast, reserved and shared addresses and the
-  cloud metadata endpoints (IPv4-mapped, 6to4, Teredo and NAT64 forms included) unless
-  ``allow_private`` is set;
+- resolves the host once (``getaddrinfo`` in a thread, or an injected resolver) and checks
+  every address against an :class:`AddressPolicy`: private, loopback, link-local, unspecified,
+  multicast, reserved and shared addresses are refused unless the policy allows private ones,
+  and the cloud metadata endpoints (IPv4-mapped, 6to4, Teredo and NAT64 forms included) stay
+  refused even then, unless named in the policy's allow list;
 - connects to the address it checked (``scheme://IP:port/path`` with the ``Host`` header, and
   for https the SNI / certificate host name set through httpcore's ``sni_hostname`` request
   extension), so a second DNS answer cannot point the request elsewhere (DNS rebinding). No
@@ -75,7 +76,11 @@ METADATA_ADDRESSES = frozenset(
         "192.0.0.192",  # Oracle Cloud
     )
 )
+# The IPv4 link-local range the metadata services of AWS (EC2, ECS), Azure, GCP and OpenStack
+# answer in: all of it counts as metadata, refused even where private addresses are allowed.
+METADATA_NETWORKS = (ipaddress.ip_network("169.254.0.0/16"),)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 READABLE_TYPES = frozenset(
     {
@@ -124,11 +129,27 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     return None
 
 
+def _unscoped(ip: IPAddress) -> IPAddress:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id:
+        return ipaddress.IPv6Address(str(ip).split("%", 1)[0])
+    return ip
+
+
+def is_metadata(ip: IPAddress) -> bool:
+    """Whether ``ip`` is a cloud metadata address (or in the link-local range they live in),
+    in any IPv6 form that carries one."""
+    ip = _unscoped(ip)
+    if isinstance(ip, ipaddress.IPv6Address):
+        inner = _embedded_ipv4(ip)
+        if inner is not None and is_metadata(inner):
+            return True
+    return ip in METADATA_ADDRESSES or any(ip in net for net in METADATA_NETWORKS)
+
+
 def blocked_reason(ip: IPAddress) -> str | None:
     """Why ``ip`` must not be fetched from (a short phrase), or None for a public address."""
     if isinstance(ip, ipaddress.IPv6Address):
-        if ip.scope_id:
-            ip = ipaddress.IPv6Address(str(ip).split("%", 1)[0])
+        ip = _unscoped(ip)
         inner = _embedded_ipv4(ip)
         if inner is not None:
             reason = blocked_reason(inner)
@@ -144,6 +165,66 @@ def blocked_reason(ip: IPAddress) -> str | None:
         (not ip.is_global, "not a public address"),
     )
     return next((reason for hit, reason in checks if hit), None)
+
+
+def parse_networks(text: str | None) -> frozenset[IPNetwork]:
+    """``"169.254.169.254, 10.1.0.0/16"`` as networks (an address is a one-address network);
+    ValueError naming the entry that is neither."""
+    networks = set()
+    for part in (text or "").split(","):
+        if part.strip():
+            try:
+                networks.add(ipaddress.ip_network(part.strip().strip("[]"), strict=False))
+            except ValueError:
+                raise ValueError(f"{part.strip()!r} is not an IP address or network") from None
+    return frozenset(networks)
+
+
+@dataclass(frozen=True)
+class AddressPolicy:
+    """Which addresses pages may be fetched from (a model chooses the URLs).
+
+    By default only public addresses. ``allow_private``: also private, loopback, link-local
+    and other non-public ones (tests, intranet use), but still not the cloud metadata
+    addresses (:func:`is_metadata`). ``allowed``: addresses and networks allowed whatever
+    they are, the only way to reach a metadata address (named explicitly, e.g. 169.254.169.254).
+    """
+
+    allow_private: bool = False
+    allowed: frozenset[IPNetwork] = frozenset()
+
+    @classmethod
+    def of(cls, allow_private: bool = False, allowed: str | None = None) -> AddressPolicy:
+        """The policy of the settings' ``allow_private_urls`` and ``allowed_addresses``."""
+        return cls(allow_private, parse_networks(allowed))
+
+    def reason(self, ip: IPAddress) -> str | None:
+        """Why ``ip`` is refused under this policy (a short phrase), or None when allowed."""
+        ip = _unscoped(ip)
+        if any(ip.version == net.version and ip in net for net in self.allowed):
+            return None
+        if is_metadata(ip):
+            return blocked_reason(ip) or "a cloud metadata address"
+        return None if self.allow_private else blocked_reason(ip)
+
+    @property
+    def key(self) -> str:
+        """A short text naming the policy (part of every page cache key: a page read under
+        one policy is never served under another)."""
+        key = "private" if self.allow_private else "public"
+        if self.allowed:
+            key += "+" + ",".join(sorted(str(net) for net in self.allowed))
+        return key
+
+    def advice(self) -> str:
+        """How the refused address could be allowed (for the text the agent and user read)."""
+        if self.allow_private:
+            return ("cloud metadata addresses stay refused with --allow-private-urls; name one in "
+                    "DRVENUS_ALLOWED_ADDRESSES to allow it")
+        return "private addresses are refused unless --allow-private-urls is given"
+
+
+PUBLIC_ONLY = AddressPolicy()
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -190,8 +271,14 @@ def _split(url: str) -> tuple[str, str, int]:
     return scheme, host, port or (443 if scheme == "https" else 80)
 
 
-async def check_url(url: str, resolver: Resolver, *, allow_private: bool = False) -> Target:
-    """Resolve ``url``'s host once and check every address; the target to connect to."""
+async def check_url(
+    url: str, resolver: Resolver, *, allow_private: bool = False,
+    policy: AddressPolicy | None = None,
+) -> Target:
+    """Resolve ``url``'s host once and check every address under ``policy`` (else the policy
+    of ``allow_private``); the target to connect to. Refusals name the reason and the way to
+    allow it."""
+    policy = policy or AddressPolicy(allow_private)
     scheme, host, port = _split(url)
     try:
         literal: IPAddress | None = ipaddress.ip_address(host)
@@ -206,11 +293,11 @@ async def check_url(url: str, resolver: Resolver, *, allow_private: bool = False
             raise ProviderError(f"cannot resolve {host}: {one_line(exc)}") from None
     if not addresses:
         raise ProviderError(f"cannot resolve {host}: no addresses")
-    if not allow_private:
-        for address in addresses:  # every answer must be public: the order may change
-            reason = blocked_reason(ipaddress.ip_address(address.split("%", 1)[0]))
-            if reason:
-                raise refused(f"{host} resolves to {reason}; not fetched")
+    for address in addresses:  # every answer must pass: the order may change
+        reason = policy.reason(ipaddress.ip_address(address.split("%", 1)[0]))
+        if reason:
+            what = f"{host} is" if literal is not None else f"{host} resolves to"
+            raise refused(f"{what} {reason}; not fetched ({policy.advice()})")
     return Target(url=url, scheme=scheme, host=host, port=port, ip=addresses[0])
 
 
@@ -271,7 +358,8 @@ def _bad_certificate(exc: BaseException) -> bool:
 class SafeFetcher:
     """GETs http(s) URLs under the policy in the module docstring.
 
-    ``allow_private``: also fetch private and loopback addresses (tests, intranet use).
+    ``allow_private``: also fetch private and loopback addresses (tests, intranet use);
+    ``policy``: the whole :class:`AddressPolicy` (it wins over ``allow_private``).
     ``timeout``: seconds for one attempt (the whole redirect chain, body included);
     ``connect_timeout``: seconds to connect. ``max_bytes`` / ``max_decoded_bytes``: body caps
     before / after decompression. ``retry``: attempts on transient failures. ``limits``: this
@@ -286,6 +374,7 @@ class SafeFetcher:
         self,
         *,
         allow_private: bool = False,
+        policy: AddressPolicy | None = None,
         timeout: float = 30.0,
         connect_timeout: float = 10.0,
         max_bytes: int = 10_000_000,
@@ -298,7 +387,7 @@ class SafeFetcher:
         headers: Mapping[str, str] | None = None,
         verify: bool | ssl.SSLContext = True,
     ) -> None:
-        self.allow_private = allow_private
+        self.policy = policy or AddressPolicy(allow_private)
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.max_bytes = max_bytes
@@ -312,7 +401,11 @@ class SafeFetcher:
         self._clients = LoopClient(self._new_client)
 
     def __repr__(self) -> str:  # headers may hold keys: never shown
-        return f"SafeFetcher(allow_private={self.allow_private}, timeout={self.timeout:g})"
+        return f"SafeFetcher(policy={self.policy.key!r}, timeout={self.timeout:g})"
+
+    @property
+    def allow_private(self) -> bool:
+        return self.policy.allow_private
 
     def _new_client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -342,7 +435,7 @@ class SafeFetcher:
     async def _follow(self, url: str, headers: Mapping[str, str]) -> FetchResult:
         current = url
         for _hop in range(self.max_redirects + 1):
-            target = await check_url(current, self.resolver, allow_private=self.allow_private)
+            target = await check_url(current, self.resolver, policy=self.policy)
             async with self.limiter:
                 result = await self._get(target, headers)
             if isinstance(result, FetchResult):
@@ -417,6 +510,10 @@ class SafeFetcher:
 
 
 __all__ = [
+    "METADATA_ADDRESSES",
+    "METADATA_NETWORKS",
+    "PUBLIC_ONLY",
+    "AddressPolicy",
     "FetchResult",
     "FetchTimeout",
     "Resolver",
@@ -424,8 +521,10 @@ __all__ = [
     "Target",
     "blocked_reason",
     "check_url",
+    "is_metadata",
     "is_readable",
     "media_type",
+    "parse_networks",
     "refused",
     "system_resolver",
 ]
