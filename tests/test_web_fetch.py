@@ -207,9 +207,11 @@ def test_check_url_pins_the_resolved_address() -> None:
 @pytest.fixture()
 def loopback_is_public(monkeypatch: pytest.MonkeyPatch) -> None:
     """Treat the test site's address as public, so the policy itself is under test."""
-    original = web.blocked_reason
+    from drvenus.net import addresses
+
+    original = addresses.blocked_reason
     monkeypatch.setattr(
-        web, "blocked_reason", lambda ip: None if str(ip) == "127.0.0.1" else original(ip)
+        addresses, "blocked_reason", lambda ip: None if str(ip) == "127.0.0.1" else original(ip)
     )
 
 

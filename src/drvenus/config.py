@@ -9,15 +9,13 @@ environment or ``.env`` only, and never logged. No other module reads the enviro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from drvenus.net.addresses import AddressPolicy, parse_networks
 from drvenus.net.secrets import register_secret, register_url_secrets
-
-if TYPE_CHECKING:
-    from drvenus.tools.web import AddressPolicy
 
 SEARCH_PROVIDERS = ("serper", "searxng", "local")
 VISIT_READERS = ("jina", "fetch", "local")
@@ -141,16 +139,12 @@ class Settings(BaseSettings):
     @field_validator("allowed_addresses")
     @classmethod
     def _networks(cls, value: str | None) -> str | None:
-        from drvenus.tools.web import parse_networks
-
         parse_networks(value)  # raises ValueError naming the bad entry
         return value
 
     def address_policy(self) -> AddressPolicy:
-        """The :class:`~drvenus.tools.web.AddressPolicy` of ``allow_private_urls`` and
+        """The :class:`~drvenus.net.addresses.AddressPolicy` of ``allow_private_urls`` and
         ``allowed_addresses``."""
-        from drvenus.tools.web import AddressPolicy
-
         return AddressPolicy.of(self.allow_private_urls, self.allowed_addresses)
 
     @field_validator("base_url", "extractor_base_url", "judge_base_url", "serper_url",

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from drvenus.corpus import Document
+from drvenus.net.addresses import AddressPolicy
 from drvenus.net.retry import RetryPolicy
 from drvenus.tools.base import ProviderError
 from drvenus.tools.limits import Limits
 from drvenus.tools.web import (
-    AddressPolicy,
     FetchResult,
     Resolver,
     SafeFetcher,
@@ -265,11 +265,12 @@ class JinaReader:
         host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
         host = host[1:].split("]")[0] if host.startswith("[") else host.split(":")[0]
         try:
-            reason = self.policy.reason(ipaddress.ip_address(host))
+            ip = ipaddress.ip_address(host)
         except ValueError:
-            reason = None
+            return url  # a host name: Jina resolves it, not us
+        reason = self.policy.reason(ip)
         if reason:
-            raise refused(f"{host} is {reason}; not sent to Jina ({self.policy.advice()})")
+            raise refused(f"{host} is {reason}; not sent to Jina ({self.policy.advice(ip)})")
         return url
 
     @property
