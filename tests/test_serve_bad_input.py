@@ -127,7 +127,7 @@ def surrogate_script(question: str) -> list[str]:
 
 def test_a_lone_surrogate_from_the_model_keeps_the_listing_working(tmp_path):
     """Input is refused at the door, but a model (or a page) may still produce one: the run
-    list and the run itself are still answered (the surrogate escaped in the JSON)."""
+    stores it as U+FFFD, so its file, the run list, the run and its event stream all work."""
     from drvenus.agent import AgentConfig, ResearchAgent
     from drvenus.serve.agents import AgentPool
     from drvenus.serve.runs import RunRegistry
@@ -144,8 +144,12 @@ def test_a_lone_surrogate_from_the_model_keeps_the_listing_working(tmp_path):
             if one.json()["status"] == "done":
                 break
             time.sleep(0.02)
-        assert one.json()["prediction"] == "half a pair: \ud800 and more"
+        assert one.json()["prediction"] == "half a pair: \ufffd and more"
         assert c.get("/api/runs").status_code == 200
+        with c.stream("GET", f"/api/runs/{run_id}/events") as stream:
+            assert stream.status_code == 200 and "event: end" in stream.read().decode()
+        written = (tmp_path / f"{run_id}.jsonl").read_text(encoding="utf-8")
+        assert written.count("\n") == one.json()["events"]  # every event is in the file
         assert c.post("/api/runs", json={"question": "direct again"}).status_code == 201
 
 

@@ -14,12 +14,13 @@ Every face starts runs through :meth:`RunRegistry.start`, so one rule holds for 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,6 +34,7 @@ from drvenus.text import one_line
 log = logging.getLogger(__name__)
 
 RunStatus = Literal["queued", "running", "done", "lost"]
+_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str, always a lone one
 RUN_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]{0,63}$")
 DEFAULT_KEEP = 200
 HEARTBEAT_SECONDS = 15.0
@@ -69,6 +71,17 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(4)
 
 
+def valid_text(event: TraceEvent) -> TraceEvent:
+    """``event`` with every lone surrogate in its data (a model's or a page's odd output)
+    replaced by U+FFFD, so that the run can be written, listed and streamed as UTF-8."""
+    text = json.dumps(event.data, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return replace(event, data=json.loads(_SURROGATE.sub("\ufffd", text)))
+    return event
+
+
 @dataclass
 class Run:
     """One research run and its events (dicts, as written to its trace file)."""
@@ -96,6 +109,7 @@ class Run:
 
     def add(self, event: TraceEvent) -> None:
         """Keep an event, write it to the run's file and wake the followers."""
+        event = valid_text(event)
         if self.writer is not None:
             try:
                 self.writer(event)
