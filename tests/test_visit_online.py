@@ -111,6 +111,31 @@ def test_a_page_cached_by_a_permissive_process_is_not_served_under_a_strict_poli
     cache.close()
 
 
+def test_a_cached_page_is_checked_against_what_its_host_resolves_to_now(tmp_path: Path) -> None:
+    cache = ToolCache(tmp_path / "tools.sqlite")
+    url = "http://intranet.example/wiki"
+    answers = {"intranet.example": ["10.0.0.7"]}
+
+    async def resolver(host: str, port: int) -> list[str]:
+        if host not in answers:
+            raise OSError("no DNS here")
+        return answers[host]
+
+    reader = FetchReader(retry=FAST, resolver=resolver)
+    page = json.dumps({"title": "", "text": "Plain notes: cached text"})
+    cache.put(Visit.cache_namespace(reader), normalize_url(url), page)
+    body = run(visit(Visit([reader], Recorder(), cache=cache), [url]))
+    assert "cached text" not in body and "resolves to a private address" in body
+
+    answers["intranet.example"] = ["93.184.216.34"]  # public now: served from the cache
+    reader = FetchReader(retry=FAST, resolver=resolver)
+    assert "cached text" in run(visit(Visit([reader], Recorder(), cache=cache), [url]))
+    answers.clear()  # no DNS at all: not a refusal, the page was read under this policy
+    reader = FetchReader(retry=FAST, resolver=resolver)
+    assert "cached text" in run(visit(Visit([reader], Recorder(), cache=cache), [url]))
+    cache.close()
+
+
 def test_refused_frame_says_why() -> None:
     frame = DRVENUS_TEXTS.visit_refused("http://10.0.0.1/", "g", "10.0.0.1 is private.\n")
     parsed = parse_visit_body(frame)

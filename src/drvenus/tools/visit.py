@@ -136,7 +136,12 @@ class Visit:
     async def _read_with(self, reader: PageReader, url: str) -> Page:
         cached = await asyncio.to_thread(self._cached, reader, url)
         if cached is not None:
-            await reader.admit(url)  # the policy of now, not that of the process that stored it
+            try:  # the policy of now, not that of the process that stored it
+                await reader.admit(url)
+            except ProviderError as exc:
+                if exc.refused:
+                    raise
+                # e.g. no DNS now: the page was read under this same policy (its key says so)
             return cached
         start = time.monotonic()
         try:
