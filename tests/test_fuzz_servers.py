@@ -129,10 +129,18 @@ MESSAGE = {
     },
     "required": ["role", "content"],
 }
+MCP_ACCEPT = {"name": "accept", "in": "header", "required": True, "schema": {
+    "type": "string", "enum": ["application/json, text/event-stream", "text/event-stream"]}}
+MCP_SESSION = {"name": "mcp-session-id", "in": "header", "schema": {"type": "string"}}
 SERVE_API = {
     "openapi": "3.0.3",
     "info": {"title": "drvenus serve", "version": "1"},
     "paths": {
+        "/": {"get": _op(parameters=[
+            {"name": "token", "in": "query", "schema": {"type": "string"}}])},
+        "/favicon.ico": {"get": _op()},
+        "/static/{name}": {"get": _op(parameters=[
+            {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}])},
         "/health": {"get": _op()},
         "/api/config": {"get": _op()},
         "/api/runs": {
@@ -159,8 +167,9 @@ SERVE_API = {
         "/mcp": {"post": _op({"type": "object", "required": ["jsonrpc", "method"], "properties": {
             "jsonrpc": {"type": "string", "enum": ["2.0"]}, "id": {"type": "integer"},
             "method": {"type": "string"}, "params": {"type": "object"}}},
-            parameters=[{"name": "accept", "in": "header", "required": True, "schema": {
-                "type": "string", "enum": ["application/json, text/event-stream"]}}])},
+            parameters=[MCP_ACCEPT]),
+            "get": _op(parameters=[MCP_ACCEPT, MCP_SESSION]),
+            "delete": _op(parameters=[MCP_SESSION])},
     },
 }
 TOOLS_API = {
