@@ -11,18 +11,12 @@ from typing import Any
 
 import pytest
 
+from drvenus.net.addresses import AddressPolicy, parse_networks
 from drvenus.net.retry import RetryPolicy
 from drvenus.tools import web
 from drvenus.tools.base import ProviderError
 from drvenus.tools.pages import FetchReader, JinaReader, html_to_page
-from drvenus.tools.web import (
-    AddressPolicy,
-    FetchTimeout,
-    SafeFetcher,
-    blocked_reason,
-    check_url,
-    parse_networks,
-)
+from drvenus.tools.web import FetchTimeout, SafeFetcher, blocked_reason, check_url
 from web_site import ARTICLE, NOTES, PDF_LINES, WebSite, make_cert
 
 FAST = RetryPolicy(attempts=3, base=0.0)

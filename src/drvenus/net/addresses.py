@@ -32,7 +32,6 @@ METADATA_ADDRESSES = frozenset(
 # answer in: all of it counts as metadata, refused even where private addresses are allowed.
 METADATA_NETWORKS = (ipaddress.ip_network("169.254.0.0/16"),)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
@@ -143,13 +142,10 @@ class AddressPolicy:
         return "private addresses are refused unless --allow-private-urls is given"
 
 
-PUBLIC_ONLY = AddressPolicy()
-
 
 __all__ = [
     "METADATA_ADDRESSES",
     "METADATA_NETWORKS",
-    "PUBLIC_ONLY",
     "AddressPolicy",
     "IPAddress",
     "IPNetwork",

@@ -46,16 +46,7 @@ from drvenus.net import (
     parse_retry_after,
     with_retries,
 )
-from drvenus.net.addresses import (
-    METADATA_ADDRESSES,
-    METADATA_NETWORKS,
-    PUBLIC_ONLY,
-    AddressPolicy,
-    IPAddress,
-    blocked_reason,
-    is_metadata,
-    parse_networks,
-)
+from drvenus.net.addresses import AddressPolicy, IPAddress, blocked_reason
 from drvenus.text import one_line
 from drvenus.tools.base import ProviderError
 from drvenus.tools.limits import Limiter, Limits
@@ -71,7 +62,6 @@ DEFAULT_ACCEPT = (
     "application/json;q=0.7,application/xml;q=0.7,*/*;q=0.1"
 )
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-
 
 READABLE_TYPES = frozenset(
     {
@@ -102,7 +92,6 @@ class FetchTimeout(ProviderError):
 def refused(message: str) -> ProviderError:
     """The error for a URL the security policy blocks (never retried)."""
     return ProviderError(message, refused=True)
-
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -389,9 +378,6 @@ class SafeFetcher:
 
 
 __all__ = [
-    "METADATA_ADDRESSES",
-    "METADATA_NETWORKS",
-    "PUBLIC_ONLY",
     "AddressPolicy",
     "FetchResult",
     "FetchTimeout",
@@ -400,10 +386,8 @@ __all__ = [
     "Target",
     "blocked_reason",
     "check_url",
-    "is_metadata",
     "is_readable",
     "media_type",
-    "parse_networks",
     "refused",
     "system_resolver",
 ]
