@@ -95,6 +95,7 @@ class StubServer:
         self.delay = delay
         self.default: ReplySpec = default if default is not None else Reply()
         self.requests: list[RecordedRequest] = []
+        self.in_flight = self.max_in_flight = 0  # chat requests inside their delay at once
         self._script: deque[ReplySpec] = deque(replies)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -172,6 +173,17 @@ class StubServer:
             spec = spec(request)
         return _as_reply(spec)
 
+    def _delay(self, seconds: float) -> None:
+        """Sleep ``seconds`` (woken by stop), counting the requests doing so at once."""
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            self._sleep(seconds)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
     def _sleep(self, seconds: float) -> None:
         if seconds > 0:
             self._stopping.wait(seconds)
@@ -224,7 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, {"error": {"message": "body must be JSON with 'messages'"}})
             return
         reply = self.stub._next_reply(rec)
-        self.stub._sleep(self.stub.delay + reply.delay)
+        self.stub._delay(self.stub.delay + reply.delay)
         if reply.drop:
             self.close_connection = True
             self.connection.close()

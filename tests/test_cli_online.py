@@ -79,7 +79,9 @@ def test_visit_refuses_loopback_without_the_flag(tmp_path):
         with StubServer([visit_turn(page, GOAL), ANSWER]) as model:
             record = _ask(model.base_url, "--visit", "fetch", env={"cache": str(tmp_path)})
         assert site.hits["/article.html"] == 0  # nothing was sent to the loopback site
-    assert "could not be accessed" in _tool_responses(record)[0]
+    response = _tool_responses(record)[0]
+    assert "could not be processed" in response  # the failure frame, saying why in the record
+    assert "loopback address" in response and "--allow-private-urls" in response
 
 
 def _free_port() -> int:
@@ -128,7 +130,9 @@ def test_tool_server_needs_its_token_and_never_fetches_loopback(tool_server):
             visit = httpx.post(tool_server + "/visit", json={"url": [target], "goal": GOAL},
                                headers=auth, timeout=60)
             assert visit.status_code == 200
-            assert "could not be accessed" in visit.json()["content"]
+            content = visit.json()["content"]
+            assert "could not be processed" in content  # the failure frame
+            assert target.startswith("file:") or "The page was not read: " in content
         assert not site.seen  # not one request reached the loopback site
 
 

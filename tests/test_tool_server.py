@@ -545,3 +545,52 @@ def test_ctrl_c_with_a_full_queue_ends_quietly(tmp_path):
     assert "Traceback" not in stderr
     statuses = [a.status_code for a in answers if isinstance(a, httpx.Response)]
     assert statuses and set(statuses) <= {503}
+
+
+def test_a_tool_server_killed_mid_run_ends_the_run_at_once(corpus, cache_dir):
+    """The circuit breaker: a real tool server on 127.0.0.1 answers the first call and is then
+    stopped; after DEFAULT_MAX_UNUSABLE_TOOL_CALLS unreachable calls in a row the run ends as
+    ``tool_error`` instead of spending its whole step budget (30 steps here) on them."""
+    from drvenus.agent.loop import DEFAULT_MAX_UNUSABLE_TOOL_CALLS
+
+    running = ServerThread(create_app(make_toolbox(corpus, cache_dir))).start()
+
+    def searches(messages) -> str:
+        turn = sum(1 for m in messages if m["role"] == "assistant")
+        if turn == 1:  # the first call was answered: now the server dies
+            running.stop()
+        return call("search", query=[f"Dracula question {turn}"])
+
+    model = ScriptedModel([searches])
+    tools = RemoteToolbox(running.url, retry=RetryPolicy(2, base=0.0))
+    agent = ResearchAgent(model, tools, AgentConfig(max_steps=30, max_attempts=1))
+
+    async def go():
+        try:
+            return await agent.run("Who wrote Dracula?")
+        finally:
+            await tools.aclose()
+
+    record = run(go())
+    assert record.termination == "tool_error" and record.failed
+    assert record.tool_call_count == 1 + DEFAULT_MAX_UNUSABLE_TOOL_CALLS, record.tool_call_count
+    assert len(model.calls) == 1 + DEFAULT_MAX_UNUSABLE_TOOL_CALLS  # no forced answer either
+    assert "Bram Stoker" in record.messages[3]["content"]  # the call before it died worked
+    assert f"{DEFAULT_MAX_UNUSABLE_TOOL_CALLS} tool calls in a row" in record.error
+    assert "unreachable" in record.error
+
+    # a call that works in between resets the count: a flaky server is not a dead one
+    flaky = iter([True, False, False, True, False, False, True])
+
+    class Flaky:
+        names = ("search", "visit")
+
+        async def call(self, tool_call):
+            from drvenus.tools.base import UnusableToolText
+
+            return "[]" if next(flaky) else UnusableToolText("ERROR: unreachable")
+
+    script = [call("search", query=[f"q{i}"]) for i in range(7)] + [answer("done")]
+    record = run(ResearchAgent(ScriptedModel(script), Flaky(), AgentConfig(max_steps=30))
+                 .run("q"))
+    assert record.termination == "answered" and record.tool_call_count == 7

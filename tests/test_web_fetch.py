@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from drvenus.net.addresses import AddressPolicy, parse_networks
 from drvenus.net.retry import RetryPolicy
 from drvenus.tools import web
 from drvenus.tools.base import ProviderError
@@ -84,6 +85,69 @@ def test_public_addresses_pass(address: str) -> None:
     assert blocked_reason(ipaddress.ip_address(address)) is None
 
 
+METADATA = [
+    "169.254.169.254", "169.254.170.2", "169.254.1.1", "fd00:ec2::254", "100.100.100.200",
+    "192.0.0.192", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe",
+]
+
+
+@pytest.mark.parametrize("address", METADATA)
+def test_metadata_addresses_stay_refused_with_allow_private(address: str) -> None:
+    ip = ipaddress.ip_address(address)
+    permissive = AddressPolicy(allow_private=True)
+    assert permissive.reason(ip) is not None
+    assert AddressPolicy().reason(ip) is not None
+    named = AddressPolicy.of(True, f"{address}, 10.9.0.0/16")
+    assert named.reason(ip) is None  # named explicitly: the only way in
+    error = fails(f"http://[{address}]/" if ":" in address else f"http://{address}/",
+                  allow_private=True)
+    assert error.refused and "DRVENUS_ALLOWED_ADDRESSES" in str(error)
+
+
+def test_address_policy_allows_private_and_named_networks() -> None:
+    permissive = AddressPolicy(allow_private=True)
+    for address in ("127.0.0.1", "10.0.0.5", "::1", "fe80::1"):
+        assert permissive.reason(ipaddress.ip_address(address)) is None
+        assert AddressPolicy().reason(ipaddress.ip_address(address)) is not None
+    only_one = AddressPolicy.of(False, "10.1.0.0/16")
+    assert only_one.reason(ipaddress.ip_address("10.1.2.3")) is None
+    assert only_one.reason(ipaddress.ip_address("10.2.0.1")) is not None
+    keys = {AddressPolicy().key, permissive.key, only_one.key, AddressPolicy.of(True, "::1").key}
+    assert len(keys) == 4
+    with pytest.raises(ValueError, match="'nope' is not an IP address"):
+        parse_networks("10.0.0.1, nope")
+
+
+def test_allowed_addresses_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from drvenus.config import load_settings
+
+    monkeypatch.setenv("DRVENUS_ALLOWED_ADDRESSES", "169.254.169.254")
+    policy = load_settings(allow_private_urls=True).address_policy()
+    assert policy.reason(ipaddress.ip_address("169.254.169.254")) is None
+    assert policy.reason(ipaddress.ip_address("169.254.170.2")) is not None
+    monkeypatch.setenv("DRVENUS_ALLOWED_ADDRESSES", "169.254.169.254/99")
+    with pytest.raises(ValueError, match="not an IP address"):
+        load_settings()
+
+
+def test_redirect_from_an_allowed_page_to_metadata_is_refused(
+    site: WebSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --allow-private-urls the local site may be read, but its redirect to the metadata
+    address is refused before any connection (the guard below would say otherwise)."""
+    original = SafeFetcher._get
+
+    async def loopback_only(self: SafeFetcher, target: web.Target, headers: Any) -> Any:
+        if target.ip != "127.0.0.1":  # never send a test request anywhere else
+            raise ProviderError(f"test guard: would connect to {target.ip}")
+        return await original(self, target, headers)
+
+    monkeypatch.setattr(SafeFetcher, "_get", loopback_only)
+    error = fails(site.url + "/to-metadata", allow_private=True)
+    assert error.refused and "metadata" in str(error)
+    assert "Thomas Hale" in run(fetch(site.url + "/redirect/1")).text()
+
+
 def resolver_to(*addresses: str) -> web.Resolver:
     async def resolve(host: str, port: int) -> list[str]:
         return list(addresses)
@@ -137,9 +201,11 @@ def test_check_url_pins_the_resolved_address() -> None:
 @pytest.fixture()
 def loopback_is_public(monkeypatch: pytest.MonkeyPatch) -> None:
     """Treat the test site's address as public, so the policy itself is under test."""
-    original = web.blocked_reason
+    from drvenus.net import addresses
+
+    original = addresses.blocked_reason
     monkeypatch.setattr(
-        web, "blocked_reason", lambda ip: None if str(ip) == "127.0.0.1" else original(ip)
+        addresses, "blocked_reason", lambda ip: None if str(ip) == "127.0.0.1" else original(ip)
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from drvenus.net.addresses import AddressPolicy, parse_networks
 from drvenus.net.secrets import register_secret, register_url_secrets
 
 SEARCH_PROVIDERS = ("serper", "searxng", "local")
@@ -87,6 +88,10 @@ class Settings(BaseSettings):
     )
     jina_url: str | None = None
     allow_private_urls: bool = False  # let visit read loopback / private / link-local hosts
+    # addresses and networks visit may read whatever the policy says, comma-separated: the
+    # only way to reach a cloud metadata address (169.254.0.0/16, fd00:ec2::254, ...), which
+    # --allow-private-urls leaves refused
+    allowed_addresses: str | None = None
     max_page_tokens: int = Field(default=95_000, ge=256)
     tool_cache: bool = True  # cache online search results and pages in <cache>/tools.sqlite
     tool_cache_ttl: float = Field(default=7 * 24 * 3600.0, gt=0)
@@ -130,6 +135,17 @@ class Settings(BaseSettings):
             bad = ", ".join(unknown) or repr(value)
             raise ValueError(f"unknown provider {bad}; choose from {choices}")
         return value
+
+    @field_validator("allowed_addresses")
+    @classmethod
+    def _networks(cls, value: str | None) -> str | None:
+        parse_networks(value)  # raises ValueError naming the bad entry
+        return value
+
+    def address_policy(self) -> AddressPolicy:
+        """The :class:`~drvenus.net.addresses.AddressPolicy` of ``allow_private_urls`` and
+        ``allowed_addresses``."""
+        return AddressPolicy.of(self.allow_private_urls, self.allowed_addresses)
 
     @field_validator("base_url", "extractor_base_url", "judge_base_url", "serper_url",
                      "searxng_url", "jina_url", "tools_url")

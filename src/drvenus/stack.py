@@ -290,20 +290,15 @@ def _page_readers(settings: Settings, names: list[str], index: Any) -> list[Any]
     from drvenus.tools.pages import CorpusReader, FetchReader, JinaReader
 
     readers: list[Any] = []
+    policy = settings.address_policy()
     for name in names:
         if name == "local":
             readers.append(CorpusReader(index))
         elif name == "fetch":
-            readers.append(FetchReader(allow_private=settings.allow_private_urls))
+            readers.append(FetchReader(policy=policy))
         else:
             kwargs = {"base_url": settings.jina_url} if settings.jina_url else {}
-            readers.append(
-                JinaReader(
-                    settings.jina_api_keys() or None,
-                    allow_private=settings.allow_private_urls,
-                    **kwargs,
-                )
-            )
+            readers.append(JinaReader(settings.jina_api_keys() or None, policy=policy, **kwargs))
     return readers
 
 

@@ -11,6 +11,9 @@ forced final answers at the limits, and the result record, as DR-Venus inference
   whatever the time limit; a model that is working but slow ends as ``timeout``.
 - Context tokens are counted incrementally: the tokens of each new message, anchored to the
   backend's usage numbers whenever a generation reports them.
+- Tools that cannot be used at all (the tool server down, or refusing our token) end the run as
+  ``tool_error`` after ``max_unusable_tool_calls`` such calls in a row, instead of spending the
+  rest of the step budget on calls that cannot succeed.
 - Every change to the conversation is a trace event (see :mod:`drvenus.agent.events`), so a
   trace replays to the exact final ``messages``.
 """
@@ -40,6 +43,9 @@ log = logging.getLogger(__name__)
 MESSAGE_OVERHEAD_TOKENS = 4
 # Seconds a model request may outlive the run's time limit (the run ends first).
 REQUEST_GRACE = 0.5
+# Tool calls in a row that find the tools unusable (a dead tool server, each call already
+# retried) before the run gives up as ``tool_error``: a circuit breaker.
+DEFAULT_MAX_UNUSABLE_TOOL_CALLS = 3
 
 
 class ToolExecutor(Protocol):
@@ -60,6 +66,7 @@ class AgentConfig:
     backoff_max: float = 30.0
     repetition_tail: int = 50
     repetition_threshold: int = 5
+    max_unusable_tool_calls: int = DEFAULT_MAX_UNUSABLE_TOOL_CALLS
     sampling: SamplingParams = field(default_factory=SamplingParams)
     constrained: bool = False  # decode under the protocol grammar (the embedded preset's)
     min_searches: int = 0  # with a grammar: the first N tool calls must be searches
@@ -186,6 +193,7 @@ class _QuestionRun:
         self.step = 0
         self.turns = self.parse_errors = self.tool_calls = self.dedups = 0
         self.unusable_calls = 0  # tool calls that found the tools unusable (see execute)
+        self.unusable_streak = 0  # ... of the latest calls, in a row
         self.tool_problem: str | None = None
         self.seen_calls: set[str] = set()
         self.meter = ContextMeter(self.model.count_tokens)
@@ -399,7 +407,10 @@ class _QuestionRun:
         body = await self.agent.tools.call(call)
         if getattr(body, "unusable", False):  # the tool server is down or refuses us
             self.unusable_calls += 1
+            self.unusable_streak += 1
             self.tool_problem = str(body)
+        else:
+            self.unusable_streak = 0
         await self.append(
             "tool_result", "user", protocol.wrap_tool_response(body), name=call.name, content=body
         )
@@ -437,6 +448,8 @@ class _QuestionRun:
                 return self.record("answered", parsed.answer)
             if parsed.tool_call is not None:
                 await self.execute(parsed.tool_call)
+                if self.unusable_streak >= max(1, cfg.max_unusable_tool_calls):
+                    return await self._tools_unusable()
             else:
                 wrapped = protocol.wrap_tool_response(cfg.texts.format_error)
                 await self.append("format_error", "user", wrapped)
@@ -445,6 +458,17 @@ class _QuestionRun:
         self.step = cfg.max_steps
         await self.limit_reached("steps", cfg.texts.step_limit)
         return await self.force_answer("answered_max_steps", "max_steps")
+
+    async def _tools_unusable(self) -> ResultRecord:
+        """The circuit breaker: the tools failed as unusable too many times in a row."""
+        self.tool_problem = (
+            f"{self.unusable_streak} tool calls in a row found the tools unusable; the run "
+            f"stopped. Last: {self.tool_problem}"
+        )
+        self.last_error = self.tool_problem
+        await self.emit("error", kind="tool_error", attempt=0, message=self.tool_problem,
+                        last=True)
+        return self.record("tool_error")
 
     async def _context_limit(self) -> ResultRecord:
         self.step += 1

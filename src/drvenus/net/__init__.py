@@ -5,6 +5,7 @@
 - :mod:`~drvenus.net.overflow`: whether an error reply says the prompt no longer fits
   (:func:`is_context_overflow`);
 - :mod:`~drvenus.net.urls`: :func:`redact_url` for logs and records;
+- :mod:`~drvenus.net.addresses`: the address policy (which IPs a page may be fetched from);
 - :mod:`~drvenus.net.client`: :class:`LoopClient`, one ``httpx.AsyncClient`` per event loop;
 - :mod:`~drvenus.net.server`: server defaults, the bind rule, JSON bodies, :class:`Busy`,
   uvicorn on a bound socket (fastapi and uvicorn imported only when used);

@@ -17,6 +17,9 @@ from typing import Any, Self
 
 DEFAULT_HOST = "127.0.0.1"  # loopback: another address needs a token (see check_bind)
 MAX_BODY_BYTES = 1 << 20  # a JSON request body, bytes
+# A JSON request body nested deeper is refused: no request of ours needs more than a handful of
+# levels, and deep nesting only costs recursion further on (100k levels crash json.loads).
+MAX_JSON_DEPTH = 100
 SERVE_EXTRA_HINT = "the server needs fastapi and uvicorn: pip install 'drvenus[serve]'"
 
 
@@ -62,9 +65,35 @@ class Reject(Exception):
         self.status, self.body, self.retry_after = status, body, retry_after
 
 
+def json_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """Why decoded JSON cannot be taken in (None: it can): arrays and objects nested deeper
+    than ``max_depth``, or a string or key holding a lone surrogate (``"\\ud800"`` decodes to
+    one; it is not Unicode text and cannot be written as UTF-8 later). Walks without
+    recursion, so any depth is safe to check."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return "a string holds a lone surrogate (such as \\ud800), not valid Unicode"
+        elif isinstance(item, dict | list):
+            if depth >= max_depth:
+                return f"arrays and objects are nested more than {max_depth} levels deep"
+            if isinstance(item, dict):
+                stack.extend((key, depth) for key in item)
+                stack.extend((child, depth + 1) for child in item.values())
+            else:
+                stack.extend((child, depth + 1) for child in item)
+    return None
+
+
 async def read_json_body(request: Any, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
     """The request's JSON object; Reject 413 past ``limit`` bytes (declared or streamed), 400
-    when it is not a JSON object."""
+    when it is not a JSON object or :func:`json_problem` finds it unusable (too deep, a lone
+    surrogate)."""
     length = request.headers.get("content-length")
     if length is not None:
         if not length.isdigit():
@@ -80,8 +109,14 @@ async def read_json_body(request: Any, limit: int = MAX_BODY_BYTES) -> dict[str,
         body = json.loads(data)
     except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
         raise Reject(400, {"error": f"the body is not JSON: {exc}"}) from None
+    except RecursionError:  # thousands of levels: the parser's own stack runs out
+        problem = f"arrays and objects are nested more than {MAX_JSON_DEPTH} levels deep"
+        raise Reject(400, {"error": f"the body is refused: {problem}"}) from None
     if not isinstance(body, dict):
         raise Reject(400, {"error": "the body must be a JSON object"})
+    problem = json_problem(body)
+    if problem is not None:
+        raise Reject(400, {"error": f"the body is refused: {problem}"})
     return body
 
 
@@ -170,6 +205,7 @@ class ServerThread:
 __all__ = [
     "DEFAULT_HOST",
     "MAX_BODY_BYTES",
+    "MAX_JSON_DEPTH",
     "SERVE_EXTRA_HINT",
     "Busy",
     "Reject",
@@ -177,6 +213,7 @@ __all__ = [
     "bind_socket",
     "check_bind",
     "is_loopback",
+    "json_problem",
     "read_json_body",
     "require_serve_extra",
     "socket_url",

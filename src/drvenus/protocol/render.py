@@ -38,6 +38,9 @@ TRAJECTORY_LAYOUT = (
 
 VISIT_FAILED_EVIDENCE = "The page could not be accessed: check the URL, or try another source."
 VISIT_FAILED_SUMMARY = "The page could not be processed, so it gives no information for the goal."
+# the evidence of a failure frame for a URL the address policy refused (both profiles: DR-Venus's
+# tool has no such policy), so the record says why the page was not read
+VISIT_REFUSED_EVIDENCE = "The page was not read: {reason}."
 
 FORMAT_ERROR_MESSAGE = (
     "ERROR!\nYour last reply could not be used. Call a tool with a well-formed "
@@ -159,6 +162,11 @@ class ProtocolTexts:
     def visit_failure(self, url: str, goal: str) -> str:
         """The visit frame of a page that could not be read or processed."""
         return render_visit(url, goal, self.visit_failed_summary, self.visit_failed_evidence)
+
+    def visit_refused(self, url: str, goal: str, reason: str) -> str:
+        """The failure frame of a URL the address policy refused, its evidence saying why."""
+        evidence = VISIT_REFUSED_EVIDENCE.format(reason=" ".join(reason.split()).rstrip("."))
+        return render_visit(url, goal, self.visit_failed_summary, evidence)
 
     def notices(self) -> dict[str, NoticeKind]:
         return {self.format_error: "format_error", self.context_limit: "context_limit",

@@ -31,7 +31,7 @@ from drvenus import __version__
 from drvenus.net.guard import OPEN_PATHS, Guard
 from drvenus.net.server import MAX_BODY_BYTES, Busy, Reject, read_json_body, require_serve_extra
 from drvenus.serve.agents import Choice
-from drvenus.serve.runs import Run, RunRegistry
+from drvenus.serve.runs import MAX_QUESTION_CHARS, BadQuestion, Run, RunRegistry
 from drvenus.serve.view import finished_view, for_client, load_saved
 
 if TYPE_CHECKING:
@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_REPLAY_BYTES = 32 << 20
-MAX_QUESTION_CHARS = 8000
 JSON_ONLY_PREFIXES = ("/api/", "/v1/")  # POSTs there must be JSON (MCP checks its own)
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
@@ -50,7 +49,10 @@ SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
     from fastapi.responses import Response
 
-    data = json.dumps(body, ensure_ascii=False).encode()
+    try:
+        data = json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate (from a model or a page): escaped, never a 500
+        data = json.dumps(body).encode()
     return Response(data, status, headers, media_type="application/json")
 
 
@@ -68,9 +70,7 @@ def _question(body: dict[str, Any]) -> str:
     question = body.get("question")
     if not isinstance(question, str) or not question.strip():
         raise Reject(400, {"error": "'question' must be a non-empty string"})
-    if len(question) > MAX_QUESTION_CHARS:
-        raise Reject(413, {"error": f"the question is over {MAX_QUESTION_CHARS} characters"})
-    return question.strip()
+    return question  # the registry checks the rest (its length, valid Unicode)
 
 
 def _start(registry: RunRegistry, question: str, choice: Choice) -> Run:
@@ -78,6 +78,8 @@ def _start(registry: RunRegistry, question: str, choice: Choice) -> Run:
         return registry.start(question, choice)
     except Busy as exc:
         raise Reject(503, {"error": f"busy: {exc}"}, retry_after=5) from None
+    except BadQuestion as exc:
+        raise Reject(exc.status, {"error": str(exc)}) from None
     except ValueError as exc:
         raise Reject(400, {"error": str(exc)}) from None
 
@@ -166,6 +168,10 @@ def _api_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> 
             answer = await asyncio.to_thread(parse)
         except ValueError as exc:
             raise Reject(422, {"error": f"cannot replay this file: {exc}"}) from None
+        except (TypeError, AttributeError, KeyError) as exc:  # a shape load_saved let through
+            log.warning("replay: unexpected shape: %s: %s", type(exc).__name__, exc)
+            raise Reject(422, {"error": "cannot replay this file: an entry has an unexpected "
+                                        f"shape ({type(exc).__name__}: {exc})"}) from None
         return _json(200, answer)
 
     app.add_route("/api/config", config, methods=["GET"])

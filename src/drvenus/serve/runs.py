@@ -5,17 +5,22 @@ Each run has an id; its trace events are kept in memory and appended, as they ha
 reconnect to a running stream, fetch a finished result, and finished runs outlive the server.
 At most ``max_running`` runs go on at once; ``max_waiting`` more may wait for a slot; beyond
 that :class:`Busy`. A run can be stopped (it ends as ``interrupted``).
+
+Every face starts runs through :meth:`RunRegistry.start`, so one rule holds for every question
+(:func:`check_question`): not empty, at most :data:`MAX_QUESTION_CHARS` characters, valid Unicode
+(a lone surrogate would make the run unwritable and its listing unanswerable).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,13 +34,52 @@ from drvenus.text import one_line
 log = logging.getLogger(__name__)
 
 RunStatus = Literal["queued", "running", "done", "lost"]
+_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str, always a lone one
 RUN_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]{0,63}$")
 DEFAULT_KEEP = 200
 HEARTBEAT_SECONDS = 15.0
+MAX_QUESTION_CHARS = 8000
+
+
+class BadQuestion(ValueError):
+    """A question no run is started for; ``status``: the HTTP status that says why."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def check_question(question: str) -> str:
+    """``question`` without surrounding space; :class:`BadQuestion` when it is empty, over
+    :data:`MAX_QUESTION_CHARS` characters or not valid Unicode."""
+    if not isinstance(question, str) or not question.strip():
+        raise BadQuestion("the question is empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise BadQuestion(
+            f"the question is over {MAX_QUESTION_CHARS} characters ({len(question)})", 413
+        )
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadQuestion(
+            "the question holds a lone surrogate (such as \\ud800), not valid Unicode"
+        ) from None
+    return question.strip()
 
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(4)
+
+
+def valid_text(event: TraceEvent) -> TraceEvent:
+    """``event`` with every lone surrogate in its data (a model's or a page's odd output)
+    replaced by U+FFFD, so that the run can be written, listed and streamed as UTF-8."""
+    text = json.dumps(event.data, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return replace(event, data=json.loads(_SURROGATE.sub("\ufffd", text)))
+    return event
 
 
 @dataclass
@@ -65,6 +109,7 @@ class Run:
 
     def add(self, event: TraceEvent) -> None:
         """Keep an event, write it to the run's file and wake the followers."""
+        event = valid_text(event)
         if self.writer is not None:
             try:
                 self.writer(event)
@@ -150,9 +195,9 @@ class RunRegistry:
         return sum(1 for run in self._runs.values() if not run.finished)
 
     def start(self, question: str, choice: Choice | None = None) -> Run:
-        """Queue a run; ValueError for an empty question or a bad choice, Busy when full."""
-        if not question.strip():
-            raise ValueError("the question is empty")
+        """Queue a run; :class:`BadQuestion` (see :func:`check_question`), ValueError for a bad
+        choice, Busy when full."""
+        question = check_question(question)
         choice = self.pool.check(choice or Choice())
         if self.active >= self.max_running + self.max_waiting:
             raise Busy(f"{self.active} runs are already going on or waiting")
@@ -281,4 +326,13 @@ class RunRegistry:
             self._stopped(run)
 
 
-__all__ = ["Busy", "Run", "RunRegistry", "RunStatus", "new_run_id"]
+__all__ = [
+    "MAX_QUESTION_CHARS",
+    "BadQuestion",
+    "Busy",
+    "Run",
+    "RunRegistry",
+    "RunStatus",
+    "check_question",
+    "new_run_id",
+]

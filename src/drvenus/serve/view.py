@@ -15,6 +15,7 @@ from typing import Any
 from drvenus import protocol
 from drvenus.agent import TraceEvent
 from drvenus.agent.events import split_runs
+from drvenus.net.server import MAX_JSON_DEPTH, json_problem
 from drvenus.records import parse_json_text
 from drvenus.text import one_line
 
@@ -78,12 +79,19 @@ def _model_output_view(data: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _strings(value: Any) -> list[str]:
+    """A list argument's items as text (a lone string is one item; anything else none)."""
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
 def _tool_call_view(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
     if name == protocol.SEARCH:
-        return {"name": name, "queries": [str(q) for q in arguments.get("query") or []]}
+        return {"name": name, "queries": _strings(arguments.get("query"))}
     return {
         "name": name,
-        "urls": [str(u) for u in arguments.get("url") or []],
+        "urls": _strings(arguments.get("url")),
         "goal": str(arguments.get("goal") or ""),
     }
 
@@ -239,8 +247,10 @@ def load_saved(text: str) -> list[dict[str, Any]]:
     if not rows:
         raise ValueError("the file holds no JSON records")
     if all("type" in row and "data" in row for row in rows):
+        _check_shapes(rows, _event_problem, "event")
         runs = split_runs(rows)
     elif all(isinstance(row.get("messages"), list) for row in rows):
+        _check_shapes(rows, _record_problem, "record")
         runs = [events_from_record(row) for row in rows]
     else:
         raise ValueError(
@@ -253,7 +263,47 @@ def _json_rows(text: str) -> list[dict[str, Any]]:
     rows = parse_json_text(text, "the file")
     if not all(isinstance(row, dict) for row in rows):
         raise ValueError("every record must be a JSON object")
+    problem = json_problem(rows, MAX_JSON_DEPTH + 1)  # the list of rows is one level more
+    if problem is not None:
+        raise ValueError(problem)
     return rows
+
+
+def _check_shapes(rows: list[dict[str, Any]], problem_of: Any, what: str) -> None:
+    """ValueError naming the first row whose parts the views read are not of the right kind
+    (an object where an object is read, a list of objects for messages)."""
+    for n, row in enumerate(rows, 1):
+        problem = problem_of(row)
+        if problem is not None:
+            raise ValueError(f"{what} {n}: {problem}")
+
+
+def _messages_problem(messages: Any, where: str) -> str | None:
+    if not isinstance(messages, list):
+        return f"{where} is not a list"
+    bad = next((i for i, m in enumerate(messages) if not isinstance(m, dict)), None)
+    return None if bad is None else f"{where}[{bad}] is not an object"
+
+
+def _record_problem(record: Any, where: str = "the record") -> str | None:
+    if not isinstance(record, dict):
+        return f"{where} is not an object"
+    return _messages_problem(record.get("messages") or [], f"{where}'s messages")
+
+
+def _event_problem(event: dict[str, Any]) -> str | None:
+    data = event["data"]
+    if not isinstance(data, dict):
+        return "its data is not an object"
+    for key in ("message", "arguments"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            return f"its data.{key} is not an object"
+    if data.get("messages") is not None:
+        problem = _messages_problem(data["messages"], "its data.messages")
+        if problem is not None:
+            return problem
+    return None if data.get("record") is None else _record_problem(data["record"],
+                                                                     "its data.record")
 
 
 def _question_of(events: list[EventDict]) -> str:
@@ -269,7 +319,8 @@ def events_from_record(record: Mapping[str, Any]) -> list[EventDict]:
     """Trace events rebuilt from a result record's conversation, for replay."""
     messages = [dict(m) for m in record.get("messages") or []]
     head = 2 if len(messages) >= 2 and messages[0].get("role") == "system" else 1
-    question = str(record.get("question") or (messages[head - 1]["content"] if messages else ""))
+    question = str(record.get("question") or (messages[head - 1].get("content", "")
+                                              if messages else ""))
     events = [_event("started", 0, question=question, messages=messages[:head])]
     step = 0
     for message in messages[head:]:

@@ -1,7 +1,9 @@
 """Page readers: a URL in, the page's readable text out.
 
 Every reader has a ``name`` (its metrics and cache label), ``await read(url) -> Page`` (raises
-:class:`~drvenus.tools.base.ProviderError` when it cannot) and ``await aclose()``:
+:class:`~drvenus.tools.base.ProviderError` when it cannot), ``await admit(url)`` (raises the
+refusal of its address policy, checked again before a cached page is served), ``policy_key``
+(its address policy, part of its cache keys) and ``await aclose()``:
 
 - :class:`FetchReader`: the page itself, fetched with :class:`~drvenus.tools.web.SafeFetcher`;
   HTML becomes markdown-like text with trafilatura (headings, lists, tables), or plain text
@@ -26,10 +28,17 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from drvenus.corpus import Document
+from drvenus.net.addresses import AddressPolicy
 from drvenus.net.retry import RetryPolicy
 from drvenus.tools.base import ProviderError
 from drvenus.tools.limits import Limits
-from drvenus.tools.web import FetchResult, Resolver, SafeFetcher, blocked_reason, refused
+from drvenus.tools.web import (
+    FetchResult,
+    Resolver,
+    SafeFetcher,
+    check_url,
+    refused,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +58,21 @@ class Page:
 
 @runtime_checkable
 class PageReader(Protocol):
-    """Reads pages from one provider. ``cacheable``: worth storing in the tool cache."""
+    """Reads pages from one provider. ``cacheable``: worth storing in the tool cache.
+    ``policy_key``: the address policy it reads under (pages cached under one policy are
+    never served under another)."""
 
     name: str
     cacheable: bool
+    policy_key: str
 
     async def read(self, url: str) -> Page:
         """The page at ``url``; raises :class:`ProviderError` when it cannot be read."""
+        ...
+
+    async def admit(self, url: str) -> None:
+        """Raise the refused :class:`ProviderError` when the address policy forbids ``url``
+        (asked before a cached page is served)."""
         ...
 
     async def aclose(self) -> None: ...
@@ -168,6 +185,7 @@ class FetchReader:
         fetcher: SafeFetcher | None = None,
         *,
         allow_private: bool = False,
+        policy: AddressPolicy | None = None,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
         limits: Limits | None = None,
@@ -175,6 +193,7 @@ class FetchReader:
     ) -> None:
         self.fetcher = fetcher or SafeFetcher(
             allow_private=allow_private,
+            policy=policy,
             timeout=timeout,
             retry=retry,
             limits=limits,
@@ -183,6 +202,13 @@ class FetchReader:
 
     def __repr__(self) -> str:
         return f"FetchReader({self.fetcher!r})"
+
+    @property
+    def policy_key(self) -> str:
+        return self.fetcher.policy.key
+
+    async def admit(self, url: str) -> None:
+        await check_url(with_scheme(url), self.fetcher.resolver, policy=self.fetcher.policy)
 
     async def read(self, url: str) -> Page:
         result = await self.fetcher.fetch(with_scheme(url))
@@ -199,8 +225,9 @@ class JinaReader:
     """Pages read by Jina Reader: ``GET {base_url}/{url}`` with ``Authorization: Bearer KEY``.
 
     ``api_key``: one key, several (used in turn) or None (anonymous, rate-limited by Jina).
-    Target URLs are checked for their scheme and, unless ``allow_private``, must not be
-    private IP literals (Jina cannot reach them, and they are not sent anywhere).
+    Target URLs are checked for their scheme and must not be IP literals the address policy
+    (``policy``, else that of ``allow_private``) refuses (Jina cannot reach private ones, and
+    they are not sent anywhere).
     ``timeout``: seconds per attempt; ``retry`` / ``limits`` as for the fetcher.
     """
 
@@ -216,11 +243,12 @@ class JinaReader:
         retry: RetryPolicy | None = None,
         limits: Limits | None = None,
         allow_private: bool = False,
+        policy: AddressPolicy | None = None,
     ) -> None:
         keys = [api_key] if isinstance(api_key, str) else list(api_key or [])
         self._keys = itertools.cycle([k for k in keys if k] or [None])
         self.base_url = base_url.rstrip("/")
-        self.allow_private = allow_private
+        self.policy = policy or AddressPolicy(allow_private)
         # The Jina endpoint is configured, not chosen by the model: no address policy for it.
         self.fetcher = SafeFetcher(
             allow_private=True, timeout=timeout, retry=retry, limits=limits or Limits(4)
@@ -237,12 +265,20 @@ class JinaReader:
         host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
         host = host[1:].split("]")[0] if host.startswith("[") else host.split(":")[0]
         try:
-            reason = blocked_reason(ipaddress.ip_address(host))
+            ip = ipaddress.ip_address(host)
         except ValueError:
-            reason = None
-        if reason and not self.allow_private:
-            raise refused(f"{host} is {reason}; not sent to Jina")
+            return url  # a host name: Jina resolves it, not us
+        reason = self.policy.reason(ip)
+        if reason:
+            raise refused(f"{host} is {reason}; not sent to Jina ({self.policy.advice(ip)})")
         return url
+
+    @property
+    def policy_key(self) -> str:
+        return self.policy.key
+
+    async def admit(self, url: str) -> None:
+        self._check(url)
 
     async def read(self, url: str) -> Page:
         target = self._check(url)
@@ -264,9 +300,13 @@ class CorpusReader:
 
     name = "local"
     cacheable = False  # already local and fast
+    policy_key = "corpus"  # no addresses: the corpus's own pages
 
     def __init__(self, index: PageStore) -> None:
         self.index = index
+
+    async def admit(self, url: str) -> None:
+        return None
 
     async def read(self, url: str) -> Page:
         doc = await asyncio.to_thread(self.index.get_document, url)

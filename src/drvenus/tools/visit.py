@@ -2,9 +2,14 @@
 the page budget, pull out the evidence for the goal.
 
 One frame per URL, joined as the protocol says. The URLs of one call are read concurrently
-within ``overall_timeout`` seconds; a URL not done by then, unknown, refused by the address
-policy or unreadable by every reader, or one the extractor gives up on, gets the protocol's
-failure frame (the model sees exactly what DR-Venus's tool writes then).
+within ``overall_timeout`` seconds; a URL not done by then, unknown or unreadable by every
+reader, or one the extractor gives up on, gets the protocol's failure frame (the model sees
+exactly what DR-Venus's tool writes then); one refused by the address policy gets the failure
+frame with the refusal's reason as its evidence (so the record says why, not only the logs).
+
+Cached pages are stored per reader and address policy (``page:{reader}:{policy}``), and a URL
+is checked against the reader's policy again before its cached page is served: a page one
+process was allowed to read is never handed to a process whose policy refuses it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from drvenus.corpus import is_web_url
@@ -46,6 +52,13 @@ def truncate_page(text: str, max_tokens: int, counter: TokenCounter | None = Non
     return (counter or ByteEstimate()).truncate(text, max_tokens)
 
 
+@dataclass(frozen=True)
+class Refused:
+    """A URL the address policy refuses, and why (told to the agent in the failure frame)."""
+
+    reason: str
+
+
 def _outcome(exc: BaseException) -> str:
     if isinstance(exc, FetchTimeout | TimeoutError | asyncio.CancelledError):
         return "timeout"
@@ -61,8 +74,8 @@ class Visit:
     the next reader. ``extractor``: the evidence extractor (offline BM25 when None).
     ``max_page_tokens``: the page budget (DR-Venus: 95K ``cl100k_base`` tokens) counted with
     ``counter`` (:func:`~drvenus.tools.tokens.default_counter` when None). ``cache``: stores
-    read page text under ``page:{reader}``; ``cache_ttl``: its age limit (the cache's default
-    when None). ``metrics``: one observation per reader attempt, one per cache lookup.
+    read page text under ``page:{reader}:{policy}``; ``cache_ttl``: its age limit (the cache's
+    default when None). ``metrics``: one observation per reader attempt, one per cache lookup.
     ``overall_timeout``: seconds for all URLs of one call (None: no limit). ``texts``: the
     words of the failure frame (a profile's: ours by default).
     """
@@ -96,10 +109,15 @@ class Visit:
 
     # -- reading pages -----------------------------------------------------------------------
 
+    @staticmethod
+    def cache_namespace(reader: PageReader) -> str:
+        """Where ``reader``'s pages are cached: per reader and address policy."""
+        return f"page:{reader.name}:{reader.policy_key}"
+
     def _cached(self, reader: PageReader, url: str) -> Page | None:
         if self.cache is None or not reader.cacheable:
             return None
-        raw = self.cache.get(f"page:{reader.name}", normalize_url(url), self.cache_ttl)
+        raw = self.cache.get(self.cache_namespace(reader), normalize_url(url), self.cache_ttl)
         if self.metrics is not None:
             self.metrics.cache(VISIT, raw is not None)
         if raw is None:
@@ -113,11 +131,17 @@ class Visit:
     def _store(self, reader: PageReader, url: str, page: Page) -> None:
         if self.cache is not None and reader.cacheable:
             value = json.dumps({"title": page.title, "text": page.text}, ensure_ascii=False)
-            self.cache.put(f"page:{reader.name}", normalize_url(url), value)
+            self.cache.put(self.cache_namespace(reader), normalize_url(url), value)
 
     async def _read_with(self, reader: PageReader, url: str) -> Page:
         cached = await asyncio.to_thread(self._cached, reader, url)
         if cached is not None:
+            try:  # the policy of now, not that of the process that stored it
+                await reader.admit(url)
+            except ProviderError as exc:
+                if exc.refused:
+                    raise
+                # e.g. no DNS now: the page was read under this same policy (its key says so)
             return cached
         start = time.monotonic()
         try:
@@ -131,15 +155,16 @@ class Visit:
         await asyncio.to_thread(self._store, reader, url, page)
         return page
 
-    async def read_page(self, url: str) -> Page | None:
-        """The page from the first reader that can read it; None when none can."""
+    async def read_page(self, url: str) -> Page | Refused | None:
+        """The page from the first reader that can read it; :class:`Refused` (with the reason)
+        when the address policy forbids it; None when no reader can read it."""
         for reader in self.readers:
             try:
                 return await self._read_with(reader, url)
             except ProviderError as exc:
                 log.info("visit: %s could not read %s: %s", reader.name, url, exc)
                 if exc.refused:
-                    return None
+                    return Refused(str(exc))
             except Exception:  # a reader bug must not fail the whole call
                 log.exception("visit: %s failed on %s", reader.name, url)
         return None
@@ -150,6 +175,8 @@ class Visit:
         if not is_web_url(url):
             return self.texts.visit_failure(url, goal)
         page = await self.read_page(url)
+        if isinstance(page, Refused):
+            return self.texts.visit_refused(url, goal, page.reason)
         if page is None or not page.text.strip():
             return self.texts.visit_failure(url, goal)
         counter = self.counter or default_counter()
@@ -225,6 +252,7 @@ __all__ = [
     "DEFAULT_PAGE_TOKENS",
     "LocalVisit",
     "PageStore",
+    "Refused",
     "Visit",
     "page_text",
     "truncate_page",

@@ -4,10 +4,11 @@
 model that chooses the URLs. It
 
 - accepts only ``http``/``https`` URLs without credentials in them;
-- resolves the host once (``getaddrinfo`` in a thread, or an injected resolver) and refuses
-  private, loopback, link-local, unspecified, multicast, reserved and shared addresses and the
-  cloud metadata endpoints (IPv4-mapped, 6to4, Teredo and NAT64 forms included) unless
-  ``allow_private`` is set;
+- resolves the host once (``getaddrinfo`` in a thread, or an injected resolver) and checks
+  every address against an :class:`AddressPolicy`: private, loopback, link-local, unspecified,
+  multicast, reserved and shared addresses are refused unless the policy allows private ones,
+  and the cloud metadata endpoints (IPv4-mapped, 6to4, Teredo and NAT64 forms included) stay
+  refused even then, unless named in the policy's allow list;
 - connects to the address it checked (``scheme://IP:port/path`` with the ``Host`` header, and
   for https the SNI / certificate host name set through httpcore's ``sni_hostname`` request
   extension), so a second DNS answer cannot point the request elsewhere (DNS rebinding). No
@@ -45,13 +46,13 @@ from drvenus.net import (
     parse_retry_after,
     with_retries,
 )
+from drvenus.net.addresses import AddressPolicy, IPAddress, blocked_reason
 from drvenus.text import one_line
 from drvenus.tools.base import ProviderError
 from drvenus.tools.limits import Limiter, Limits
 
 log = logging.getLogger(__name__)
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 # (host, port) -> the addresses it resolves to, as strings.
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -61,21 +62,6 @@ DEFAULT_ACCEPT = (
     "application/json;q=0.7,application/xml;q=0.7,*/*;q=0.1"
 )
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-
-# Cloud instance metadata services (most also fall in blocked ranges; named for clear errors).
-METADATA_ADDRESSES = frozenset(
-    ipaddress.ip_address(a)
-    for a in (
-        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean, ...
-        "169.254.170.2",  # AWS ECS task metadata
-        "169.254.169.253",  # AWS DNS
-        "fd00:ec2::254",  # AWS IPv6
-        "fd00:ec2::23",  # AWS IPv6 DNS
-        "100.100.100.200",  # Alibaba Cloud
-        "192.0.0.192",  # Oracle Cloud
-    )
-)
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 READABLE_TYPES = frozenset(
     {
@@ -106,44 +92,6 @@ class FetchTimeout(ProviderError):
 def refused(message: str) -> ProviderError:
     """The error for a URL the security policy blocks (never retried)."""
     return ProviderError(message, refused=True)
-
-
-# --- the address policy ------------------------------------------------------------------------
-
-
-def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one carries (mapped, 6to4, Teredo client, NAT64), if any."""
-    if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    if ip.sixtofour is not None:
-        return ip.sixtofour
-    if ip.teredo is not None:
-        return ip.teredo[1]
-    if ip in _NAT64:
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return None
-
-
-def blocked_reason(ip: IPAddress) -> str | None:
-    """Why ``ip`` must not be fetched from (a short phrase), or None for a public address."""
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.scope_id:
-            ip = ipaddress.IPv6Address(str(ip).split("%", 1)[0])
-        inner = _embedded_ipv4(ip)
-        if inner is not None:
-            reason = blocked_reason(inner)
-            return f"{reason} (embedded in {ip})" if reason else None
-    checks = (
-        (ip in METADATA_ADDRESSES, "a cloud metadata address"),
-        (ip.is_loopback, "a loopback address"),
-        (ip.is_link_local, "a link-local address"),
-        (ip.is_unspecified, "an unspecified address"),
-        (ip.is_multicast, "a multicast address"),
-        (ip.is_reserved, "a reserved address"),
-        (ip.is_private, "a private address"),
-        (not ip.is_global, "not a public address"),
-    )
-    return next((reason for hit, reason in checks if hit), None)
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -190,8 +138,14 @@ def _split(url: str) -> tuple[str, str, int]:
     return scheme, host, port or (443 if scheme == "https" else 80)
 
 
-async def check_url(url: str, resolver: Resolver, *, allow_private: bool = False) -> Target:
-    """Resolve ``url``'s host once and check every address; the target to connect to."""
+async def check_url(
+    url: str, resolver: Resolver, *, allow_private: bool = False,
+    policy: AddressPolicy | None = None,
+) -> Target:
+    """Resolve ``url``'s host once and check every address under ``policy`` (else the policy
+    of ``allow_private``); the target to connect to. Refusals name the reason and the way to
+    allow it."""
+    policy = policy or AddressPolicy(allow_private)
     scheme, host, port = _split(url)
     try:
         literal: IPAddress | None = ipaddress.ip_address(host)
@@ -206,11 +160,12 @@ async def check_url(url: str, resolver: Resolver, *, allow_private: bool = False
             raise ProviderError(f"cannot resolve {host}: {one_line(exc)}") from None
     if not addresses:
         raise ProviderError(f"cannot resolve {host}: no addresses")
-    if not allow_private:
-        for address in addresses:  # every answer must be public: the order may change
-            reason = blocked_reason(ipaddress.ip_address(address.split("%", 1)[0]))
-            if reason:
-                raise refused(f"{host} resolves to {reason}; not fetched")
+    for address in addresses:  # every answer must pass: the order may change
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+        reason = policy.reason(ip)
+        if reason:
+            what = f"{host} is" if literal is not None else f"{host} resolves to"
+            raise refused(f"{what} {reason}; not fetched ({policy.advice(ip)})")
     return Target(url=url, scheme=scheme, host=host, port=port, ip=addresses[0])
 
 
@@ -271,7 +226,8 @@ def _bad_certificate(exc: BaseException) -> bool:
 class SafeFetcher:
     """GETs http(s) URLs under the policy in the module docstring.
 
-    ``allow_private``: also fetch private and loopback addresses (tests, intranet use).
+    ``allow_private``: also fetch private and loopback addresses (tests, intranet use);
+    ``policy``: the whole :class:`AddressPolicy` (it wins over ``allow_private``).
     ``timeout``: seconds for one attempt (the whole redirect chain, body included);
     ``connect_timeout``: seconds to connect. ``max_bytes`` / ``max_decoded_bytes``: body caps
     before / after decompression. ``retry``: attempts on transient failures. ``limits``: this
@@ -286,6 +242,7 @@ class SafeFetcher:
         self,
         *,
         allow_private: bool = False,
+        policy: AddressPolicy | None = None,
         timeout: float = 30.0,
         connect_timeout: float = 10.0,
         max_bytes: int = 10_000_000,
@@ -298,7 +255,7 @@ class SafeFetcher:
         headers: Mapping[str, str] | None = None,
         verify: bool | ssl.SSLContext = True,
     ) -> None:
-        self.allow_private = allow_private
+        self.policy = policy or AddressPolicy(allow_private)
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.max_bytes = max_bytes
@@ -312,7 +269,11 @@ class SafeFetcher:
         self._clients = LoopClient(self._new_client)
 
     def __repr__(self) -> str:  # headers may hold keys: never shown
-        return f"SafeFetcher(allow_private={self.allow_private}, timeout={self.timeout:g})"
+        return f"SafeFetcher(policy={self.policy.key!r}, timeout={self.timeout:g})"
+
+    @property
+    def allow_private(self) -> bool:
+        return self.policy.allow_private
 
     def _new_client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -342,7 +303,7 @@ class SafeFetcher:
     async def _follow(self, url: str, headers: Mapping[str, str]) -> FetchResult:
         current = url
         for _hop in range(self.max_redirects + 1):
-            target = await check_url(current, self.resolver, allow_private=self.allow_private)
+            target = await check_url(current, self.resolver, policy=self.policy)
             async with self.limiter:
                 result = await self._get(target, headers)
             if isinstance(result, FetchResult):
@@ -417,6 +378,7 @@ class SafeFetcher:
 
 
 __all__ = [
+    "AddressPolicy",
     "FetchResult",
     "FetchTimeout",
     "Resolver",
