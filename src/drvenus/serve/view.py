@@ -16,6 +16,7 @@ from drvenus import protocol
 from drvenus.agent import TraceEvent
 from drvenus.agent.events import split_runs
 from drvenus.records import parse_json_text
+from drvenus.serve.markdown import to_html
 from drvenus.text import one_line
 
 EventDict = dict[str, Any]
@@ -160,14 +161,30 @@ def finished_view(record: Mapping[str, Any]) -> dict[str, Any]:
 
 def for_client(index: int, event: Mapping[str, Any]) -> EventDict:
     """The event as the browser gets it: its index, type, step, time and view (the bulky raw
-    data, e.g. the system prompt and the record's messages, stays on disk)."""
+    data, e.g. the system prompt and the record's messages, stays on disk), the Markdown of
+    the thinking and the answer rendered as sanitised HTML (``html``)."""
+    view = describe(event)
+    markdown = _markdown_of(event.get("type"), view)
+    if markdown:
+        view["html"] = to_html(markdown)
     return {
         "i": index,
         "type": event.get("type"),
         "step": event.get("step", 0),
         "time": event.get("time"),
-        "view": describe(event),
+        "view": view,
     }
+
+
+def _markdown_of(kind: Any, view: Mapping[str, Any]) -> str:
+    """The Markdown text of an event the page renders: thinking, an answer, a final answer."""
+    if kind == "model_output":
+        return str(view.get("thinking") or "")
+    if kind == "answer":
+        return str(view.get("answer") or "")
+    if kind == "finished" and view.get("answered"):
+        return str(view.get("prediction") or "")
+    return ""
 
 
 # ---------------------------------------------------------------- progress as text (/v1, MCP)

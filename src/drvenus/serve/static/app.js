@@ -1,6 +1,6 @@
 // drvenus web demo: ask, follow a run live (server-sent events), stop it, list runs, replay a
 // saved trace. Every event arrives with a `view` computed by the server (drvenus.serve.view):
-// this page never parses the agent's protocol. All text goes in through textContent.
+// this page never parses the agent's protocol nor Markdown (the server renders it, sanitised).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -27,55 +27,13 @@ function link(url, text) {
               : el("span", {}, text || url || "");
 }
 
-// Markdown, safely: built as DOM nodes (never innerHTML); links only to http(s)
-const INLINE = /(`[^`]+`)|(\*\*[^*]+\*\*)|(\*[^*\s][^*]*\*|_[^_\s][^_]*_)|(\[[^\]]+\]\(https?:\/\/[^)\s]+\))|(https?:\/\/[^\s<>()]+)/;
-
-function inline(text) {
-  const nodes = [];
-  let rest = text;
-  while (rest) {
-    const m = INLINE.exec(rest);
-    if (!m) { nodes.push(rest); break; }
-    if (m.index) nodes.push(rest.slice(0, m.index));
-    const [token] = m;
-    if (m[1]) nodes.push(el("code", {}, token.slice(1, -1)));
-    else if (m[2]) nodes.push(el("strong", {}, ...inline(token.slice(2, -2))));
-    else if (m[3]) nodes.push(el("em", {}, ...inline(token.slice(1, -1))));
-    else if (m[4]) {
-      const cut = token.indexOf("](");
-      nodes.push(link(token.slice(cut + 2, -1), token.slice(1, cut)));
-    } else nodes.push(link(token));
-    rest = rest.slice(m.index + token.length);
-  }
-  return nodes;
-}
-
-function markdown(text) {
-  const out = document.createDocumentFragment();
-  let list = null;
-  let para = [];
-  const endPara = () => {
-    if (para.length) out.append(el("p", {}, ...inline(para.join(" "))));
-    para = [];
-  };
-  for (const raw of String(text || "").split(/\r?\n/)) {
-    const line = raw.trim();
-    const item = /^([-*+]|\d+[.)])\s+(.*)$/.exec(line);
-    const head = /^(#{1,6})\s+(.*)$/.exec(line);
-    if (item) {
-      endPara();
-      const tag = /\d/.test(item[1]) ? "ol" : "ul";
-      if (!list || list.tagName.toLowerCase() !== tag) { list = el(tag, {}); out.append(list); }
-      list.append(el("li", {}, ...inline(item[2])));
-      continue;
-    }
-    list = null;
-    if (head) { endPara(); out.append(el("h4", {}, ...inline(head[2]))); }
-    else if (!line) endPara();
-    else para.push(line);
-  }
-  endPara();
-  return out;
+// Markdown arrives rendered by the server (markdown-it + the nh3 sanitiser, drvenus.serve.markdown)
+// as `view.html`: the only HTML this page inserts; any other text goes in through textContent
+function rich(html, text) {
+  const box = el("div", { class: "md" });
+  if (html) box.innerHTML = html;
+  else box.textContent = text || "";
+  return box;
 }
 
 const TERMINATIONS = {
@@ -187,7 +145,7 @@ const renderers = {
     if (!v.thinking) return;
     const box = stepBox(ev.step);
     box.append(el("details", { class: "thinking" }, el("summary", {}, "Thinking"),
-                  el("div", { class: "md" }, markdown(v.thinking))));
+                  rich(v.html, v.thinking)));
   },
   tool_call(ev, v) {
     const box = stepBox(ev.step);
@@ -241,7 +199,7 @@ const renderers = {
                   `${what} reached: answering with what was found.`));
   },
   answer(ev, v) {
-    showAnswer({ answered: true, prediction: v.answer, forced: v.forced });
+    showAnswer({ answered: true, prediction: v.answer, html: v.html, forced: v.forced });
   },
   finished(ev, v) {
     showAnswer(Object.assign({ forced: $("a-forced").hidden === false }, v));
@@ -261,7 +219,8 @@ function showAnswer(v) {
   $("a-forced").hidden = !v.forced;
   $("a-forced-note").hidden = !v.forced;
   $("a-forced-note").textContent = FORCED_NOTE;
-  $("a-text").replaceChildren(markdown(v.answered ? v.prediction : (v.error || v.prediction || "")));
+  $("a-text").replaceChildren(v.answered ? rich(v.html, v.prediction)
+                                         : rich(null, v.error || v.prediction || ""));
   const sources = $("a-sources");
   if (v.sources === undefined) return;
   sources.replaceChildren(v.sources.length
