@@ -150,9 +150,16 @@ def test_mcp_over_stdio_with_the_sdk_client(tmp_path, models_dir):
             read = await mcp_client.call_tool(
                 "visit", {"url": DRACULA, "goal": "who wrote the novel"}
             )
-            return tools, found.content[0].text, read.content[0].text
+            page = await mcp_client.call_tool("fetch", {"id": DRACULA})
+            return tools, found.structured_content, read.content[0].text, page.structured_content
 
-    tools, found, read = asyncio.run(asyncio.wait_for(go(), 400))
-    assert tools == {"deep_research", "start_research", "research_status", "search", "visit"}
-    assert "https://en.wikipedia.org/wiki/" in found
+    tools, found, read, page = asyncio.run(asyncio.wait_for(go(), 400))
+    assert tools == {"deep_research", "start_research", "research_status", "search", "fetch",
+                     "visit"}
+    assert found["results"] and all(
+        r["id"] == r["url"] and r["url"].startswith("https://en.wikipedia.org/wiki/")
+        for r in found["results"])
     assert DRACULA in read and "Stoker" in read
+    # fetch: the whole page as visit reads it (the corpus's text), not a goal's extract
+    assert page["id"] == page["url"] == DRACULA and page["metadata"] == {"whole_page": True}
+    assert "Stoker" in page["text"] and page["title"]

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from drvenus import protocol
 from drvenus.agent import TraceEvent
+from drvenus.text import counted
 
 
 def _short(text: str, n: int) -> str:
@@ -100,7 +101,7 @@ class LiveTrace:
         r = e.data["record"]
         style = "green" if r["termination"].startswith("answered") else "red"
         self.console.print(
-            f"[{style}]{r['termination']}[/] · {r['tool_call_count']} tool calls · "
+            f"[{style}]{r['termination']}[/] · {counted(r['tool_call_count'], 'tool call')} · "
             f"{r['turns']} turns · {r['final_token_count']} tokens · {r['elapsed_seconds']:.1f}s"
         )
         if not r["termination"].startswith("answered"):

@@ -235,14 +235,15 @@ def _page_routes(app: FastAPI) -> None:
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
 
-def _mcp_route(app: FastAPI, registry: RunRegistry, max_body: int) -> Any:
+def _mcp_route(app: FastAPI, registry: RunRegistry, max_body: int, quick_answer: float | None
+               ) -> Any:
     """Mount MCP's Streamable HTTP endpoint at /mcp; returns its session manager."""
     from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from drvenus.serve.mcp_server import build_mcp
+    from drvenus.serve.mcp_server import QUICK_ANSWER_SECONDS, build_mcp
 
-    server = build_mcp(registry)
+    server = build_mcp(registry, quick_answer_seconds=quick_answer or QUICK_ANSWER_SECONDS)
     # the Guard checks the Host header and the token in front of every route, /mcp included
     server.streamable_http_app(
         streamable_http_path="/mcp",
@@ -261,10 +262,12 @@ def create_app(
     mcp: bool = True,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_replay_bytes: int = MAX_REPLAY_BYTES,
+    mcp_quick_answer_seconds: float | None = None,
 ) -> FastAPI:
     """The server app over ``registry`` (see the module doc). Its lifespan runs the MCP
     session manager and, at shutdown, stops the runs and closes the agents' models and tools.
-    ``mcp`` False leaves ``/mcp`` out (no ``mcp`` package needed)."""
+    ``mcp`` False leaves ``/mcp`` out (no ``mcp`` package needed);
+    ``mcp_quick_answer_seconds``: see :func:`drvenus.serve.mcp_server.build_mcp`."""
     require_serve_extra()
     from fastapi import FastAPI
 
@@ -289,7 +292,7 @@ def create_app(
     _api_routes(app, registry, limits)
     _openai_routes(app, registry, limits)
     if mcp:
-        holder["mcp"] = _mcp_route(app, registry, max_body_bytes)
+        holder["mcp"] = _mcp_route(app, registry, max_body_bytes, mcp_quick_answer_seconds)
 
     @app.exception_handler(Reject)
     async def rejected(request: Request, exc: Reject) -> Response:

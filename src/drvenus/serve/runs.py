@@ -24,7 +24,7 @@ from drvenus.agent.record import ResultRecord
 from drvenus.net.server import Busy  # every run slot taken and the waiting line full
 from drvenus.serve.agents import AgentPool, Choice
 from drvenus.serve.server import DEFAULT_MAX_RUNNING, DEFAULT_MAX_WAITING
-from drvenus.text import one_line
+from drvenus.text import counted, one_line
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ class RunRegistry:
             run.end()
             record = run.record or {}
             self._say(f"run {run.id} finished: {record.get('termination', 'no record')}, "
-                      f"{record.get('tool_call_count', 0)} tool calls, "
+                      f"{counted(record.get('tool_call_count', 0), 'tool call')}, "
                       f"{record.get('elapsed_seconds', 0):.1f} s")
 
     def _say(self, line: str) -> None:

@@ -144,18 +144,34 @@ class Visit:
                 log.exception("visit: %s failed on %s", reader.name, url)
         return None
 
+    async def _budgeted(self, url: str) -> Page | None:
+        """The page cut to the page budget; None when it cannot be read or is empty."""
+        if not is_web_url(url):
+            return None
+        page = await self.read_page(url)
+        if page is None or not page.text.strip():
+            return None
+        counter = self.counter or default_counter()
+        text = await asyncio.to_thread(counter.truncate, page.text, self.max_page_tokens)
+        return Page(url=url, title=page.title, text=text)
+
+    async def read_text(self, url: str) -> Page | None:
+        """The page as a visit reads it before extracting, without a goal (cut to the page
+        budget); None when it cannot be read. Bounded by ``overall_timeout`` like a call."""
+        try:
+            return await asyncio.wait_for(self._budgeted(url), self.overall_timeout)
+        except TimeoutError:
+            log.warning("visit: %s not read in %gs", url, self.overall_timeout)
+            return None
+
     # -- the tool ----------------------------------------------------------------------------
 
     async def visit_one(self, url: str, goal: str) -> str:
-        if not is_web_url(url):
+        page = await self._budgeted(url)
+        if page is None:
             return self.texts.visit_failure(url, goal)
-        page = await self.read_page(url)
-        if page is None or not page.text.strip():
-            return self.texts.visit_failure(url, goal)
-        counter = self.counter or default_counter()
-        text = await asyncio.to_thread(counter.truncate, page.text, self.max_page_tokens)
         try:
-            extraction = await self.extractor.extract(text, goal, url)
+            extraction = await self.extractor.extract(page.text, goal, url)
         except Exception:  # one bad page must not fail the whole call
             log.exception("visit: extractor failed on %s", url)
             extraction = None
