@@ -289,6 +289,40 @@ def test_openai_client_non_stream_and_stream(server):
         oa.chat.completions.create(model="drvenus", messages=[{"role": "system", "content": "x"}])
 
 
+def test_openai_errors_are_openai_shaped(server):
+    """Unknown models are 404 model_not_found; what one research run cannot give (n > 1,
+    tools) is 400; every error under /v1 is OpenAI's error JSON, so the client raises its typed
+    errors with the reason."""
+    openai = pytest.importorskip("openai")
+    oa = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    assert oa.models.retrieve("drvenus").id == "drvenus"
+    assert oa.models.retrieve("drvenus:default").id == "drvenus:default"
+    with pytest.raises(openai.NotFoundError) as missing:
+        oa.models.retrieve("gpt-4o")
+    assert missing.value.code == "model_not_found"
+    question = [{"role": "user", "content": "Who wrote Dracula?"}]
+    with pytest.raises(openai.NotFoundError) as unknown:
+        oa.chat.completions.create(model="gpt-4o", messages=question)
+    assert unknown.value.code == "model_not_found" and "gpt-4o" in unknown.value.message
+    with pytest.raises(openai.BadRequestError) as many:
+        oa.chat.completions.create(model="drvenus", messages=question, n=2)
+    assert many.value.param == "n"
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    with pytest.raises(openai.BadRequestError) as tools:
+        oa.chat.completions.create(model="drvenus", messages=question, tools=[tool])
+    assert tools.value.param == "tools" and "not supported" in tools.value.message
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        plain = c.post("/v1/chat/completions", content=b"{}", headers={"content-type": "text/plain"})
+        nowhere = c.get("/v1/embeddings")
+        big = c.post("/v1/chat/completions", content=b"{" + b" " * (2 << 20) + b"}",
+                     headers={"content-type": "application/json"})
+    for response, status in ((plain, 415), (nowhere, 404), (big, 413)):
+        assert response.status_code == status
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"} and error["message"], error
+    assert "JSON" in plain.json()["error"]["message"]
+
+
 def test_mcp_over_http_with_the_sdk_client(server):
     """The connector contract (ChatGPT deep research / company knowledge): search -> structured
     results with the URL as id, fetch(id) -> the page; visit answers the agent's own text;

@@ -75,8 +75,10 @@ def test_openai_client_with_the_token_as_api_key(server):
     )
     assert reply.choices[0].message.content == "42"
     bad = openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0)
-    with pytest.raises(openai.AuthenticationError):
+    with pytest.raises(openai.AuthenticationError) as refused:
         bad.models.list()
+    assert refused.value.code == "invalid_api_key"  # OpenAI's error JSON, not plain text
+    assert refused.value.body["message"] == "missing or wrong token"
 
 
 def test_mcp_client_with_the_token(server):

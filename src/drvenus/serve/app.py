@@ -185,6 +185,12 @@ def _openai_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) 
     async def models(request: Request) -> Response:
         return _json(200, oa.models_list(registry.pool))
 
+    async def model(request: Request) -> Response:
+        try:
+            return _json(200, oa.model_info(request.path_params["model"], registry.pool))
+        except oa.BadRequest as exc:
+            return _json(exc.status, exc.body())
+
     async def chat(request: Request) -> Response:
         try:
             body = await read_json_body(request, limits["body"])
@@ -192,7 +198,7 @@ def _openai_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) 
         except Reject as exc:
             return _json(exc.status, oa.error_body(str(exc.body.get("error", ""))))
         except oa.BadRequest as exc:
-            return _json(400, oa.error_body(str(exc)))
+            return _json(exc.status, exc.body())
         except Busy as exc:
             return _json(429, oa.error_body(f"busy: {exc}", "rate_limit_error"),
                          {"Retry-After": "5"})
@@ -205,6 +211,7 @@ def _openai_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) 
         return _json(200, await oa.complete(run, model))
 
     app.add_route("/v1/models", models, methods=["GET"])
+    app.add_route("/v1/models/{model:path}", model, methods=["GET"])
     app.add_route("/v1/chat/completions", chat, methods=["POST"])
 
 
@@ -307,6 +314,9 @@ def create_app(
     app.state.registry = registry
     app.add_middleware(Guard, token=token, json_prefixes=JSON_ONLY_PREFIXES, browser_login=True,
                        open_paths=OPEN_PATHS | {"/favicon.ico"})
+    from drvenus.serve.openai_api import OpenAIErrors
+
+    app.add_middleware(OpenAIErrors)  # outside the guard: its refusals under /v1 too
     return app
 
 
