@@ -171,7 +171,9 @@ class HttpTransport:
                            retryable=True) from None
         except httpx.ConnectError as exc:
             reason = one_line(exc) or "connection refused"
-            raise LLMError(f"{self.where}: cannot connect ({reason})", retryable=True) from None
+            raise LLMError(f"{self.where}: cannot connect ({reason}); is the server running at "
+                           f"{redact_url(self.base_url)}?", retryable=True, unreachable=True
+                           ) from None
         except httpx.TimeoutException as exc:
             kind = type(exc).__name__.replace("Timeout", " timeout").strip().lower()
             raise LLMError(f"{self.where}: {kind} after {seconds:g}s", retryable=True) from None
@@ -297,7 +299,8 @@ class OpenAICompatModel:
         try:
             data = await self.transport.request("GET", "/models", None, timeout)
         except LLMError as exc:
-            raise LLMError(f"the model server is not answering: {exc}") from None
+            raise LLMError(f"the model server is not answering: {exc}",
+                           unreachable=exc.unreachable) from None
         models = data.get("data") if isinstance(data, Mapping) else None
         if not isinstance(models, list) or not models:
             raise LLMError(f"{self.transport.where}: /models lists no model")
