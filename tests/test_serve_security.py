@@ -47,7 +47,7 @@ def test_every_route_but_health_needs_the_token(server):
         assert ok.status_code == 200
         page = c.get("/")  # the page without its token: a form to enter it
         assert page.status_code == 401 and "text/html" in page.headers["content-type"]
-        assert '<form method="get" action="/">' in page.text and 'name="token"' in page.text
+        assert '<form method="post" action="/">' in page.text and 'name="token"' in page.text
         assert "not the right one" not in page.text
         wrong_page = c.get("/?token=wrong")
         assert wrong_page.status_code == 401 and "not the right one" in wrong_page.text
@@ -65,6 +65,18 @@ def test_the_page_gets_a_cookie_from_the_token_link(server):
         assert run.status_code == 201
         events = c.get(f"/api/runs/{run.json()['id']}/events")
         assert events.status_code == 200 and '"prediction": "42"' in events.text
+
+
+def test_the_login_form_posts_the_token(server):
+    """The form sends the token in the body (never in the address bar, history or logs)."""
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        wrong = c.post("/", data={"token": "wrong"})
+        assert wrong.status_code == 401 and "not the right one" in wrong.text
+        r = c.post("/", data={"token": TOKEN})
+        assert r.status_code == 303 and r.headers["location"] == "/"
+        assert r.headers["set-cookie"].startswith(f"{COOKIE}=")
+        assert TOKEN not in r.headers["location"]
+        assert c.get("/").status_code == 200  # the client kept the cookie
 
 
 def test_openai_client_with_the_token_as_api_key(server):
