@@ -45,6 +45,7 @@ MAX_REPLAY_BYTES = 32 << 20
 MAX_QUESTION_CHARS = 8000
 JSON_ONLY_PREFIXES = ("/api/", "/v1/")  # POSTs there must be JSON (MCP checks its own)
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+MODEL_DOWN = "the model server is not answering"
 
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
@@ -122,10 +123,12 @@ def _api_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> 
     from fastapi.responses import StreamingResponse
 
     async def config(request: Request) -> Response:
+        problem = await registry.pool.problem()  # first: it learns a server's model name
         options = registry.pool.options()
+        # the operator's console has the details (the address); visitors get the fact
         options.update(version=__version__, max_running=registry.max_running,
                        max_question_chars=MAX_QUESTION_CHARS,
-                       problem=await registry.pool.problem())
+                       problem=MODEL_DOWN if problem else None)
         return _json(200, options)
 
     async def create(request: Request) -> Response:

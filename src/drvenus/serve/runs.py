@@ -195,7 +195,8 @@ class RunRegistry:
         finally:
             run.end()
             record = run.record or {}
-            self._say(f"run {run.id} finished: {record.get('termination', 'no record')}, "
+            why = f" ({one_line(record['error'], 300)})" if record.get("error") else ""
+            self._say(f"run {run.id} finished: {record.get('termination', 'no record')}{why}, "
                       f"{counted(record.get('tool_call_count', 0), 'tool call')}, "
                       f"{record.get('elapsed_seconds', 0):.1f} s")
 

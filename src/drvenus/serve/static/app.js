@@ -551,7 +551,7 @@ async function init() {
     fillSelect($("opt-tools"), state.config.tools);
     $("opt-steps").value = state.config.max_steps;
     $("opt-steps").max = state.config.step_cap;
-    if (state.config.problem) flash("The model is not answering now, so research will fail: " + state.config.problem);
+    if (state.config.problem) flash(`Research will fail for now: ${state.config.problem}.`);
   } catch (err) { flash("Cannot reach the server: " + err.message); }
   window.addEventListener("hashchange", followHash);
   followHash();
