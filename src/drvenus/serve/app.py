@@ -191,7 +191,7 @@ def _openai_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) 
     async def model(request: Request) -> Response:
         try:
             return _json(200, oa.model_info(request.path_params["model"], registry.pool))
-        except oa.BadRequest as exc:
+        except oa.ApiError as exc:
             return _json(exc.status, exc.body())
 
     async def chat(request: Request) -> Response:
@@ -200,7 +200,7 @@ def _openai_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) 
             run = oa.start_run(body, registry)
         except Reject as exc:
             return _json(exc.status, oa.error_body(str(exc.body.get("error", ""))))
-        except oa.BadRequest as exc:
+        except oa.ApiError as exc:
             return _json(exc.status, exc.body())
         except Busy as exc:
             return _json(429, oa.error_body(f"busy: {exc}", "rate_limit_error"),

@@ -28,9 +28,9 @@ MODEL_ID = "drvenus"
 PREFIX = "/v1/"
 
 
-class BadRequest(ValueError):
-    """A request the endpoint cannot serve, answered in OpenAI's error shape (400 unless
-    ``status`` says otherwise)."""
+class ApiError(ValueError):
+    """A request the endpoint cannot serve, answered with ``status`` (400 by default) in
+    OpenAI's error shape."""
 
     def __init__(self, message: str, *, status: int = 400, param: str | None = None,
                  code: str | None = None) -> None:
@@ -58,14 +58,14 @@ def models_list(pool: AgentPool) -> dict[str, Any]:
     return {"object": "list", "data": [_model_object(i) for i in model_ids(pool)]}
 
 
-def _unknown_model(model: str) -> BadRequest:
-    return BadRequest(f"The model '{model}' does not exist; this server offers "
+def _unknown_model(model: str) -> ApiError:
+    return ApiError(f"The model '{model}' does not exist; this server offers "
                       "drvenus and drvenus:<preset> (GET /v1/models)",
                       status=404, param="model", code="model_not_found")
 
 
 def model_info(model: str, pool: AgentPool) -> dict[str, Any]:
-    """``GET /v1/models/{model}``: the model object; BadRequest 404 for an unknown one."""
+    """``GET /v1/models/{model}``: the model object; ApiError 404 for an unknown one."""
     if model not in model_ids(pool):
         raise _unknown_model(model)
     return _model_object(model)
@@ -85,21 +85,21 @@ def _text_of(content: Any) -> str:
 
 
 def question_of(body: Mapping[str, Any]) -> str:
-    """The last user message of a chat request; BadRequest when there is none."""
+    """The last user message of a chat request; ApiError when there is none."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty list")
+        raise ApiError("'messages' must be a non-empty list")
     for message in reversed(messages):
         if isinstance(message, Mapping) and message.get("role") == "user":
             text = _text_of(message.get("content")).strip()
             if text:
                 return text
             break
-    raise BadRequest("the conversation has no user message with text to research")
+    raise ApiError("the conversation has no user message with text to research")
 
 
 def choice_of(body: Mapping[str, Any], pool: AgentPool) -> Choice:
-    """The model preset the request names (BadRequest 404 for a name this server lacks)."""
+    """The model preset the request names (ApiError 404 for a name this server lacks)."""
     model = body.get("model")
     if model is None or model == "":
         return Choice()
@@ -109,25 +109,25 @@ def choice_of(body: Mapping[str, Any], pool: AgentPool) -> Choice:
 
 
 def check_supported(body: Mapping[str, Any]) -> None:
-    """BadRequest for what one research run cannot give: several choices, the caller's tools."""
+    """ApiError for what one research run cannot give: several choices, the caller's tools."""
     n = body.get("n")
     if n is not None and n != 1:
-        raise BadRequest("n must be 1: each request is one research run with one answer",
+        raise ApiError("n must be 1: each request is one research run with one answer",
                          param="n")
     if body.get("tools") or body.get("functions"):
-        raise BadRequest("tools are not supported: drvenus researches with its own search and "
+        raise ApiError("tools are not supported: drvenus researches with its own search and "
                          "visit tools and answers in text", param="tools")
 
 
 def start_run(body: Mapping[str, Any], registry: RunRegistry) -> Run:
-    """Start the research a chat request asks for (BadRequest, Busy)."""
+    """Start the research a chat request asks for (ApiError, Busy)."""
     choice = choice_of(body, registry.pool)
     check_supported(body)
     question = question_of(body)
     try:
         return registry.start(question, choice)
     except ValueError as exc:
-        raise BadRequest(str(exc)) from None
+        raise ApiError(str(exc)) from None
 
 
 def _usage(record: Mapping[str, Any]) -> dict[str, int]:
@@ -269,7 +269,7 @@ class OpenAIErrors:
 
 __all__ = [
     "MODEL_ID",
-    "BadRequest",
+    "ApiError",
     "OpenAIErrors",
     "complete",
     "error_body",
