@@ -286,9 +286,8 @@ def test_a_real_model_on_our_wording_is_told_how_to_get_dr_venus_s(fixture_env):
     from drvenus.stack import protocol_note
 
     note = protocol_note(Settings(base_url="http://127.0.0.1:9/v1"))
-    assert note is not None and "\n" not in note
+    assert note is not None and "\n" not in note and len(note) < 100
     assert "--protocol dr-venus" in note and "drvenus reference pull" in note
-    assert "DRVENUS_REFERENCE_DIR" in note
     assert protocol_note(Settings(model_path=Path("m.gguf"))) == note
     assert protocol_note(Settings()) is None  # the embedded model: our wording is its own
     assert protocol_note(Settings(base_url="http://127.0.0.1:9/v1"), "prompt.txt") is None
@@ -296,18 +295,21 @@ def test_a_real_model_on_our_wording_is_told_how_to_get_dr_venus_s(fixture_env):
     assert mine is not None and "DR-Venus @bbbbbbb" in mine and FIXTURE_FILES[RUN_DEMO][:12] in mine
 
 
-def test_the_cli_says_it_once_on_one_line(tmp_path):
+def test_the_cli_says_it_once_and_only_with_v(tmp_path):
+    """Our own wording is the default: said only with -v, once."""
     from test_cli import drvenus
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRVENUS_")}
+    env["DRVENUS_CACHE_DIR"] = str(tmp_path / "cache")
+    args = ("ask", "q?", "--base-url", None, "--model-name", "stub-model",
+            "--corpus", str(_corpus(tmp_path)))
     with StubServer(default=P.render_answer_turn("Done.", "42")) as server:
-        r = drvenus("ask", "q?", "--base-url", server.base_url, "--model-name", "stub-model",
-                    "--corpus", str(_corpus(tmp_path)), env={**env, "DRVENUS_CACHE_DIR":
-                                                             str(tmp_path / "cache")},
-                    cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    lines = [line for line in r.stderr.splitlines() if "--protocol dr-venus" in line]
-    assert len(lines) == 1 and "drvenus's own wording" in lines[0], r.stderr
+        call = [server.base_url if a is None else a for a in args]
+        quiet = drvenus(*call, env=env, cwd=tmp_path)
+        verbose = drvenus("-v", *call, env=env, cwd=tmp_path)
+    assert quiet.returncode == 0 and verbose.returncode == 0, quiet.stderr + verbose.stderr
+    assert "--protocol dr-venus" not in quiet.stderr
+    assert verbose.stderr.count("drvenus's own wording") == 1, verbose.stderr  # (log lines wrap)
 
 
 def test_unknown_protocol_is_named_by_its_flag(fixture_env):

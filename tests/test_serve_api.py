@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from pathlib import Path
 
@@ -288,25 +289,110 @@ def test_openai_client_non_stream_and_stream(server):
         oa.chat.completions.create(model="drvenus", messages=[{"role": "system", "content": "x"}])
 
 
+def test_openai_errors_are_openai_shaped(server):
+    """Unknown models are 404 model_not_found; what one research run cannot give (n > 1,
+    tools) is 400; every error under /v1 is OpenAI's error JSON, so the client raises its typed
+    errors with the reason."""
+    openai = pytest.importorskip("openai")
+    oa = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    assert oa.models.retrieve("drvenus").id == "drvenus"
+    assert oa.models.retrieve("drvenus:default").id == "drvenus:default"
+    with pytest.raises(openai.NotFoundError) as missing:
+        oa.models.retrieve("gpt-4o")
+    assert missing.value.code == "model_not_found"
+    question = [{"role": "user", "content": "Who wrote Dracula?"}]
+    with pytest.raises(openai.NotFoundError) as unknown:
+        oa.chat.completions.create(model="gpt-4o", messages=question)
+    assert unknown.value.code == "model_not_found" and "gpt-4o" in unknown.value.message
+    with pytest.raises(openai.BadRequestError) as many:
+        oa.chat.completions.create(model="drvenus", messages=question, n=2)
+    assert many.value.param == "n"
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    with pytest.raises(openai.BadRequestError) as tools:
+        oa.chat.completions.create(model="drvenus", messages=question, tools=[tool])
+    assert tools.value.param == "tools" and "not supported" in tools.value.message
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        plain = c.post("/v1/chat/completions", content=b"{}", headers={"content-type": "text/plain"})
+        nowhere = c.get("/v1/embeddings")
+        big = c.post("/v1/chat/completions", content=b"{" + b" " * (2 << 20) + b"}",
+                     headers={"content-type": "application/json"})
+    for response, status in ((plain, 415), (nowhere, 404), (big, 413)):
+        assert response.status_code == status
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"} and error["message"], error
+    assert "JSON" in plain.json()["error"]["message"]
+
+
 def test_mcp_over_http_with_the_sdk_client(server):
+    """The connector contract (ChatGPT deep research / company knowledge): search -> structured
+    results with the URL as id, fetch(id) -> the page; visit answers the agent's own text;
+    deep_research without a progress token answers; the tools carry hints and schemas."""
     pytest.importorskip("mcp")
     from mcp import Client
 
     async def go():
         async with Client(server.url + "/mcp") as mcp_client:
-            tools = {t.name for t in (await mcp_client.list_tools()).tools}
+            tools = {t.name: t for t in (await mcp_client.list_tools()).tools}
             found = await mcp_client.call_tool("search", {"query": "Dracula author"})
+            page = await mcp_client.call_tool("fetch", {"id": DRACULA})
             read = await mcp_client.call_tool("visit", {"url": DRACULA, "goal": "author"})
             research = await mcp_client.call_tool("deep_research", {"question": "Who wrote it?"})
-            return tools, found, read, research
+            return tools, found, page, read, research
 
-    tools, found, read, research = asyncio.run(go())
-    assert tools == {"deep_research", "start_research", "research_status", "search", "visit"}
-    hits = protocol.parse_search_body(found.content[0].text)
-    assert hits[0]["web_page_info_list"][0]["url"] == DRACULA
+    tools, found, page, read, research = asyncio.run(go())
+    assert set(tools) == {"deep_research", "start_research", "research_status", "search",
+                          "fetch", "visit"}
+    for tool in tools.values():
+        assert tool.description and "\n" not in tool.description and "  " not in tool.description
+        assert tool.annotations is not None and tool.annotations.open_world_hint is not None
+    for name in ("search", "fetch", "visit", "deep_research", "research_status"):
+        assert tools[name].annotations.read_only_hint is True, name
+    assert tools["research_status"].annotations.open_world_hint is False
+    assert tools["search"].annotations.open_world_hint is True
+    for name in ("search", "fetch", "start_research", "research_status"):
+        assert tools[name].output_schema is not None, name
+    assert set(tools["fetch"].output_schema["required"]) == {"id", "title", "text", "url"}
+    [hit] = found.structured_content["results"]
+    assert hit["id"] == hit["url"] == DRACULA and hit["title"] == "Dracula"
+    assert json.loads(found.content[0].text) == found.structured_content
+    fetched = page.structured_content
+    assert fetched["id"] == fetched["url"] == DRACULA
+    assert "1897 Gothic horror novel" in fetched["text"] and fetched["title"]
+    assert set(fetched) == {"id", "title", "text", "url", "metadata"}
     assert "Bram Stoker wrote Dracula." in read.content[0].text
     assert research.content[0].text.startswith("Bram Stoker")
     assert DRACULA in research.content[0].text
+
+
+def test_mcp_deep_research_without_a_progress_token_answers_in_time(runs_dir):
+    """A client that sends no progress token (the Inspector CLI, desktop clients with a fixed
+    60 s timeout) gets the run id and how to follow it when the run outlasts the quick-answer
+    wait, and research_status then brings the answer."""
+    pytest.importorskip("mcp")
+    from mcp import Client
+
+    app = create_app(make_registry(runs_dir), mcp_quick_answer_seconds=0.3)
+    with ServeThread(app) as running:
+        async def go():
+            async with Client(running.url + "/mcp", read_timeout_seconds=10) as mcp_client:
+                start = time.monotonic()
+                first = await mcp_client.call_tool("deep_research",
+                                                   {"question": "slow: who wrote Dracula?"})
+                took = time.monotonic() - start
+                text = first.content[0].text
+                run_id = re.search(r'run_id "([^"]+)"', text).group(1)
+                status = await mcp_client.call_tool(
+                    "research_status", {"run_id": run_id, "wait_seconds": 10})
+                quick = await mcp_client.call_tool("deep_research",
+                                                   {"question": "direct question"})
+                return took, first, status.structured_content, quick
+
+        took, first, status, quick = asyncio.run(go())
+    assert not first.is_error and took < 10
+    assert "Still researching" in first.content[0].text
+    assert "research_status" in first.content[0].text
+    assert status["status"] == "done" and status["answer"].startswith("Bram Stoker")
+    assert quick.content[0].text.startswith("42")  # over within the wait: the answer itself
 
 
 def test_mcp_research_longer_than_the_client_timeout_completes(server):
@@ -321,8 +407,11 @@ def test_mcp_research_longer_than_the_client_timeout_completes(server):
     async def go():
         progress: list[str] = []
 
+        values: list[float] = []
+
         async def on_progress(done, total, message):
             progress.append(message)
+            values.append(done)
 
         async with Client(server.url + "/mcp", read_timeout_seconds=1.0) as mcp_client:
             info = mcp_client.server_info
@@ -341,16 +430,60 @@ def test_mcp_research_longer_than_the_client_timeout_completes(server):
             empty = await mcp_client.call_tool("deep_research", {"question": "  "})
             unknown = await mcp_client.call_tool("research_status", {"run_id": "nope"})
             wrong = await mcp_client.call_tool("research_status", {"wait_seconds": "x"})
-            return info, quick, progress, polls, empty, unknown, wrong
+            return info, quick, progress, values, polls, empty, unknown, wrong
 
-    info, quick, progress, polls, empty, unknown, wrong = asyncio.run(go())
+    info, quick, progress, values, polls, empty, unknown, wrong = asyncio.run(go())
+    assert len(values) > 3 and values == sorted(set(values)), values
     assert wrong.is_error and wrong.content[0].text.startswith(
         "invalid arguments for research_status: run_id is required; wait_seconds: ")
     assert "pydantic" not in wrong.content[0].text
     assert quick.content[0].text.startswith("Bram Stoker")
-    assert any(m and m.startswith("Searching: Dracula author") for m in progress), progress
+    assert any(m and "Searching: Dracula author" in m for m in progress), progress
     assert len(polls) > 1 and polls[0]["status"] != "done"  # it outlasted one poll
     assert polls[-1]["status"] == "done" and polls[-1]["answer"].startswith("Bram Stoker")
     assert empty.is_error and "empty" in empty.content[0].text
     assert unknown.is_error and "no run" in unknown.content[0].text
     assert info.version == __version__ and info.version
+
+
+INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
+
+
+@pytest.mark.slow
+def test_mcp_inspector_cli_gets_a_reply_to_deep_research(runs_dir, tmp_path):
+    """The MCP Inspector CLI (npm, sends no progress token, 60 s request timeout) calls
+    deep_research and gets a reply (the run id to follow) instead of timing out; its strict
+    check finds the tool schemas portable."""
+    import os
+    import shutil
+    import subprocess
+
+    npx = shutil.which("npx")
+    if npx is None:
+        pytest.skip("no npx (Node.js) to run the MCP Inspector CLI")
+    env = {**os.environ, "MCP_CATALOG_PATH": str(tmp_path / "catalog.json")}
+
+    def inspector(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([npx, "--yes", INSPECTOR, "--cli", *args], capture_output=True,
+                              text=True, timeout=timeout, cwd=tmp_path, env=env)
+
+    try:
+        version = inspector("--version", timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"{INSPECTOR} could not be fetched in time")
+    if version.returncode != 0:
+        pytest.skip(f"{INSPECTOR} is not available: {version.stderr.strip()[-300:]}")
+    app = create_app(make_registry(runs_dir), mcp_quick_answer_seconds=0.3)
+    with ServeThread(app) as running:
+        url = running.url + "/mcp"
+        called = inspector(url, "--transport", "http", "--method", "tools/call",
+                           "--tool-name", "deep_research",
+                           "--tool-arg", "question=slow: who wrote Dracula?")
+        listed = inspector(url, "--transport", "http", "--method", "tools/list", "--strict")
+    assert called.returncode == 0, called.stderr
+    reply = json.loads(called.stdout)
+    assert reply["isError"] is False
+    text = reply["content"][0]["text"]
+    assert "research_status" in text and "run_id" in text
+    assert listed.returncode == 0, listed.stderr
+    assert {t["name"] for t in json.loads(listed.stdout)["tools"]} >= {"search", "fetch"}

@@ -251,3 +251,161 @@ def test_research_with_a_remote_model_in_a_browser(tmp_path, browser, artifacts,
             page.close()
         finally:
             served.stop()
+
+
+MARKDOWN_ANSWER = """Bram Stoker wrote it.
+
+| Book | Year |
+|---|--:|
+| Dracula | 1897 |
+
+> Listen to them, the children of the night.
+
+```python
+first = 1
+second = 2
+```
+
+See [the disambiguation](https://en.wikipedia.org/wiki/Dracula_(disambiguation)).
+Read https://en.wikipedia.org/wiki/Dracula. Also https://example.org/book: more.
+A snake_case_name and 2*3*4 stay as written.
+<script>window.hacked = 1</script><img src=x onerror="window.hacked = 2">
+[click](javascript:window.hacked=3)"""
+
+FOLLOW_STEPS = 10
+
+
+def _scripted_model(request) -> dict:
+    """Replies by question and by how many turns the run had: "follow" searches FOLLOW_STEPS
+    times then answers in Markdown, "stop" keeps searching slowly, anything else answers."""
+    from test_cli import search_turn
+
+    messages = request.json["messages"]
+    question = next(m["content"] for m in messages if m["role"] == "user")
+    turns = sum(1 for m in messages if m["role"] == "assistant")
+    answer = f"<think>\nDone.\n</think>\n<answer>\n{MARKDOWN_ANSWER}\n</answer>"
+    if question.startswith("follow") and turns < FOLLOW_STEPS:
+        return {"content": search_turn(f"Dracula fact number {turns}"), "delay": 0.6}
+    if question.startswith("stop"):
+        return {"content": search_turn(f"Stoker detail {turns}"), "delay": 1.5}
+    return {"content": answer, "delay": 0.3}
+
+
+def _bottom_gap(page) -> float:
+    return page.evaluate("document.documentElement.scrollHeight - window.innerHeight"
+                         " - window.scrollY")
+
+
+def test_markdown_stale_content_and_follow_in_a_browser(tmp_path, browser, artifacts,
+                                                        shared_data):
+    """The issue's Markdown cases rendered by the server's parser, nothing executable; the page
+    follows a live run while at the bottom and offers "Jump to latest" otherwise; nothing
+    stale stays on screen (a bad replay after a good one, the Runs tab, an empty question, a
+    reload mid-run); Stop says so in words and leaves no empty step; a replay without timings
+    shows no zero counters; the answer copies as Markdown."""
+    from stub_server import StubServer
+
+    pythonpath = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": pythonpath, "DRVENUS_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("DRVENUS_SERVE_TOKEN", None)
+    with StubServer(default=_scripted_model) as model:
+        served = Served(tmp_path / "runs", env, "--base-url", model.base_url)
+        try:
+            context = browser.new_context(viewport={"width": 1000, "height": 600},
+                                          permissions=["clipboard-read", "clipboard-write"])
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(served.url + "/")
+            page.wait_for_selector("#opt-model option", state="attached")
+
+            # an empty question replaces an old, unrelated banner with the right one
+            page.evaluate("flash('an old error')")
+            page.click("#ask-btn")
+            assert page.inner_text("#flash") == "Type a question to research."
+
+            # follow: at the bottom the page keeps up with new steps
+            page.fill("#question", "follow: who wrote Dracula?")
+            page.click("#ask-btn")
+            page.wait_for_selector("#timeline > li:nth-child(3) .hits", timeout=RUN_TIMEOUT_MS)
+            page.wait_for_function("document.documentElement.scrollHeight > "
+                                   "window.innerHeight + 200")
+            page.wait_for_selector("#timeline > li:nth-child(4) .hits", timeout=RUN_TIMEOUT_MS)
+            assert _bottom_gap(page) < 80, "the page did not follow the new steps"
+            assert page.locator("#jump:not([hidden])").count() == 0
+            # scrolled up to read: the page stays put and offers a jump
+            page.evaluate("window.scrollTo(0, 0)")
+            page.wait_for_selector("#timeline > li:nth-child(6) .hits", timeout=RUN_TIMEOUT_MS)
+            page.wait_for_selector("#jump:not([hidden])")
+            assert page.evaluate("window.scrollY") < 50
+            page.click("#jump")
+            page.wait_for_function("document.documentElement.scrollHeight - window.innerHeight"
+                                   " - window.scrollY < 80")
+            answer = _answer_shown(page)
+
+            # Markdown: the issue's cases, rendered by the server and sanitised
+            assert page.locator("#a-text table td").all_text_contents() == ["Dracula", "1897"]
+            assert "children of the night" in page.inner_text("#a-text blockquote")
+            assert page.inner_text("#a-text pre code").strip() == "first = 1\nsecond = 2"
+            hrefs = page.eval_on_selector_all("#a-text a", "els => els.map(a => a.href)")
+            assert "https://en.wikipedia.org/wiki/Dracula_(disambiguation)" in hrefs
+            assert "https://en.wikipedia.org/wiki/Dracula" in hrefs  # not "...Dracula."
+            assert "https://example.org/book" in hrefs  # not "...book:"
+            assert not any(h.startswith("javascript:") for h in hrefs)
+            assert "snake_case_name and 2*3*4 stay as written." in answer
+            assert page.locator("#a-text em, #a-text script, #a-text img").count() == 0
+            assert page.evaluate("window.hacked") is None
+            # copy: the answer's Markdown, in one click
+            page.click("#copy-btn")
+            page.wait_for_function("document.getElementById('copy-btn').textContent === 'Copied'")
+            assert page.evaluate("navigator.clipboard.readText()") == MARKDOWN_ANSWER
+            assert "1 tool calls" not in page.inner_text("#a-meta")
+            page.locator("#answer").screenshot(path=str(artifacts / "serve-markdown.png"))
+
+            # the Runs tab shows the list alone, from the top
+            page.click("button[data-tab=runs]")
+            page.wait_for_selector("#run-list li .q")
+            assert page.locator("#view").is_hidden()
+            assert page.evaluate("window.scrollY") == 0
+
+            # a reload mid-run: Research stays off and the step box shows the run's limit
+            page.click("button[data-tab=ask]")
+            page.fill("#question", "stop: who wrote Dracula?")
+            page.click("#settings summary")
+            page.fill("#opt-steps", "12")
+            page.click("#ask-btn")
+            page.wait_for_selector(".tool.search .chip", timeout=RUN_TIMEOUT_MS)
+            page.reload()
+            page.wait_for_selector(".tool.search .chip", timeout=RUN_TIMEOUT_MS)
+            page.wait_for_selector("#stop-btn:not([hidden])")
+            assert page.is_disabled("#ask-btn")
+            assert page.input_value("#opt-steps") == "12"
+            # Stop: said in words, and no empty step card is left
+            page.click("#stop-btn")
+            page.wait_for_selector("#c-status.failed", timeout=RUN_TIMEOUT_MS)
+            assert page.inner_text("#a-text") == "Stopped before the model gave an answer."
+            cards = page.eval_on_selector_all("#timeline > li", "els => els.map(e => e.children.length)")
+            assert cards and min(cards) > 1, cards
+            assert not page.is_disabled("#ask-btn")
+
+            # replay: a good file, then a bad one: the old replay goes, one clear banner
+            page.click("button[data-tab=replay]")
+            trajectory = shared_data / "trajectories" / "dr-venus-sft" / "0000.json"
+            page.set_input_files("#replay-file", str(trajectory))
+            page.wait_for_selector("#player:not([hidden])")
+            page.click("#rp-all")
+            assert page.inner_text("#a-text").strip() == "Paul Beneke"
+            # rebuilt from messages: no timings, no token counts, so no "0" counters
+            assert page.locator("#c-time-box").is_hidden()
+            assert page.locator("#c-tokens-box").is_hidden()
+            bad = tmp_path / "bad.jsonl"
+            bad.write_text("not json at all\n")
+            page.set_input_files("#replay-file", str(bad))
+            page.wait_for_selector("#flash:not([hidden])")
+            banner = page.inner_text("#flash")
+            assert banner.startswith("Cannot replay bad.jsonl: ") and banner.count("replay") == 1
+            assert page.locator("#view").is_hidden() and page.locator("#player").is_hidden()
+            assert not errors, errors
+            context.close()
+        finally:
+            served.stop()

@@ -110,6 +110,9 @@ def test_final_text_and_progress_lines():
     failed = {"termination": "llm_error", "error": "model down", "prediction": "No answer found",
               "messages": messages}
     assert final_text(failed) == "No answer (llm_error: model down)."
+    dead = {**failed, "error": "model server at http://10.0.0.7:8000/v1: cannot connect (refused);"
+                               " is the server running at http://10.0.0.7:8000/v1?"}
+    assert final_text(dead) == "No answer (llm_error: the model server: cannot connect (refused))."
     ok = {"termination": "answered", "prediction": "Stoker", "messages": []}
     assert final_text(ok) == "Stoker"
     event = {"type": "tool_call", "step": 0,
@@ -119,8 +122,10 @@ def test_final_text_and_progress_lines():
 
 
 def test_serve_says_when_its_model_server_is_down_and_logs_each_run(tmp_path):
-    """``serve --base-url`` with a dead model server warns at start and the page's config says
-    so; with a live one, the operator's console gets a line per run started and finished."""
+    """``serve --base-url`` with a dead model server warns the operator at start (with its
+    address) and tells visitors it is not answering, never where it is (config, a run's events
+    and result); with a live one, the page names the model the server reports and the
+    operator's console gets a line per run started and finished."""
     import os
     import time
 
@@ -133,18 +138,32 @@ def test_serve_says_when_its_model_server_is_down_and_logs_each_run(tmp_path):
     path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path, "DRVENUS_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("DRVENUS_SERVE_TOKEN", None)
-    dead = Served(tmp_path / "r1", env, "--base-url", "http://127.0.0.1:9/v1", "--model-name",
-                  "m")
+    address = "127.0.0.1:9"
+    dead = Served(tmp_path / "r1", env | {"DRVENUS_MAX_ATTEMPTS": "1"}, "--base-url",
+                  f"http://{address}/v1")
     try:
-        assert any("warning:" in line and "not answering" in line for line in dead.lines)
-        problem = httpx.get(dead.url + "/api/config", timeout=30).json()["problem"]
-        assert "not answering" in problem
+        warning = [line for line in dead.lines if "warning:" in line]
+        assert warning and "not answering" in warning[0] and address in warning[0]
+        config = httpx.get(dead.url + "/api/config", timeout=30).json()
+        assert config["problem"] == "the model server is not answering"
+        assert address not in json.dumps(config)
+        run_id = httpx.post(dead.url + "/api/runs", json={"question": "Who wrote Dracula?"},
+                            timeout=30).json()["id"]
+        events = httpx.get(f"{dead.url}/api/runs/{run_id}/events", timeout=60).text
+        result = httpx.get(f"{dead.url}/api/runs/{run_id}", timeout=30).json()["result"]
+        assert result["termination"] == "llm_error" and "the model server" in result["error"]
+        assert "llm_error" in events and address not in events + json.dumps(result)
+        assert address in (tmp_path / "r1" / f"{run_id}.jsonl").read_text()  # the operator's
     finally:
         dead.stop()
+    assert any(f"run {run_id} finished: llm_error" in line and address in line
+               for line in dead.lines)  # the operator's console says where
     with StubServer([ANSWER], default=ANSWER) as model:
-        live = Served(tmp_path / "r2", env, "--base-url", model.base_url, "--model-name", "m")
+        live = Served(tmp_path / "r2", env, "--base-url", model.base_url)
         try:
-            assert httpx.get(live.url + "/api/config", timeout=30).json()["problem"] is None
+            config = httpx.get(live.url + "/api/config", timeout=30).json()
+            assert config["problem"] is None
+            assert config["models"][0]["label"] == "stub-model"  # the name the server reports
             run_id = httpx.post(live.url + "/api/runs", json={"question": "Who wrote Dracula?"},
                                 timeout=30).json()["id"]
             deadline = time.monotonic() + 60

@@ -47,7 +47,7 @@ def test_every_route_but_health_needs_the_token(server):
         assert ok.status_code == 200
         page = c.get("/")  # the page without its token: a form to enter it
         assert page.status_code == 401 and "text/html" in page.headers["content-type"]
-        assert '<form method="get" action="/">' in page.text and 'name="token"' in page.text
+        assert '<form method="post" action="/">' in page.text and 'name="token"' in page.text
         assert "not the right one" not in page.text
         wrong_page = c.get("/?token=wrong")
         assert wrong_page.status_code == 401 and "not the right one" in wrong_page.text
@@ -67,6 +67,18 @@ def test_the_page_gets_a_cookie_from_the_token_link(server):
         assert events.status_code == 200 and '"prediction": "42"' in events.text
 
 
+def test_the_login_form_posts_the_token(server):
+    """The form sends the token in the body (never in the address bar, history or logs)."""
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        wrong = c.post("/", data={"token": "wrong"})
+        assert wrong.status_code == 401 and "not the right one" in wrong.text
+        r = c.post("/", data={"token": TOKEN})
+        assert r.status_code == 303 and r.headers["location"] == "/"
+        assert r.headers["set-cookie"].startswith(f"{COOKIE}=")
+        assert TOKEN not in r.headers["location"]
+        assert c.get("/").status_code == 200  # the client kept the cookie
+
+
 def test_openai_client_with_the_token_as_api_key(server):
     openai = pytest.importorskip("openai")
     good = openai.OpenAI(base_url=server.url + "/v1", api_key=TOKEN, max_retries=0)
@@ -75,8 +87,10 @@ def test_openai_client_with_the_token_as_api_key(server):
     )
     assert reply.choices[0].message.content == "42"
     bad = openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0)
-    with pytest.raises(openai.AuthenticationError):
+    with pytest.raises(openai.AuthenticationError) as refused:
         bad.models.list()
+    assert refused.value.code == "invalid_api_key"  # OpenAI's error JSON, not plain text
+    assert refused.value.body["message"] == "missing or wrong token"
 
 
 def test_mcp_client_with_the_token(server):
@@ -150,9 +164,16 @@ def test_mcp_over_stdio_with_the_sdk_client(tmp_path, models_dir):
             read = await mcp_client.call_tool(
                 "visit", {"url": DRACULA, "goal": "who wrote the novel"}
             )
-            return tools, found.content[0].text, read.content[0].text
+            page = await mcp_client.call_tool("fetch", {"id": DRACULA})
+            return tools, found.structured_content, read.content[0].text, page.structured_content
 
-    tools, found, read = asyncio.run(asyncio.wait_for(go(), 400))
-    assert tools == {"deep_research", "start_research", "research_status", "search", "visit"}
-    assert "https://en.wikipedia.org/wiki/" in found
+    tools, found, read, page = asyncio.run(asyncio.wait_for(go(), 400))
+    assert tools == {"deep_research", "start_research", "research_status", "search", "fetch",
+                     "visit"}
+    assert found["results"] and all(
+        r["id"] == r["url"] and r["url"].startswith("https://en.wikipedia.org/wiki/")
+        for r in found["results"])
     assert DRACULA in read and "Stoker" in read
+    # fetch: the whole page as visit reads it (the corpus's text), not a goal's extract
+    assert page["id"] == page["url"] == DRACULA and page["metadata"] == {"whole_page": True}
+    assert "Stoker" in page["text"] and page["title"]

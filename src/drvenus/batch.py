@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from drvenus.agent import FAILED_TERMINATIONS, ResearchAgent, ResultRecord
+from drvenus.agent import FAILED_TERMINATIONS, ResearchAgent, ResultRecord, TraceEvent
 from drvenus.jsonl import read_jsonl
 from drvenus.questions import Question, normalize_id
 
@@ -278,13 +278,15 @@ def _row(item: Question, record: ResultRecord) -> dict[str, Any]:
 
 
 OnDone = Callable[[Question, ResultRecord], None]
+OnEvent = Callable[[Question, TraceEvent], None]
 
 
 class BatchRun:
     """``workers`` tasks pull items from one queue, research each and append its row.
 
     While it runs (and after it was cancelled), :attr:`summary` counts what was saved and
-    :attr:`in_flight` holds the ids that were started but not saved.
+    :attr:`in_flight` holds the ids that were started but not saved. ``on_event`` gets every
+    trace event of every item as it happens (a live display); ``on_done`` each saved record.
     """
 
     def __init__(
@@ -295,8 +297,10 @@ class BatchRun:
         *,
         workers: int = 4,
         on_done: OnDone | None = None,
+        on_event: OnEvent | None = None,
     ) -> None:
         self.plan = todo if isinstance(todo, Plan) else Plan(list(todo))
+        self.on_event = on_event
         self.agent = agent
         self.output = output
         self.workers = max(1, workers)
@@ -333,9 +337,23 @@ class BatchRun:
             self._save(item, record)
             self.in_flight.discard(item.id)
 
+    def listener(self, item: Question) -> Callable[[TraceEvent], None] | None:
+        """The trace-event callback of ``item``'s run (None without ``on_event``)."""
+        on_event = self.on_event
+        if on_event is None:
+            return None
+
+        def forward(event: TraceEvent) -> None:
+            try:
+                on_event(item, event)
+            except Exception:  # a progress display must not end the run
+                log.exception("on_event callback failed for question %s", item.id)
+
+        return forward
+
     async def _research(self, item: Question) -> ResultRecord:
         try:
-            return await self.agent.run(item.question)
+            return await self.agent.run(item.question, self.listener(item))
         except Exception as exc:  # one item's failure is its row, not the batch's
             log.exception("question %s failed", item.id)
             return exception_record(item.question, exc)

@@ -128,7 +128,7 @@ _ANNOUNCED: set[str] = set()
 
 
 def protocol_note(settings: Settings, system_prompt_file: str | None = None) -> str | None:
-    """One line on the prompt a run uses, for a model other than the embedded one (whose
+    """One short line on the prompt a run uses, for a model other than the embedded one (whose
     training prompt is ours) when the user has not named a prompt file; None otherwise."""
     if system_prompt_file:
         return None
@@ -140,19 +140,20 @@ def protocol_note(settings: Settings, system_prompt_file: str | None = None) -> 
                 f"{RUN_DEMO} sha256 {texts.files[RUN_DEMO][:12]}) (--protocol dr-venus)")
     if is_embedded(settings):
         return None
-    return ("prompt: drvenus's own wording (--protocol drvenus); for DR-Venus's exact system "
-            "prompt and notices use --protocol dr-venus (its files: `drvenus reference pull`, "
-            "or DRVENUS_REFERENCE_DIR=<checkouts>)")
+    return ("prompt: drvenus's own wording; DR-Venus's exact one: --protocol dr-venus "
+            "(drvenus reference pull)")
 
 
 def announce_protocol(
     settings: Settings, system_prompt_file: str | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> None:
-    """Say :func:`protocol_note` once per process (through ``notify``, else the log)."""
+    """Say :func:`protocol_note` once per process: DR-Venus's texts (a choice the user made)
+    through ``notify``; our own wording, the default, only in the log (``-v``)."""
     note = protocol_note(settings, system_prompt_file)
     if note is not None:
-        _once(note, notify or log.info)
+        chosen = settings.protocol == "dr-venus" and notify is not None
+        _once(note, notify if chosen and notify is not None else log.info)
 
 
 def _once(message: str, say: Callable[[str], object]) -> None:

@@ -1,4 +1,5 @@
-"""Small text helpers shared across the package: one token estimate, one-line messages."""
+"""Small text helpers shared across the package: one token estimate, one-line messages, counts
+in words."""
 
 from __future__ import annotations
 
@@ -20,4 +21,9 @@ def one_line(text: object, limit: int = 200) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-__all__ = ["BYTES_PER_TOKEN", "estimate_tokens", "one_line"]
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 tool call``, ``2 tool calls``: the number with the noun in the right number."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+__all__ = ["BYTES_PER_TOKEN", "counted", "estimate_tokens", "one_line"]

@@ -10,9 +10,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from drvenus.cli.common import CliError, err, fail, known_errors, notice, out, with_options
+from drvenus.cli.common import (
+    CliError,
+    err,
+    fail,
+    known_errors,
+    notice,
+    out,
+    require_model_server,
+    with_options,
+)
 from drvenus.cli.options import AgentOptions
 
 if TYPE_CHECKING:
@@ -68,12 +76,16 @@ def ask(
 
     async def go():
         try:
+            if not as_json:  # --json: a dead server is the record's llm_error, as any failure
+                await require_model_server(stack.model)
             return await stack.agent.run(question, on_event)
         finally:
             await stack.aclose()
 
     try:
         record = asyncio.run(go())
+    except CliError as exc:
+        raise fail(exc) from None
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]: no answer (the trace, if any, is closed)")
         raise typer.Exit(130) from None
@@ -166,7 +178,7 @@ def _run_locked(
 ) -> int:
     """The batch on an output file this process holds the lock of; returns the exit code."""
     from drvenus.batch import BatchRun, plan
-    from drvenus.cli.console import summary_table
+    from drvenus.cli.console import BatchProgress, summary_table
 
     todo = plan(items, results.state)
     if results.torn_bytes:
@@ -189,19 +201,13 @@ def _run_locked(
     if todo.done or todo.retry:
         retry = f" ({todo.retry} failed before, retrying)" if todo.retry else ""
         out.print(f"Resuming: {todo.done} already done, {len(todo.todo)} to go{retry}.")
-    progress = Progress(
-        TextColumn("[bold]research"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[last]}"), console=err,
-    )
-    task = progress.add_task("run", total=len(todo.todo), last="")
-
-    def done(item, record) -> None:
-        progress.update(task, advance=1, last=f"[dim]{record.termination}[/]")
-
-    runner = BatchRun(stack.agent, todo, results, workers=workers, on_done=done)
+    progress = BatchProgress(err, len(todo.todo))
+    runner = BatchRun(stack.agent, todo, results, workers=workers, on_done=progress.done,
+                      on_event=progress.event)
 
     async def go():
         try:
+            await require_model_server(stack.model)
             with progress:
                 return await runner.run()
         finally:
@@ -209,6 +215,8 @@ def _run_locked(
 
     try:
         summary = asyncio.run(go())
+    except CliError as exc:
+        raise fail(exc) from None
     except KeyboardInterrupt:
         results.close()  # release the lock before anything else can go wrong
         err.print(

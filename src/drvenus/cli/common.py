@@ -90,6 +90,21 @@ def describe_validation_error(exc: ValidationError, names: Mapping[str, str]) ->
     return f"{where}: {msg}{shown}"
 
 
+async def require_model_server(model: object, timeout: float = 5.0) -> None:
+    """CliError at once when nothing answers at a model server's address (instead of a run's
+    retries); any other trouble (a slow server, no ``/models``) is left to the run to report."""
+    from drvenus.llm.base import LLMError
+
+    check = getattr(model, "check", None)
+    if check is None:  # a model in this process
+        return
+    try:
+        await check(timeout)
+    except LLMError as exc:
+        if exc.unreachable:
+            raise CliError(str(exc)) from None
+
+
 def notice(message: str) -> None:
     """One-line progress notes from setup (e.g. fetching the embedded model)."""
     err.print(f"[dim]{escape(message)}[/]")
@@ -299,5 +314,6 @@ def with_options(param: str, cls: type, *, layered: bool = False,
 
 __all__ = ["BAD_INPUT", "INTERRUPTED", "CliError", "HostOption", "PortOption", "build",
            "describe_validation_error", "err", "fail", "field_options", "known_errors",
-           "log_progress", "name_flags", "nest", "notice", "out", "setup_logging",
+           "log_progress", "name_flags", "nest", "notice", "out", "require_model_server",
+           "setup_logging",
            "warn_short_token", "with_options"]

@@ -1,17 +1,22 @@
-"""The terminal rendering of the CLI: a research run live (from the agent's trace events) and
-the summary of a batch."""
+"""The terminal rendering of the CLI: a research run live (from the agent's trace events), a
+batch live (its progress and a line per question in flight) and the summary of a batch."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.markdown import Markdown
 from rich.markup import escape
 from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from drvenus import protocol
 from drvenus.agent import TraceEvent
+from drvenus.text import counted
 
 
 def _short(text: str, n: int) -> str:
@@ -94,19 +99,108 @@ class LiveTrace:
         label = "Answer (forced)" if e.data.get("forced") else "Answer"
         if not e.data.get("answer"):
             return
-        self.console.print(Panel(escape(e.data["answer"] or ""), title=label, border_style="green"))
+        # a terminal: the model's Markdown rendered (a pipe gets the plain answer, see ask)
+        self.console.print(Panel(Markdown(e.data["answer"]), title=label, border_style="green"))
 
     def _on_finished(self, e: TraceEvent) -> None:
         r = e.data["record"]
         style = "green" if r["termination"].startswith("answered") else "red"
         self.console.print(
-            f"[{style}]{r['termination']}[/] · {r['tool_call_count']} tool calls · "
+            f"[{style}]{r['termination']}[/] · {counted(r['tool_call_count'], 'tool call')} · "
             f"{r['turns']} turns · {r['final_token_count']} tokens · {r['elapsed_seconds']:.1f}s"
         )
         if not r["termination"].startswith("answered"):
             if r.get("error"):
                 self.console.print(f"[red]reason:[/] {escape(r['error'])}")
             self.console.print(f"[dim]last output:[/] {escape(_short(r['prediction'], 300))}")
+
+
+def _pace(done: int, total: int, seconds: float) -> str:
+    """``2.5/min · eta 0:04:00`` from the mean pace so far (empty before the first result)."""
+    if done <= 0 or seconds <= 0:
+        return ""
+    per_second = done / seconds
+    if per_second >= 1:
+        rate = f"{per_second:.1f}/s"
+    elif per_second * 60 >= 1:
+        rate = f"{per_second * 60:.1f}/min"
+    else:
+        rate = f"{per_second * 3600:.1f}/h"
+    left = max(total - done, 0) / per_second
+    return f"{rate} · eta {int(left // 3600)}:{int(left % 3600 // 60):02d}:{int(left % 60):02d}"
+
+
+class BatchProgress:
+    """A batch live (``drvenus run``, ``drvenus eval``): the overall bar with the rate and an
+    ETA from the mean pace so far, and a line per question in flight: which one, its step and
+    what it does now (the query it searches, the page it reads). Feed it with :meth:`event`
+    (every trace event of an item) and :meth:`done` (each saved record); use it as a context
+    manager. ``label_of``: how a question is named on its line (e.g. its id only, for a
+    benchmark whose questions must not be shown)."""
+
+    def __init__(self, console: Console, total: int, label: str = "research", *,
+                 label_of: Any = None) -> None:
+        self.console = console
+        self.total = total
+        self.label_of = label_of or (lambda item: _short(item.question, 48))
+        self.overall = Progress(
+            TextColumn(f"[bold]{escape(label)}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("{task.fields[pace]}"),
+            TextColumn("{task.fields[last]}"), console=console,
+        )
+        self.task = self.overall.add_task(label, total=total, pace="", last="")
+        self.active: dict[str, tuple[str, int, str]] = {}  # id -> (label, step, doing)
+        self.finished = 0
+        self.started = time.monotonic()
+        self.live = Live(self, console=console, refresh_per_second=4)
+
+    def __enter__(self) -> BatchProgress:
+        self.started = time.monotonic()
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.active.clear()
+        self.live.__exit__(None, None, None)
+
+    def __rich__(self) -> RenderableType:
+        seconds = time.monotonic() - self.started
+        self.overall.update(self.task, pace=_pace(self.finished, self.total, seconds))
+        lines = Table.grid(padding=(0, 1))
+        lines.add_column(no_wrap=True, overflow="ellipsis", max_width=50)
+        lines.add_column(no_wrap=True)
+        lines.add_column(no_wrap=True, overflow="ellipsis")
+        for label, step, doing in list(self.active.values()):
+            lines.add_row("  " + escape(label), f"[cyan]step {step}[/]", escape(doing))
+        return Group(self.overall, lines) if self.active else self.overall
+
+    def event(self, item: Any, event: TraceEvent) -> None:
+        """One trace event of ``item``'s run."""
+        if event.type == "finished":
+            self.active.pop(item.id, None)
+            return
+        label, step, doing = self.active.get(item.id) or (self.label_of(item), 0, "starting")
+        if event.type == "step_started":
+            step, doing = event.step + 1, "thinking"
+        elif event.type == "tool_call":
+            args = event.data.get("arguments") or {}
+            if event.data.get("name") == protocol.SEARCH:
+                doing = "search: " + _short("; ".join(map(str, args.get("query") or [])), 80)
+            else:
+                doing = "visit: " + _short(", ".join(map(str, args.get("url") or [])), 80)
+        elif event.type == "error":
+            doing = f"retrying ({event.data.get('kind', 'error')})"
+        elif event.type == "limit_notice":
+            doing = "answering (limit reached)"
+        elif event.type == "answer":
+            doing = "answered"
+        self.active[item.id] = (label, step, doing)
+
+    def done(self, item: Any, record: Any) -> None:
+        """``item`` finished and saved with ``record``."""
+        self.active.pop(item.id, None)
+        self.finished += 1
+        self.overall.update(self.task, advance=1, last=f"[dim]{record.termination}[/]")
 
 
 def summary_table(terminations: dict[str, int], elapsed: list[float], skipped: int) -> Table:

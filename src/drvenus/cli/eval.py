@@ -25,7 +25,17 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from drvenus.cli.common import CliError, err, fail, known_errors, notice, out, with_options
+from drvenus.cli.common import (
+    CliError,
+    err,
+    fail,
+    known_errors,
+    notice,
+    out,
+    require_model_server,
+    with_options,
+)
+from drvenus.cli.console import BatchProgress
 from drvenus.cli.options import AgentOptions
 from drvenus.eval.benchmarks import BENCHMARKS
 
@@ -209,21 +219,23 @@ def _run_locked(
     texts = stack.agent.config.texts
     save_manifest(setup, model=stack.model.name, model_spec=_model_spec(agent),
                   endpoints=1 + len(endpoints), protocol=f"{texts.name} ({texts.source})")
-    progress = _progress("research")
-    task = progress.add_task("run", total=len(todo.todo), last="")
-
-    def done(item, record) -> None:
-        progress.update(task, advance=1, last=f"[dim]{record.termination}[/]")
+    # a benchmark's questions may be encrypted (kept out of files): the lines show ids only
+    progress = BatchProgress(err, len(todo.todo), label_of=lambda item: item.id)
 
     async def go():
         try:
+            for extra in agents:
+                await require_model_server(extra.model)
             with progress:
                 return await run_pairs(setup, agents, todo, results, workers=workers,
-                                       on_done=done)
+                                       on_done=progress.done, on_event=progress.event)
         finally:
             await _close(stack, agents[1:])
 
-    summary = asyncio.run(go())
+    try:
+        summary = asyncio.run(go())
+    except CliError as exc:
+        raise fail(exc) from None
     if summary.failed:
         err.print(f"[bold red]{summary.failed} pair(s) failed[/] (llm_error/tool_error/exception); "
                   "rerun the same command to retry them")

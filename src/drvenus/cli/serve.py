@@ -128,7 +128,7 @@ def mcp(
     *,
     agent: AgentOptions,
 ) -> None:
-    """Serve the MCP tools (deep_research, search, visit) over stdio, for MCP clients."""
+    """Serve the MCP tools (deep_research, research_status, search, fetch, visit) over stdio."""
     from drvenus.serve.mcp_server import require_mcp, serve_stdio
     from drvenus.serve.runs import RunRegistry
 

@@ -22,6 +22,7 @@ from drvenus.agent import ResearchAgent, ResultRecord
 from drvenus.batch import (
     BatchRun,
     BatchSummary,
+    OnEvent,
     Plan,
     ResultsFile,
     exception_record,
@@ -147,7 +148,7 @@ class EvalBatchRun(BatchRun):
         agent = self.agents[self._turn % len(self.agents)]
         self._turn += 1
         try:
-            record = await agent.run(item.question)
+            record = await agent.run(item.question, self.listener(item))
         except Exception as exc:  # one pair's failure is its row, not the evaluation's
             log.exception("pair %s failed", item.id)
             record = exception_record(item.question, exc)
@@ -176,13 +177,14 @@ async def run_pairs(
     *,
     workers: int = 4,
     on_done: Callable[[Question, ResultRecord], None] | None = None,
+    on_event: OnEvent | None = None,
 ) -> BatchSummary:
     """Research the pending pairs concurrently (spread over ``agents`` round-robin), appending
-    each row to ``results``."""
+    each row to ``results`` (``on_done``, ``on_event``: as :class:`BatchRun`'s)."""
     if isinstance(agents, ResearchAgent):
         agents = [agents]
     runner = EvalBatchRun(agents, todo, results, workers=workers, on_done=on_done,
-                          redact=setup.spec.encrypted)
+                          on_event=on_event, redact=setup.spec.encrypted)
     return await runner.run()
 
 

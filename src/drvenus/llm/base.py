@@ -21,7 +21,8 @@ class LLMError(TransientError):
     ``retryable``: a transient failure (connection, timeout, HTTP 429/5xx) worth another try
     under :mod:`drvenus.net.retry`. ``retry_after``: the server's requested wait, in seconds.
     ``context_overflow``: the prompt no longer fits the model's window; the agent then ends the
-    run with a forced answer instead of failing.
+    run with a forced answer instead of failing. ``unreachable``: nothing answered at the
+    server's address (connection refused, no such host): a command may stop at once.
     """
 
     def __init__(
@@ -31,10 +32,12 @@ class LLMError(TransientError):
         retryable: bool = False,
         retry_after: float | None = None,
         context_overflow: bool = False,
+        unreachable: bool = False,
     ) -> None:
         # the server may echo the key it refused: the text never carries a known secret
         super().__init__(redact(message), retryable=retryable, retry_after=retry_after)
         self.context_overflow = context_overflow
+        self.unreachable = unreachable
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -125,6 +126,17 @@ class Transport(Protocol):
     async def aclose(self) -> None: ...
 
 
+SERVER_AT = "model server at "  # how this module's errors name the server: then its address
+_ADDRESS = re.compile(re.escape(SERVER_AT) + r"\S+?(?=: |[;,)]?\s|[;,)]?$)")
+_RUNNING_HINT = re.compile(r"; is the server running at \S+\?")
+
+
+def without_address(text: str) -> str:
+    """``text`` (an error of this module, e.g. in a run's record) with the model server's
+    address left out: for people who should not learn it (a web demo's visitors)."""
+    return _ADDRESS.sub("the model server", _RUNNING_HINT.sub("", text))
+
+
 class HttpTransport:
     """Requests to a server's ``/v1`` over HTTP (httpx), one client per event loop."""
 
@@ -137,7 +149,7 @@ class HttpTransport:
         connect_timeout: float = 10.0,
     ) -> None:
         self.base_url = normalize_base_url(base_url)
-        self.where = f"model server at {redact_url(self.base_url)}"
+        self.where = SERVER_AT + redact_url(self.base_url)
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self._headers = {"Content-Type": "application/json"}
@@ -171,7 +183,9 @@ class HttpTransport:
                            retryable=True) from None
         except httpx.ConnectError as exc:
             reason = one_line(exc) or "connection refused"
-            raise LLMError(f"{self.where}: cannot connect ({reason})", retryable=True) from None
+            raise LLMError(f"{self.where}: cannot connect ({reason}); is the server running at "
+                           f"{redact_url(self.base_url)}?", retryable=True, unreachable=True
+                           ) from None
         except httpx.TimeoutException as exc:
             kind = type(exc).__name__.replace("Timeout", " timeout").strip().lower()
             raise LLMError(f"{self.where}: {kind} after {seconds:g}s", retryable=True) from None
@@ -297,7 +311,8 @@ class OpenAICompatModel:
         try:
             data = await self.transport.request("GET", "/models", None, timeout)
         except LLMError as exc:
-            raise LLMError(f"the model server is not answering: {exc}") from None
+            raise LLMError(f"the model server is not answering: {exc}",
+                           unreachable=exc.unreachable) from None
         models = data.get("data") if isinstance(data, Mapping) else None
         if not isinstance(models, list) or not models:
             raise LLMError(f"{self.transport.where}: /models lists no model")
@@ -444,4 +459,5 @@ __all__ = [
     "grammar_fields",
     "normalize_base_url",
     "status_error",
+    "without_address",
 ]

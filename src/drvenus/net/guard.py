@@ -3,9 +3,10 @@ front of every route (HTTP and websocket requests alike).
 
 - With a token, every route but the open ones (``/health``) needs it: ``Authorization: Bearer
   <token>`` (API clients, MCP, :class:`~drvenus.tools.remote.RemoteToolbox`). With
-  ``browser_login`` also the ``drvenus_token`` cookie (the browser): opening ``/?token=<token>``
-  sets that cookie (HttpOnly, SameSite=Lax) and redirects to ``/`` so the token leaves the
-  address bar; ``/`` without it is a page asking for the token. ``/mcp`` refuses with 403 and
+  ``browser_login`` also the ``drvenus_token`` cookie (the browser): ``/`` without it is a page
+  asking for the token, whose form POSTs it (so it stays out of the address bar, the history
+  and access logs); that, or opening ``/?token=<token>``, sets the cookie (HttpOnly,
+  SameSite=Lax) and redirects to ``/``. ``/mcp`` refuses with 403 and
   the reason (a 401 challenge sends MCP clients into OAuth). Comparisons take constant time.
 - Without a token (loopback only, see :func:`drvenus.net.server.check_bind`), the ``Host``
   header must name a loopback host (421 otherwise), so a web page on another site cannot reach
@@ -87,6 +88,14 @@ class Guard:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
+        if (self.browser_login and self.token and path == "/" and scope["type"] == "http"
+                and scope.get("method") == "POST"):  # the login form
+            given = await _posted_token(receive)
+            if hmac.compare_digest(given.encode(), self.token.encode()):
+                await _set_cookie_redirect(send, self.token)
+            else:
+                await _login_page(send, wrong=True)
+            return
         problem = self.problem(scope)
         if problem is not None and scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})  # policy violation
@@ -162,9 +171,25 @@ input,button{{font:inherit;padding:.4rem .6rem}}input{{width:100%;box-sizing:bor
 p.bad{{color:#c92a2a}}</style></head><body><h1>drvenus</h1>
 <p>This server needs its token (the one it was started with: <code>--token</code> or
 <code>DRVENUS_SERVE_TOKEN</code>).</p>{wrong}
-<form method="get" action="/"><label for="t">Token</label>
+<form method="post" action="/"><label for="t">Token</label>
 <input id="t" name="token" type="password" autocomplete="current-password" required autofocus>
 <p><button type="submit">Open</button></p></form></body></html>"""
+
+
+MAX_LOGIN_BYTES = 4096
+
+
+async def _posted_token(receive: Any) -> str:
+    """The ``token`` field of the login form's urlencoded body ("" when absent or too long)."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if len(body) > MAX_LOGIN_BYTES:
+            return ""
+        if not message.get("more_body"):
+            break
+    return (parse_qs(body.decode("latin-1")).get("token") or [""])[0]
 
 
 async def _login_page(send: Any, *, wrong: bool) -> None:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+UNNAMED_MODEL = "the configured model server"  # a model named by its server's address alone
 STEP_CAP = 200  # the most steps a request may ask for: DR-Venus's 200 tool calls (the time
 # limit still bounds a run); never below a preset's own step limit
 
@@ -72,13 +73,19 @@ class AgentPool:
         """What a client may choose (for the settings panel and ``/v1/models``)."""
         default = next(iter(self.models.values())).config or AgentConfig()
         return {
-            "models": [{"id": k, "label": p.label, "about": p.about,
+            "models": [{"id": k, "label": self._label(k, p), "about": p.about,
                         "max_steps": (p.config or AgentConfig()).max_steps}
                        for k, p in self.models.items()],
             "tools": [{"id": k, "label": p.label} for k, p in self.tools.items()],
             "max_steps": default.max_steps,
             "step_cap": self.step_cap,
         }
+
+    def _label(self, key: str, preset: Preset) -> str:
+        """The preset's label, or the name its server reported once it was asked (a model
+        configured by its server's address alone)."""
+        name = getattr(self._built.get(("model", key)), "model", None)
+        return str(name) if preset.label == UNNAMED_MODEL and name else preset.label
 
     def check(self, choice: Choice) -> Choice:
         """The choice with defaults filled in; ValueError for an unknown preset or step limit."""
@@ -112,6 +119,9 @@ class AgentPool:
             await check(timeout)
         except LLMError as exc:
             return str(exc)
+        learn = getattr(built, "context_window", None)  # asks the server its model's name
+        if learn is not None:
+            await learn()
         return None
 
     async def _get(self, kind: str, key: str) -> Any:
@@ -165,7 +175,7 @@ def model_label(settings: Settings) -> str:
         return f"embedded SmolLM2-135M{adapter} (offline)"
     if settings.model_path is not None:
         return settings.model_path.name + adapter
-    return settings.model_name or "the configured model server"
+    return settings.model_name or UNNAMED_MODEL
 
 
 EMBEDDED_ABOUT = (

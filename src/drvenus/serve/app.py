@@ -44,6 +44,7 @@ STATIC_DIR = Path(__file__).parent / "static"
 MAX_REPLAY_BYTES = 32 << 20
 JSON_ONLY_PREFIXES = ("/api/", "/v1/")  # POSTs there must be JSON (MCP checks its own)
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+MODEL_DOWN = "the model server is not answering"
 
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
@@ -124,10 +125,12 @@ def _api_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> 
     from fastapi.responses import StreamingResponse
 
     async def config(request: Request) -> Response:
+        problem = await registry.pool.problem()  # first: it learns a server's model name
         options = registry.pool.options()
+        # the operator's console has the details (the address); visitors get the fact
         options.update(version=__version__, max_running=registry.max_running,
                        max_question_chars=MAX_QUESTION_CHARS,
-                       problem=await registry.pool.problem())
+                       problem=MODEL_DOWN if problem else None)
         return _json(200, options)
 
     async def create(request: Request) -> Response:
@@ -191,14 +194,20 @@ def _openai_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) 
     async def models(request: Request) -> Response:
         return _json(200, oa.models_list(registry.pool))
 
+    async def model(request: Request) -> Response:
+        try:
+            return _json(200, oa.model_info(request.path_params["model"], registry.pool))
+        except oa.ApiError as exc:
+            return _json(exc.status, exc.body())
+
     async def chat(request: Request) -> Response:
         try:
             body = await read_json_body(request, limits["body"])
             run = oa.start_run(body, registry)
         except Reject as exc:
             return _json(exc.status, oa.error_body(str(exc.body.get("error", ""))))
-        except oa.BadRequest as exc:
-            return _json(400, oa.error_body(str(exc)))
+        except oa.ApiError as exc:
+            return _json(exc.status, exc.body())
         except Busy as exc:
             return _json(429, oa.error_body(f"busy: {exc}", "rate_limit_error"),
                          {"Retry-After": "5"})
@@ -211,6 +220,7 @@ def _openai_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) 
         return _json(200, await oa.complete(run, model))
 
     app.add_route("/v1/models", models, methods=["GET"])
+    app.add_route("/v1/models/{model:path}", model, methods=["GET"])
     app.add_route("/v1/chat/completions", chat, methods=["POST"])
 
 
@@ -241,14 +251,15 @@ def _page_routes(app: FastAPI) -> None:
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
 
-def _mcp_route(app: FastAPI, registry: RunRegistry, max_body: int) -> Any:
+def _mcp_route(app: FastAPI, registry: RunRegistry, max_body: int, quick_answer: float | None
+               ) -> Any:
     """Mount MCP's Streamable HTTP endpoint at /mcp; returns its session manager."""
     from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from drvenus.serve.mcp_server import build_mcp
+    from drvenus.serve.mcp_server import QUICK_ANSWER_SECONDS, build_mcp
 
-    server = build_mcp(registry)
+    server = build_mcp(registry, quick_answer_seconds=quick_answer or QUICK_ANSWER_SECONDS)
     # the Guard checks the Host header and the token in front of every route, /mcp included
     server.streamable_http_app(
         streamable_http_path="/mcp",
@@ -267,10 +278,12 @@ def create_app(
     mcp: bool = True,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_replay_bytes: int = MAX_REPLAY_BYTES,
+    mcp_quick_answer_seconds: float | None = None,
 ) -> FastAPI:
     """The server app over ``registry`` (see the module doc). Its lifespan runs the MCP
     session manager and, at shutdown, stops the runs and closes the agents' models and tools.
-    ``mcp`` False leaves ``/mcp`` out (no ``mcp`` package needed)."""
+    ``mcp`` False leaves ``/mcp`` out (no ``mcp`` package needed);
+    ``mcp_quick_answer_seconds``: see :func:`drvenus.serve.mcp_server.build_mcp`."""
     require_serve_extra()
     from fastapi import FastAPI
 
@@ -295,7 +308,7 @@ def create_app(
     _api_routes(app, registry, limits)
     _openai_routes(app, registry, limits)
     if mcp:
-        holder["mcp"] = _mcp_route(app, registry, max_body_bytes)
+        holder["mcp"] = _mcp_route(app, registry, max_body_bytes, mcp_quick_answer_seconds)
 
     @app.exception_handler(Reject)
     async def rejected(request: Request, exc: Reject) -> Response:
@@ -310,6 +323,9 @@ def create_app(
     app.state.registry = registry
     app.add_middleware(Guard, token=token, json_prefixes=JSON_ONLY_PREFIXES, browser_login=True,
                        open_paths=OPEN_PATHS | {"/favicon.ico"})
+    from drvenus.serve.openai_api import OpenAIErrors
+
+    app.add_middleware(OpenAIErrors)  # outside the guard: its refusals under /v1 too
     return app
 
 

@@ -1,13 +1,20 @@
 """The MCP face (official ``mcp`` SDK): tools ``deep_research``, ``start_research``,
-``research_status``, ``search`` and ``visit``.
+``research_status``, ``search``, ``fetch`` and ``visit``.
 
 Served over Streamable HTTP at ``/mcp`` by ``drvenus serve`` and over stdio by ``drvenus mcp``.
-``deep_research`` runs through the run registry (the same run limit, a stored trace) and sends
-a progress notification per step (and a heartbeat), for clients that reset their timeout on
-progress; ``start_research`` + ``research_status`` (long-polling) serve clients with a fixed
-request timeout, so research of many minutes completes. Failures are tool errors (isError).
-``search`` and ``visit`` call the default tools preset directly and answer exactly what the
-agent would read inside ``<tool_response>``.
+``deep_research`` runs through the run registry (the same run limit, a stored trace). A client
+that sent a progress token gets a notification per event (and a heartbeat), progress counting
+up, and the answer at the end, however long the run takes; one that sent none (the MCP
+Inspector CLI, many desktop clients: a fixed request timeout, often 60 s) gets the answer if
+the run ends within :data:`QUICK_ANSWER_SECONDS`, else the run id and how to follow it with
+``research_status``. ``start_research`` + ``research_status`` (long-polling) do the same
+explicitly. Failures are tool errors (isError).
+
+``search(query)`` and ``fetch(id)`` follow the connector contract of ChatGPT's deep research
+and company knowledge (structured ``{"results": [{"id", "title", "url"}]}``, and ``{"id",
+"title", "text", "url", "metadata"}`` for the URL ``id``: the page as ``visit`` reads it, before
+extraction); ``visit(url, goal)`` answers exactly what the agent reads inside
+``<tool_response>``. All tools use the default tools preset.
 """
 
 from __future__ import annotations
@@ -15,14 +22,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
+from drvenus import protocol
 from drvenus.protocol import ToolCallError, normalize_tool_call
 from drvenus.serve.runs import Busy, Run, RunRegistry
 from drvenus.serve.view import final_text, progress_line
-from drvenus.text import one_line
+from drvenus.text import counted, one_line
 
 if TYPE_CHECKING:
     from mcp.server import MCPServer
@@ -35,12 +44,15 @@ except ImportError:  # no serve extra: build_mcp says what to install
 log = logging.getLogger(__name__)
 
 MCP_EXTRA_HINT = "the MCP server needs the mcp package: pip install 'drvenus[serve]'"
+QUICK_ANSWER_SECONDS = 45.0  # deep_research without a progress token answers by then
+FETCH_GOAL = "The main content of the page."  # fetch through a toolbox that only has visit
 INSTRUCTIONS = (
     "drvenus is a deep research agent. deep_research(question) searches, reads pages and "
-    "answers with the sources it read (it can take minutes). For long research, "
+    "answers with the sources it read (it can take minutes; without progress notifications it "
+    "answers within a minute with a run_id to follow with research_status). "
     "start_research(question) returns a run_id at once and research_status(run_id) reports "
-    "progress, then the answer. search(query) and visit(url, goal) are its two tools, for "
-    "doing the research yourself."
+    "progress, then the answer. search(query) lists pages, fetch(id) reads one whole, and "
+    "visit(url, goal) extracts what a page says about a goal, for doing the research yourself."
 )
 
 
@@ -51,7 +63,38 @@ def require_mcp() -> None:
         raise ImportError(MCP_EXTRA_HINT) from exc
 
 
-async def _call_tool(registry: RunRegistry, name: str, arguments: dict[str, Any]) -> str:
+class RunStatus(BaseModel):
+    """A run as start_research and research_status report it."""
+
+    run_id: str = Field(description="Pass it to research_status.")
+    status: str = Field(description="queued, running, done or lost.")
+    steps: int = Field(description="Steps (model turns) so far.")
+    last: str = Field(description="The latest thing the run did, in one line.")
+    answer: str | None = Field(
+        default=None, description="Once done: the answer and the pages it read.")
+
+
+class SearchResult(BaseModel):
+    id: str = Field(description="The page's URL: pass it to fetch.")
+    title: str
+    url: str
+    snippet: str = Field(default="", description="What the search engine shows of the page.")
+
+
+class SearchResults(BaseModel):
+    results: list[SearchResult]
+
+
+class FetchedPage(BaseModel):
+    id: str
+    title: str
+    text: str = Field(description="The page's readable text (cut to the page budget).")
+    url: str
+    metadata: dict[str, Any] | None = None
+
+
+async def _tool_text(registry: RunRegistry, name: str, arguments: dict[str, Any]) -> str:
+    """What the agent's tool ``name`` answers (the body inside ``<tool_response>``)."""
     from mcp.server.mcpserver.exceptions import ToolError
 
     try:
@@ -60,6 +103,46 @@ async def _call_tool(registry: RunRegistry, name: str, arguments: dict[str, Any]
         raise ToolError(str(exc)) from None
     toolbox = await registry.pool.toolbox()
     return await toolbox.call(call)
+
+
+async def _search(registry: RunRegistry, query: str) -> SearchResults:
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    body = await _tool_text(registry, protocol.SEARCH, {"query": [query]})
+    entries = protocol.parse_search_body(body)
+    if entries is None:  # the tool's error text
+        raise ToolError(one_line(body, 500))
+    hits = [hit for entry in entries for hit in entry["web_page_info_list"]]
+    return SearchResults(results=[
+        SearchResult(id=str(h.get("url", "")), title=str(h.get("title") or h.get("url", "")),
+                     url=str(h.get("url", "")), snippet=str(h.get("snippet") or ""))
+        for h in hits if h.get("url")
+    ])
+
+
+async def _fetch(registry: RunRegistry, url: str) -> FetchedPage:
+    """The page at ``url`` as visit reads it before extracting (a local toolbox's visit); a
+    toolbox without that (a tool server) answers with a visit for the page's main content."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    url = url.strip()
+    toolbox = await registry.pool.toolbox()
+    tools = getattr(toolbox, "tools", None)
+    visit = tools.get(protocol.VISIT) if isinstance(tools, dict) else None
+    read_text = getattr(visit, "read_text", None)
+    if read_text is not None:
+        page = await read_text(url)
+        if page is None:
+            raise ToolError(f"could not read {url}")
+        return FetchedPage(id=url, title=page.title or url, text=page.text, url=url,
+                           metadata={"whole_page": True})
+    body = await _tool_text(registry, protocol.VISIT, {"url": [url], "goal": FETCH_GOAL})
+    frames = protocol.parse_visit_body(body) or []
+    read = [f for f in frames if not protocol.is_visit_failure(f["summary"])]
+    if not read:
+        raise ToolError(f"could not read {url}")
+    text = "\n\n".join(part for f in read for part in (f["evidence"], f["summary"]) if part)
+    return FetchedPage(id=url, title=url, text=text, url=url, metadata={"whole_page": False})
 
 
 def _start(registry: RunRegistry, question: str) -> Run:
@@ -71,20 +154,41 @@ def _start(registry: RunRegistry, question: str) -> Run:
         raise ToolError(str(exc)) from None
 
 
-def _status(run: Run) -> dict[str, Any]:
-    """A run as ``research_status`` reports it: progress while it runs, the answer at the end."""
+def _last_line(run: Run) -> str:
     lines = [line for e in run.events if (line := progress_line(e))]
-    status: dict[str, Any] = {
-        "run_id": run.id, "status": run.status, "steps": _steps(run),
-        "last": one_line(lines[-1], 300) if lines else "queued",
-    }
-    if run.finished:
-        status["answer"] = final_text(run.record or {})
-    return status
+    return one_line(lines[-1], 300) if lines else "queued"
+
+
+def _status(run: Run) -> RunStatus:
+    """A run as ``research_status`` reports it: progress while it runs, the answer at the end."""
+    answer = final_text(run.record or {}) if run.finished else None
+    return RunStatus(run_id=run.id, status=run.status, steps=_steps(run), last=_last_line(run),
+                     answer=answer)
 
 
 def _steps(run: Run) -> int:
     return sum(1 for e in run.events if e.get("type") == "step_started")
+
+
+def still_running(run: Run, waited: float) -> str:
+    """deep_research's reply when the run outlasts a client without progress notifications."""
+    return (
+        f"Still researching after {waited:.0f} s (run_id {run.id}, status {run.status}, "
+        f"{counted(_steps(run), 'step')} so far; latest: {_last_line(run)}).\n"
+        f'Call research_status with run_id "{run.id}" (and wait_seconds up to 50) until its '
+        "status is done: it then holds the answer with its sources."
+    )
+
+
+def _progress_token(ctx: Any) -> Any:
+    """The progress token the client sent with this call, or None."""
+    try:
+        meta = ctx.request_context.meta
+    except (AttributeError, ValueError):  # no request context (called directly)
+        return None
+    if not meta:
+        return None
+    return meta.get("progress_token", meta.get("progressToken"))
 
 
 def argument_problem(tool: str, exc: ValidationError) -> str:
@@ -101,16 +205,20 @@ def argument_problem(tool: str, exc: ValidationError) -> str:
 
 
 QUESTION = Field(description="The question to research, in natural language.")
-RUN_ID = Field(description="The run_id that start_research returned.")
+RUN_ID = Field(description="The run_id that start_research (or deep_research) returned.")
 WAIT = Field(ge=0, le=50, description="Seconds to wait for the run to end before "
              "answering with its progress (keep it under the client's request timeout).")
 
 
-def build_mcp(registry: RunRegistry) -> MCPServer:
-    """An MCP server whose tools run on ``registry`` (and its agent pool)."""
+def build_mcp(registry: RunRegistry, *, quick_answer_seconds: float = QUICK_ANSWER_SECONDS
+              ) -> MCPServer:
+    """An MCP server whose tools run on ``registry`` (and its agent pool);
+    ``quick_answer_seconds``: how long ``deep_research`` waits for the answer when the client
+    sent no progress token."""
     require_mcp()
     from mcp.server import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.types import ToolAnnotations
 
     from drvenus import __version__
 
@@ -127,30 +235,51 @@ def build_mcp(registry: RunRegistry) -> MCPServer:
     server = _Server("drvenus", version=__version__, instructions=INSTRUCTIONS,
                      log_level="WARNING")
 
-    @server.tool()
+    def tool(title: str, *, read_only: bool = True, open_world: bool = True,
+             structured: bool = True) -> Callable[[Any], Any]:
+        """Register a tool: its docstring, on one line, as the description; its hints."""
+        hints = ToolAnnotations(title=title, read_only_hint=read_only, destructive_hint=False,
+                                open_world_hint=open_world)
+
+        def register(fn: Any) -> Any:
+            return server.tool(title=title, description=" ".join((fn.__doc__ or "").split()),
+                               annotations=hints, structured_output=structured)(fn)
+        return register
+
+    @tool("Deep research", structured=False)
     async def deep_research(question: Annotated[str, QUESTION], ctx: Context) -> str:
         """Research a question on the web (or the offline corpus) and answer it, listing the
-        pages read. Takes from seconds to minutes and reports progress as it goes; a client
-        whose requests time out sooner should use start_research and research_status."""
+        pages read. Takes from seconds to minutes. With a progress token, it reports progress
+        as it goes and answers at the end; without one it answers within a minute: the answer
+        if the run is over by then, else the run_id to follow with research_status."""
         run = _start(registry, question)
-        async for item in run.follow():  # a progress notification per step, and a heartbeat
+        if _progress_token(ctx) is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(run.wait(), quick_answer_seconds)
+            if not run.finished:
+                return still_running(run, quick_answer_seconds)
+            return final_text(run.record or {})
+        sent = 0  # the progress value: one more per notification, as the spec requires
+        async for item in run.follow():
             line = progress_line(item[1]) if item is not None else "still working"
             if line:
-                await ctx.report_progress(_steps(run), None, one_line(line, 300))
+                sent += 1
+                await ctx.report_progress(sent, None, one_line(f"step {_steps(run)}: {line}", 300))
         return final_text(run.record or {})
 
-    @server.tool()
-    async def start_research(question: Annotated[str, QUESTION]) -> dict[str, Any]:
+    @tool("Start research", read_only=False)
+    async def start_research(question: Annotated[str, QUESTION]) -> RunStatus:
         """Start researching a question and return at once with its run_id; follow it with
         research_status (for long research with clients whose requests time out)."""
         return _status(_start(registry, question))
 
-    @server.tool()
+    @tool("Research status", open_world=False)
     async def research_status(
         run_id: Annotated[str, RUN_ID], wait_seconds: Annotated[float, WAIT] = 20.0
-    ) -> dict[str, Any]:
-        """The progress of a run started by start_research: status, steps, the latest step;
-        once it is done, the answer with its sources. Waits up to wait_seconds for the end."""
+    ) -> RunStatus:
+        """The progress of a run started by start_research or deep_research: status, steps,
+        the latest step; once it is done, the answer with its sources. Waits up to
+        wait_seconds for the end."""
         run = registry.get(run_id)
         if run is None:
             raise ToolError(f"no run {run_id!r} (unknown, or forgotten since)")
@@ -159,20 +288,30 @@ def build_mcp(registry: RunRegistry) -> MCPServer:
                 await asyncio.wait_for(run.wait(), wait_seconds)
         return _status(run)
 
-    @server.tool()
+    @tool("Search")
     async def search(
         query: Annotated[str, Field(description="What to search for.")],
-    ) -> str:
-        """Search for a query; returns JSON: the results (title, url, snippet) per query."""
-        return await _call_tool(registry, "search", {"query": [query]})
+    ) -> SearchResults:
+        """Search the web (or the offline corpus) for a query: the pages found, each with its
+        URL as id (pass it to fetch), title and snippet."""
+        return await _search(registry, query)
 
-    @server.tool()
+    @tool("Fetch")
+    async def fetch(
+        id: Annotated[str, Field(description="The URL of the page: an id from search.")],
+    ) -> FetchedPage:
+        """Read a whole page by its id (its URL, as search returns it): the title and the
+        readable text."""
+        return await _fetch(registry, id)
+
+    @tool("Visit", structured=False)
     async def visit(
         url: Annotated[str, Field(description="The http(s) URL of the page to read.")],
         goal: Annotated[str, Field(description="What to look for on the page.")],
     ) -> str:
-        """Read a web page and extract the evidence and a summary for a goal."""
-        return await _call_tool(registry, "visit", {"url": [url], "goal": goal})
+        """Read a web page and extract the evidence and a summary for a goal: exactly what
+        the research agent reads."""
+        return await _tool_text(registry, protocol.VISIT, {"url": [url], "goal": goal})
 
     return server
 

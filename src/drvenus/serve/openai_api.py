@@ -4,14 +4,18 @@ A chat completion researches the conversation's last user message with the run r
 counts against the same run limit and its trace is kept). The final message's ``content`` is the
 answer followed by the visited sources; the progress (steps, searches, pages read) is the
 message's ``reasoning_content``, streamed as ``reasoning_content`` deltas when ``stream`` is on,
-which chat UIs such as Open WebUI show as the model's thinking. ``model`` may name a model
-preset (``drvenus`` or ``drvenus:<preset>``); anything else means the default.
+which chat UIs such as Open WebUI show as the model's thinking. ``model`` names ``drvenus`` (the
+default preset) or ``drvenus:<preset>`` (``GET /v1/models`` lists them; a request without one
+gets the default); any other name is 404 ``model_not_found``, as OpenAI answers. A request
+asking for what a research run cannot give (``n`` > 1, ``tools``) is 400. Every error under
+``/v1``, the access guard's included, is OpenAI's error JSON (:class:`OpenAIErrors`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
+from http import HTTPStatus
 from typing import Any
 
 from drvenus.serve.agents import AgentPool, Choice
@@ -21,20 +25,50 @@ from drvenus.serve.view import final_text, progress_line
 MODEL_ID = "drvenus"
 
 
-class BadRequest(ValueError):
-    """A request the endpoint cannot serve (answered 400 in OpenAI's error shape)."""
+PREFIX = "/v1/"
 
 
-def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+class ApiError(ValueError):
+    """A request the endpoint cannot serve, answered with ``status`` (400 by default) in
+    OpenAI's error shape."""
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.param, self.code = status, param, code
+
+    def body(self) -> dict[str, Any]:
+        return error_body(str(self), param=self.param, code=self.code)
+
+
+def error_body(message: str, kind: str = "invalid_request_error", *, param: str | None = None,
+               code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def model_ids(pool: AgentPool) -> list[str]:
+    return [MODEL_ID] + [f"{MODEL_ID}:{key}" for key in pool.models]
+
+
+def _model_object(model_id: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "drvenus"}
 
 
 def models_list(pool: AgentPool) -> dict[str, Any]:
-    ids = [MODEL_ID] + [f"{MODEL_ID}:{key}" for key in pool.models]
-    return {
-        "object": "list",
-        "data": [{"id": i, "object": "model", "created": 0, "owned_by": "drvenus"} for i in ids],
-    }
+    return {"object": "list", "data": [_model_object(i) for i in model_ids(pool)]}
+
+
+def _unknown_model(model: str) -> ApiError:
+    return ApiError(f"The model '{model}' does not exist; this server offers "
+                      "drvenus and drvenus:<preset> (GET /v1/models)",
+                      status=404, param="model", code="model_not_found")
+
+
+def model_info(model: str, pool: AgentPool) -> dict[str, Any]:
+    """``GET /v1/models/{model}``: the model object; ApiError 404 for an unknown one."""
+    if model not in model_ids(pool):
+        raise _unknown_model(model)
+    return _model_object(model)
 
 
 def _text_of(content: Any) -> str:
@@ -51,32 +85,49 @@ def _text_of(content: Any) -> str:
 
 
 def question_of(body: Mapping[str, Any]) -> str:
-    """The last user message of a chat request; BadRequest when there is none."""
+    """The last user message of a chat request; ApiError when there is none."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty list")
+        raise ApiError("'messages' must be a non-empty list")
     for message in reversed(messages):
         if isinstance(message, Mapping) and message.get("role") == "user":
             text = _text_of(message.get("content")).strip()
             if text:
                 return text
             break
-    raise BadRequest("the conversation has no user message with text to research")
+    raise ApiError("the conversation has no user message with text to research")
 
 
 def choice_of(body: Mapping[str, Any], pool: AgentPool) -> Choice:
-    model = str(body.get("model") or "")
-    preset = model.split(":", 1)[1] if model.startswith(f"{MODEL_ID}:") else None
-    return Choice(model=preset if preset in pool.models else None)
+    """The model preset the request names (ApiError 404 for a name this server lacks)."""
+    model = body.get("model")
+    if model is None or model == "":
+        return Choice()
+    if not isinstance(model, str) or model not in model_ids(pool):
+        raise _unknown_model(str(model))
+    return Choice(model=model.split(":", 1)[1] if ":" in model else None)
+
+
+def check_supported(body: Mapping[str, Any]) -> None:
+    """ApiError for what one research run cannot give: several choices, the caller's tools."""
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise ApiError("n must be 1: each request is one research run with one answer",
+                         param="n")
+    if body.get("tools") or body.get("functions"):
+        raise ApiError("tools are not supported: drvenus researches with its own search and "
+                         "visit tools and answers in text", param="tools")
 
 
 def start_run(body: Mapping[str, Any], registry: RunRegistry) -> Run:
-    """Start the research a chat request asks for (BadRequest, Busy)."""
+    """Start the research a chat request asks for (ApiError, Busy)."""
+    choice = choice_of(body, registry.pool)
+    check_supported(body)
     question = question_of(body)
     try:
-        return registry.start(question, choice_of(body, registry.pool))
+        return registry.start(question, choice)
     except ValueError as exc:
-        raise BadRequest(str(exc)) from None
+        raise ApiError(str(exc)) from None
 
 
 def _usage(record: Mapping[str, Any]) -> dict[str, int]:
@@ -156,11 +207,73 @@ async def stream(run: Run, model: str, *, include_usage: bool = False) -> AsyncI
     yield b"data: [DONE]\n\n"
 
 
+ERROR_KINDS = {401: ("invalid_request_error", "invalid_api_key"),
+               429: ("rate_limit_error", None)}
+
+
+def _as_openai_error(status: int, body: bytes) -> bytes | None:
+    """An error body in OpenAI's shape, or None when it is in that shape already."""
+    try:
+        data: Any = json.loads(body)
+    except ValueError:
+        data = body.decode("utf-8", "replace").strip()
+    if isinstance(data, dict):
+        inner = data.get("error")
+        if isinstance(inner, dict) and "message" in inner:
+            return None
+        data = inner if isinstance(inner, str) else data.get("detail") or inner or ""
+    kind, code = ERROR_KINDS.get(status, ("server_error" if status >= 500
+                                          else "invalid_request_error", None))
+    message = str(data) or HTTPStatus(status).phrase
+    return json.dumps(error_body(message, kind, code=code), ensure_ascii=False).encode()
+
+
+class OpenAIErrors:
+    """ASGI middleware: every error under ``/v1/`` (the access guard's 401 and 415, a 404 for
+    an unknown route, a too-large body) answered in OpenAI's error JSON, so OpenAI clients
+    raise their typed errors with the reason."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope.get("path", "").startswith(PREFIX):
+            await self.app(scope, receive, send)
+            return
+        held: dict[str, Any] = {}
+        chunks: list[bytes] = []
+
+        async def relay(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                held["start"] = message
+                return
+            if "start" not in held:
+                await send(message)
+                return
+            chunks.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            start, body = held.pop("start"), b"".join(chunks)
+            shaped = _as_openai_error(start["status"], body)
+            if shaped is not None:
+                body = shaped
+            headers = [(k, v) for k, v in start.get("headers", [])
+                       if k.lower() not in (b"content-length", b"content-type")]
+            headers += [(b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())]
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, relay)
+
+
 __all__ = [
     "MODEL_ID",
-    "BadRequest",
+    "ApiError",
+    "OpenAIErrors",
     "complete",
     "error_body",
+    "model_info",
     "models_list",
     "question_of",
     "start_run",

@@ -29,7 +29,7 @@ from drvenus.agent.record import ResultRecord
 from drvenus.net.server import Busy  # every run slot taken and the waiting line full
 from drvenus.serve.agents import AgentPool, Choice
 from drvenus.serve.server import DEFAULT_MAX_RUNNING, DEFAULT_MAX_WAITING
-from drvenus.text import one_line
+from drvenus.text import counted, one_line
 
 log = logging.getLogger(__name__)
 
@@ -240,8 +240,9 @@ class RunRegistry:
         finally:
             run.end()
             record = run.record or {}
-            self._say(f"run {run.id} finished: {record.get('termination', 'no record')}, "
-                      f"{record.get('tool_call_count', 0)} tool calls, "
+            why = f" ({one_line(record['error'], 300)})" if record.get("error") else ""
+            self._say(f"run {run.id} finished: {record.get('termination', 'no record')}{why}, "
+                      f"{counted(record.get('tool_call_count', 0), 'tool call')}, "
                       f"{record.get('elapsed_seconds', 0):.1f} s")
 
     def _say(self, line: str) -> None:

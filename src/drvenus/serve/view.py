@@ -2,6 +2,8 @@
 
 The browser never parses the protocol: every event it gets carries a ``view`` built here with
 :mod:`drvenus.protocol` (the thinking of a turn, the hits of a search, the evidence of a visit).
+What a client sees never names the model server's address (the operator's console and the run
+files do): errors say "the model server".
 Saved files are read here too: trace JSONL (``drvenus ask --trace``, the server's own run
 files) and result records with messages (``drvenus run``, ``drvenus eval``, ``ask --json``),
 whose events are rebuilt from the conversation.
@@ -15,8 +17,10 @@ from typing import Any
 from drvenus import protocol
 from drvenus.agent import TraceEvent
 from drvenus.agent.events import split_runs
+from drvenus.llm.openai_compat import without_address
 from drvenus.net.server import MAX_JSON_DEPTH, json_problem
 from drvenus.records import parse_json_text
+from drvenus.serve.markdown import to_html
 from drvenus.text import one_line
 
 EventDict = dict[str, Any]
@@ -38,7 +42,7 @@ def describe(event: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "started":
         return {
             "question": data.get("question", ""),
-            "model": data.get("model"),
+            "model": _public(data.get("model")),
             "max_steps": data.get("max_steps"),
             "max_context_tokens": data.get("max_context_tokens"),
         }
@@ -58,7 +62,7 @@ def describe(event: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "error":
         return {
             "kind": data.get("kind", "error"),
-            "message": _clip(data.get("message") or "", 600),
+            "message": _clip(_public(data.get("message")) or "", 600),
             "attempt": data.get("attempt"),
             "last": bool(data.get("last")),
         }
@@ -156,7 +160,7 @@ def finished_view(record: Mapping[str, Any]) -> dict[str, Any]:
         "termination": termination,
         "answered": termination.startswith("answered"),
         "prediction": record.get("prediction", ""),
-        "error": record.get("error"),
+        "error": _public(record.get("error")),
         "tool_call_count": record.get("tool_call_count", 0),
         "turns": record.get("turns", 0),
         "final_token_count": record.get("final_token_count", 0),
@@ -166,16 +170,38 @@ def finished_view(record: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _public(text: Any) -> Any:
+    """An error text (or a model's name, which is its server until it is known) as clients
+    may see it: without the model server's address."""
+    return without_address(text) if isinstance(text, str) else text
+
+
 def for_client(index: int, event: Mapping[str, Any]) -> EventDict:
     """The event as the browser gets it: its index, type, step, time and view (the bulky raw
-    data, e.g. the system prompt and the record's messages, stays on disk)."""
+    data, e.g. the system prompt and the record's messages, stays on disk), the Markdown of
+    the thinking and the answer rendered as sanitised HTML (``html``)."""
+    view = describe(event)
+    markdown = _markdown_of(event.get("type"), view)
+    if markdown:
+        view["html"] = to_html(markdown)
     return {
         "i": index,
         "type": event.get("type"),
         "step": event.get("step", 0),
         "time": event.get("time"),
-        "view": describe(event),
+        "view": view,
     }
+
+
+def _markdown_of(kind: Any, view: Mapping[str, Any]) -> str:
+    """The Markdown text of an event the page renders: thinking, an answer, a final answer."""
+    if kind == "model_output":
+        return str(view.get("thinking") or "")
+    if kind == "answer":
+        return str(view.get("answer") or "")
+    if kind == "finished" and view.get("answered"):
+        return str(view.get("prediction") or "")
+    return ""
 
 
 # ---------------------------------------------------------------- progress as text (/v1, MCP)

@@ -169,20 +169,39 @@ class Visit:
                 log.exception("visit: %s failed on %s", reader.name, url)
         return None
 
+    async def _budgeted(self, url: str) -> Page | Refused | None:
+        """The page cut to the page budget; :class:`Refused` when the address policy forbids
+        it; None when it cannot be read or is empty."""
+        if not is_web_url(url):
+            return None
+        page = await self.read_page(url)
+        if isinstance(page, Refused) or page is None or not page.text.strip():
+            return page if isinstance(page, Refused) else None
+        counter = self.counter or default_counter()
+        text = await asyncio.to_thread(counter.truncate, page.text, self.max_page_tokens)
+        return Page(url=url, title=page.title, text=text)
+
+    async def read_text(self, url: str) -> Page | None:
+        """The page as a visit reads it before extracting, without a goal (cut to the page
+        budget); None when it cannot be read or is refused. Bounded by ``overall_timeout``
+        like a call."""
+        try:
+            page = await asyncio.wait_for(self._budgeted(url), self.overall_timeout)
+        except TimeoutError:
+            log.warning("visit: %s not read in %gs", url, self.overall_timeout)
+            return None
+        return None if isinstance(page, Refused) else page
+
     # -- the tool ----------------------------------------------------------------------------
 
     async def visit_one(self, url: str, goal: str) -> str:
-        if not is_web_url(url):
-            return self.texts.visit_failure(url, goal)
-        page = await self.read_page(url)
+        page = await self._budgeted(url)
         if isinstance(page, Refused):
             return self.texts.visit_refused(url, goal, page.reason)
-        if page is None or not page.text.strip():
+        if page is None:
             return self.texts.visit_failure(url, goal)
-        counter = self.counter or default_counter()
-        text = await asyncio.to_thread(counter.truncate, page.text, self.max_page_tokens)
         try:
-            extraction = await self.extractor.extract(text, goal, url)
+            extraction = await self.extractor.extract(page.text, goal, url)
         except Exception:  # one bad page must not fail the whole call
             log.exception("visit: extractor failed on %s", url)
             extraction = None

@@ -1,11 +1,11 @@
 // drvenus web demo: ask, follow a run live (server-sent events), stop it, list runs, replay a
 // saved trace. Every event arrives with a `view` computed by the server (drvenus.serve.view):
-// this page never parses the agent's protocol. All text goes in through textContent.
+// this page never parses the agent's protocol nor Markdown (the server renders it, sanitised).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const state = { config: null, runId: null, source: null, last: -1, startTime: null,
-                finished: false, timer: null, replay: null };
+                finished: false, timer: null, replay: null, answer: "" };
 
 // ------------------------------------------------------------------ small DOM helpers
 function el(tag, attrs, ...children) {
@@ -27,55 +27,13 @@ function link(url, text) {
               : el("span", {}, text || url || "");
 }
 
-// Markdown, safely: built as DOM nodes (never innerHTML); links only to http(s)
-const INLINE = /(`[^`]+`)|(\*\*[^*]+\*\*)|(\*[^*\s][^*]*\*|_[^_\s][^_]*_)|(\[[^\]]+\]\(https?:\/\/[^)\s]+\))|(https?:\/\/[^\s<>()]+)/;
-
-function inline(text) {
-  const nodes = [];
-  let rest = text;
-  while (rest) {
-    const m = INLINE.exec(rest);
-    if (!m) { nodes.push(rest); break; }
-    if (m.index) nodes.push(rest.slice(0, m.index));
-    const [token] = m;
-    if (m[1]) nodes.push(el("code", {}, token.slice(1, -1)));
-    else if (m[2]) nodes.push(el("strong", {}, ...inline(token.slice(2, -2))));
-    else if (m[3]) nodes.push(el("em", {}, ...inline(token.slice(1, -1))));
-    else if (m[4]) {
-      const cut = token.indexOf("](");
-      nodes.push(link(token.slice(cut + 2, -1), token.slice(1, cut)));
-    } else nodes.push(link(token));
-    rest = rest.slice(m.index + token.length);
-  }
-  return nodes;
-}
-
-function markdown(text) {
-  const out = document.createDocumentFragment();
-  let list = null;
-  let para = [];
-  const endPara = () => {
-    if (para.length) out.append(el("p", {}, ...inline(para.join(" "))));
-    para = [];
-  };
-  for (const raw of String(text || "").split(/\r?\n/)) {
-    const line = raw.trim();
-    const item = /^([-*+]|\d+[.)])\s+(.*)$/.exec(line);
-    const head = /^(#{1,6})\s+(.*)$/.exec(line);
-    if (item) {
-      endPara();
-      const tag = /\d/.test(item[1]) ? "ol" : "ul";
-      if (!list || list.tagName.toLowerCase() !== tag) { list = el(tag, {}); out.append(list); }
-      list.append(el("li", {}, ...inline(item[2])));
-      continue;
-    }
-    list = null;
-    if (head) { endPara(); out.append(el("h4", {}, ...inline(head[2]))); }
-    else if (!line) endPara();
-    else para.push(line);
-  }
-  endPara();
-  return out;
+// Markdown arrives rendered by the server (markdown-it + the nh3 sanitiser, drvenus.serve.markdown)
+// as `view.html`: the only HTML this page inserts; any other text goes in through textContent
+function rich(html, text) {
+  const box = el("div", { class: "md" });
+  if (html) box.innerHTML = html;
+  else box.textContent = text || "";
+  return box;
 }
 
 const TERMINATIONS = {
@@ -90,11 +48,19 @@ const TERMINATIONS = {
   exception: "The run failed with an error",
   interrupted: "Stopped",
 };
+const NO_ANSWER = {  // what the answer box says when a run ends without one (not a raw name)
+  interrupted: "Stopped before the model gave an answer.",
+  llm_error: "The model server is not answering, so the research could not go on.",
+};
 const FORCED_NOTE = "Forced answer: the step or token budget ran out before the model answered " +
   "on its own, so it was asked for its best answer from what it had found. Check the sources.";
 
 function inWords(termination) {
   return TERMINATIONS[termination] || String(termination || "").replace(/_/g, " ");
+}
+
+function counted(n, noun) {
+  return `${n} ${n === 1 ? noun : noun + "s"}`;
 }
 
 function flash(message) {
@@ -120,12 +86,19 @@ function resetView(question) {
   $("view").hidden = false;
   $("timeline").replaceChildren();
   $("answer").hidden = true;
+  $("a-text").replaceChildren();
+  $("a-sources").replaceChildren();
+  $("a-meta").textContent = "";
+  state.answer = "";
   $("v-question").textContent = question || "";
   $("v-meta").textContent = "";
   setCounters({ steps: 0, tokens: 0, seconds: 0 });
+  $("c-tokens-box").hidden = false;
+  $("c-time-box").hidden = false;
   setStatus("");
   state.startTime = null;
   stopTimer();
+  $("jump").hidden = true;
 }
 
 function setCounters({ steps, tokens, seconds }) {
@@ -175,6 +148,7 @@ const renderers = {
                    v.max_context_tokens && `${v.max_context_tokens} token budget`];
     $("v-meta").textContent = parts.filter(Boolean).join(" · ");
     if (ev.time) state.startTime = ev.time;
+    if (!state.replay && v.max_steps) $("opt-steps").value = v.max_steps;  // this run's limit
   },
   step_started(ev, v) {
     const box = stepBox(ev.step);
@@ -187,7 +161,7 @@ const renderers = {
     if (!v.thinking) return;
     const box = stepBox(ev.step);
     box.append(el("details", { class: "thinking" }, el("summary", {}, "Thinking"),
-                  el("div", { class: "md" }, markdown(v.thinking))));
+                  rich(v.html, v.thinking)));
   },
   tool_call(ev, v) {
     const box = stepBox(ev.step);
@@ -241,14 +215,21 @@ const renderers = {
                   `${what} reached: answering with what was found.`));
   },
   answer(ev, v) {
-    showAnswer({ answered: true, prediction: v.answer, forced: v.forced });
+    showAnswer({ answered: true, prediction: v.answer, html: v.html, forced: v.forced });
   },
   finished(ev, v) {
+    for (const card of [...$("timeline").children]) {  // a step stopped before it did anything
+      if (card.children.length < 2) card.remove();
+    }
+    setCounters({ steps: $("timeline").children.length });
     showAnswer(Object.assign({ forced: $("a-forced").hidden === false }, v));
     setCounters({ tokens: v.final_token_count, seconds: v.elapsed_seconds });
     setStatus(inWords(v.termination), v.answered ? "done" : "failed");
     stopTimer();
-    if (!state.replay) $("answer").scrollIntoView({ behavior: "smooth", block: "start" });
+    if (!state.replay) {
+      $("jump").hidden = true;
+      $("answer").scrollIntoView({ behavior: "smooth", block: "start" });
+    }
   },
 };
 
@@ -261,14 +242,20 @@ function showAnswer(v) {
   $("a-forced").hidden = !v.forced;
   $("a-forced-note").hidden = !v.forced;
   $("a-forced-note").textContent = FORCED_NOTE;
-  $("a-text").replaceChildren(markdown(v.answered ? v.prediction : (v.error || v.prediction || "")));
+  const reason = NO_ANSWER[v.termination] ||
+    (v.error && v.error !== v.termination ? v.error : v.prediction || inWords(v.termination));
+  $("a-text").replaceChildren(v.answered ? rich(v.html, v.prediction) : rich(null, reason));
+  state.answer = v.answered ? String(v.prediction || "") : "";
+  $("copy-btn").hidden = !state.answer;
+  $("copy-btn").textContent = "Copy";
   const sources = $("a-sources");
   if (v.sources === undefined) return;
   sources.replaceChildren(v.sources.length
     ? el("div", {}, el("b", {}, "Sources visited"),
          el("ul", { class: "sources" }, ...v.sources.map((u) => el("li", {}, link(u)))))
     : el("div", { class: "meta" }, "No page was visited."));
-  const parts = [inWords(v.termination), `${v.tool_call_count} tool calls`, `${v.turns} turns`];
+  const parts = [inWords(v.termination), counted(v.tool_call_count, "tool call"),
+                 counted(v.turns, "turn")];
   if (v.elapsed_seconds > 0) parts.push(`${v.elapsed_seconds.toFixed(1)} s`);
   $("a-meta").textContent = parts.join(" · ");
 }
@@ -277,6 +264,41 @@ function render(ev) {
   if (ev.type === "started") state.maxSteps = ev.view.max_steps;
   const fn = renderers[ev.type];
   if (fn) fn(ev, ev.view || {});
+}
+
+// ------------------------------------------------------------------ following a live run
+// While the reader is at the bottom, new steps scroll into view; once they scroll up to read,
+// the page stays put and offers "Jump to latest" instead.
+function atBottom() {
+  const doc = document.documentElement;
+  return window.innerHeight + window.scrollY >= doc.scrollHeight - 60;
+}
+
+function toBottom() {
+  window.scrollTo({ top: document.documentElement.scrollHeight });
+  $("jump").hidden = true;
+}
+
+function renderLive(ev) {
+  const following = atBottom();
+  render(ev);
+  if (ev.type === "finished") return;  // the answer scrolls itself into view
+  if (following) toBottom();
+  else if (!atBottom()) $("jump").hidden = false;
+}
+
+async function copyAnswer() {
+  const text = state.answer;
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch (e) {  // no clipboard API (an insecure origin): the old way
+    const area = el("textarea", {}, text);
+    document.body.append(area);
+    area.select();
+    document.execCommand("copy");
+    area.remove();
+  }
+  $("copy-btn").textContent = "Copied";
 }
 
 // ------------------------------------------------------------------ live runs
@@ -321,13 +343,15 @@ function connect() {
     if (!run.events && run.status !== "done") setStatus(run.status);
     if (run.status === "queued") setStatus("waiting for a free slot");
     else if (run.status === "running") { setStatus("running"); startTimer(); }
-    $("stop-btn").hidden = run.status === "done" || run.status === "lost";
+    const over = run.status === "done" || run.status === "lost";
+    $("stop-btn").hidden = over;
+    $("ask-btn").disabled = !over;  // one run at a time from this page, after a reload too
   });
   source.addEventListener("trace", (msg) => {
     const ev = JSON.parse(msg.data);
     if (ev.i <= state.last) return;
     state.last = ev.i;
-    render(ev);
+    renderLive(ev);
     if (ev.type === "started" && !state.finished) { setStatus("running"); startTimer(); }
   });
   source.addEventListener("end", (msg) => {
@@ -356,7 +380,7 @@ function closeStream() {
 async function ask(event) {
   event.preventDefault();
   const question = $("question").value.trim();
-  if (!question) return;
+  if (!question) { flash("Type a question to research."); $("question").focus(); return; }
   flash("");
   const body = { question, model: $("opt-model").value || null, tools: $("opt-tools").value || null };
   const field = $("opt-steps");
@@ -417,7 +441,13 @@ async function openReplay() {
     $("replay-pick").hidden = runs.length < 2;
     state.replay = { runs, events: [], pos: 0, playing: null };
     pickReplay(0);
-  } catch (err) { flash("Cannot replay: " + err.message); }
+  } catch (err) {
+    // nothing of an earlier replay stays on screen under the error
+    stopReplay();
+    $("view").hidden = true;
+    const reason = err.message.replace(/^cannot replay this file:\s*/i, "");
+    flash(`Cannot replay ${file.name}: ${reason}`);
+  }
 }
 
 function pickReplay(index) {
@@ -442,6 +472,12 @@ function seek(pos) {
   if (last && last.type !== "finished" && start && last.time) {
     setCounters({ seconds: Math.max(0, last.time - start) });
   }
+  // a file without timings or token counts (results rebuilt from messages): say nothing
+  const timed = r.events.some((ev) => ev.time);
+  const hasTokens = r.events.some((ev) => (ev.view || {}).context_tokens ||
+                                         (ev.view || {}).final_token_count);
+  $("c-time-box").hidden = !timed;
+  $("c-tokens-box").hidden = !hasTokens;
   $("rp-pos").textContent = `${r.pos} / ${r.events.length}`;
 }
 
@@ -477,6 +513,9 @@ function showTab(name) {
     button.setAttribute("aria-selected", String(button.dataset.tab === name));
   }
   for (const tab of ["ask", "runs", "replay"]) $("tab-" + tab).hidden = tab !== name;
+  // the run view belongs to Ask (a live or finished run) and Replay (the file): not to Runs
+  $("view").hidden = !((name === "ask" && state.runId) || (name === "replay" && state.replay));
+  window.scrollTo({ top: 0 });
   if (name === "runs") loadRuns();
 }
 
@@ -501,6 +540,9 @@ async function init() {
   $("rp-next").addEventListener("click", () => { stopReplayTimer(); seek(state.replay.pos + 1); });
   $("rp-all").addEventListener("click", () => { stopReplayTimer(); seek(state.replay.events.length); });
   $("rp-play").addEventListener("click", togglePlay);
+  $("jump").addEventListener("click", toBottom);
+  $("copy-btn").addEventListener("click", copyAnswer);
+  window.addEventListener("scroll", () => { if (atBottom()) $("jump").hidden = true; });
   try {
     state.config = await api("/api/config");
     fillSelect($("opt-model"), state.config.models);
@@ -509,7 +551,7 @@ async function init() {
     fillSelect($("opt-tools"), state.config.tools);
     $("opt-steps").value = state.config.max_steps;
     $("opt-steps").max = state.config.step_cap;
-    if (state.config.problem) flash("The model is not answering now, so research will fail: " + state.config.problem);
+    if (state.config.problem) flash(`Research will fail for now: ${state.config.problem}.`);
   } catch (err) { flash("Cannot reach the server: " + err.message); }
   window.addEventListener("hashchange", followHash);
   followHash();
