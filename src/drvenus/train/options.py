@@ -10,6 +10,7 @@ derives one option per field (``--<field-name>``, help from the field's metadata
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import typing
@@ -26,7 +27,8 @@ class ConfigError(ValueError):
 
 
 def opt(help: str, default: Any = None, **kw: Any) -> Any:
-    """A config field with its help text."""
+    """A config field with its help text; ``ge`` / ``gt`` / ``le`` / ``lt`` bound its value
+    (checked by :func:`check_types`, None exempt)."""
     return dataclasses.field(default=default, metadata={"help": help, **kw})
 
 
@@ -71,11 +73,30 @@ def one_line_reason(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200]
 
 
+_INT64 = 2**63
+_BOUNDS = {"ge": ("at least", lambda v, b: v >= b), "gt": ("greater than", lambda v, b: v > b),
+           "le": ("at most", lambda v, b: v <= b), "lt": ("less than", lambda v, b: v < b)}
+
+
 def check_types(config: Any, error: type[ConfigError] = ConfigError) -> None:
-    """Raise ``error`` for the first field whose value does not match its type hint."""
+    """Raise ``error`` for the first field whose value does not match its type hint, is not a
+    finite number (nan, inf: from a flag or a YAML ``.nan``), is an integer beyond 64 bits, or
+    is out of the bounds its field declares (:func:`opt`)."""
     hints = typing.get_type_hints(type(config))
     for f in dataclasses.fields(config):
-        _check_type(f.name, getattr(config, f.name), hints[f.name], error)
+        value = getattr(config, f.name)
+        _check_type(f.name, value, hints[f.name], error)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise error(f"{flag(f.name)} {value}: not a finite number")
+        if isinstance(value, int) and not isinstance(value, bool) and (
+                not -_INT64 <= value < _INT64):
+            raise error(f"{flag(f.name)} {value}: out of range (a 64-bit integer)")
+        if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        for key, (words, ok) in _BOUNDS.items():
+            bound = f.metadata.get(key)
+            if bound is not None and not ok(value, bound):
+                raise error(f"{flag(f.name)} {value}: must be {words} {bound}")
 
 
 def _check_type(name: str, value: Any, tp: Any, error: type[ConfigError]) -> None:
