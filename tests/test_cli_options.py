@@ -230,3 +230,64 @@ def test_report_says_failed_runs_count_as_wrong():
     assert metrics["failed_runs"] == 1 and metrics["avg_at_k"] == 0.5
     row = next(line for line in _headline(metrics) if "Failed runs" in line)
     assert "counted as wrong" in row and row.endswith("| 1 |")
+
+
+def test_rl_refuses_a_misspelt_protocol_setting(files, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DRVENUS_PROTOCOL", "dr_venus")
+    code, stderr = _run_main(monkeypatch, capsys, "rl", "--dry-run",
+                             *_base_args("rl", files, tmp_path / "out"))
+    assert code == 2 and "DRVENUS_PROTOCOL 'dr_venus'" in stderr, stderr
+
+
+# ---------------------------------------------------------------- sft --model runs/nosuch
+class _Hub:
+    """A hub on 127.0.0.1 that knows no model (counts its requests)."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        hub = self
+        self.paths: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                hub.paths.append(self.path)
+                body = b'{"error": "Repository not found"}'
+                self.send_response(404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("hub", ["unknown", "unreachable", "offline"])
+def test_sft_model_that_is_neither_here_nor_on_the_hub(hub, files, tmp_path, monkeypatch,
+                                                        capsys, nothing_loads):
+    constants = pytest.importorskip("huggingface_hub.constants")
+    server = _Hub()
+    try:
+        if hub == "unreachable":
+            server.close()  # nothing listens on its port any more
+        monkeypatch.setattr(constants, "ENDPOINT", server.url)
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", hub == "offline")
+        code, stderr = _run_main(monkeypatch, capsys, "sft", "--train", str(files["qa"]),
+                                 "--model", "runs/nosuch", "--output", str(tmp_path / "out"))
+    finally:
+        if hub != "unreachable":
+            server.close()
+    assert code == 2 and len(stderr.splitlines()) == 1, stderr
+    assert "--model runs/nosuch: no such folder here" in stderr
+    asked = [p for p in server.paths if p.startswith("/api/models/")]
+    assert asked == (["/api/models/runs/nosuch"] if hub == "unknown" else [])  # once, no retries

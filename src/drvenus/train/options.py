@@ -50,14 +50,18 @@ def is_hub_id(value: str) -> bool:
 
 
 def check_paths(config: Any, names: tuple[str, ...], error: type[ConfigError] = ConfigError,
-                *, hub: tuple[str, ...] = ()) -> None:
+                *, hub: tuple[str, ...] = (), ask_hub: bool = True) -> None:
     """Every path option in ``names`` that is set names an existing file or folder (those in
-    ``hub`` may also be a hub model id); the ``output`` folder can be created and written."""
+    ``hub`` may also be a hub model id: :func:`check_hub_model` unless not ``ask_hub``, as for
+    a launch plan run elsewhere); the ``output`` folder can be created and written."""
     for name in names:
         value = getattr(config, name, None)
-        if value and not Path(value).expanduser().exists() and not (
-            name in hub and is_hub_id(str(value))
-        ):
+        if not value or Path(value).expanduser().exists():
+            continue
+        if name in hub and is_hub_id(str(value)):
+            if ask_hub:
+                check_hub_model(name, str(value), error)
+        else:
             raise error(f"{flag(name)} {value}: no such file or folder")
     output = getattr(config, "output", None)
     if output:
@@ -67,6 +71,33 @@ def check_paths(config: Any, names: tuple[str, ...], error: type[ConfigError] = 
         if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
             raise error(f"{flag('output')} {output}: cannot write there ({parent} is not a "
                         "writable folder)")
+
+
+HUB_CHECK_TIMEOUT = 5.0  # seconds the hub may take to say whether a model exists
+
+
+def check_hub_model(name: str, repo: str, error: type[ConfigError] = ConfigError) -> None:
+    """``repo`` (``org/name``, not a folder here) is a model of the Hugging Face cache, or one
+    the hub knows (asked once, briefly): else one line now, not the hub client's retries when
+    the model is loaded (``runs/nosuch``, a folder that is not there, looks just like a hub
+    id)."""
+    try:
+        from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    except ImportError:  # no train extra: the trainer says what to install
+        return
+    if isinstance(try_to_load_from_cache(repo, "config.json"), str):
+        return
+    where = f"{flag(name)} {repo}: no such folder here"
+    if constants.HF_HUB_OFFLINE:
+        raise error(f"{where}, nor in the Hugging Face cache (HF_HUB_OFFLINE is set)")
+    try:
+        HfApi().model_info(repo, timeout=HUB_CHECK_TIMEOUT)
+    except Exception as exc:  # any failure: the model could not be loaded either
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if status in (401, 404):
+            raise error(f"{where}, nor a model on the Hugging Face hub") from None
+        raise error(f"{where}, and the Hugging Face hub could not say whether it has it "
+                    f"({one_line_reason(exc)})") from None
 
 
 def one_line_reason(exc: BaseException) -> str:
@@ -150,5 +181,5 @@ def dump(config: Any, path: Path) -> Path:
     return path
 
 
-__all__ = ["ConfigError", "check_types", "dump", "field_help", "flag", "one_line_reason", "opt",
-           "read_values"]
+__all__ = ["ConfigError", "check_hub_model", "check_types", "dump", "field_help", "flag",
+           "one_line_reason", "opt", "read_values"]

@@ -155,11 +155,19 @@ class RLConfig:
         """``protocol``, else the ``protocol`` setting (DRVENUS_PROTOCOL), else drvenus."""
         if self.protocol:
             return self.protocol
-        try:
-            from drvenus.config import load_settings
+        from pydantic import ValidationError
 
+        from drvenus.config import load_settings
+
+        try:
             return str(getattr(load_settings(), "protocol", None) or PROTOCOLS[0])
-        except Exception:  # unreadable settings: the loaders report them where they matter
+        except ValidationError as exc:  # a bad protocol is refused (as ask and data clean do)
+            bad = [e for e in exc.errors() if tuple(e["loc"]) == ("protocol",)]
+            if bad:
+                raise RLConfigError(f"DRVENUS_PROTOCOL {bad[0].get('input')!r}: choose one of "
+                                    f"{', '.join(PROTOCOLS)}") from None
+            return PROTOCOLS[0]  # other bad settings: the loaders report them where they matter
+        except Exception:  # unreadable settings (.env): reported where they matter, too
             return PROTOCOLS[0]
 
     def loggers(self) -> list[str]:
