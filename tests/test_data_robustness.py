@@ -180,6 +180,24 @@ def test_ctrl_c_in_the_cli_leaves_no_output_and_no_tracebacks(tmp_path, shared_d
     assert _files(out) == []
 
 
+def test_a_run_removes_the_temporary_files_of_killed_runs(tmp_path):
+    """SIGKILL leaves the hidden temporary files of a run; the next run in the folder removes
+    those of processes that are gone, and nothing else."""
+    inp = write_parquet([tiny_clean_row(k) for k in range(3)], tmp_path / "in" / "train-0.parquet")
+    out = tmp_path / "out"
+    out.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = [out / f".valid.arrow.{gone.pid}.tmp", out / f".cleaned_resampled.parquet.{gone.pid}.tmp"]
+    kept = [out / f".valid.arrow.{os.getppid()}.tmp",  # a run still going
+            out / f".notes.{gone.pid}.tmp"]  # not one of ours
+    for path in stale + kept:
+        path.write_bytes(b"x" * 10)
+    run_clean(_opts(inp, out))
+    assert [p.exists() for p in stale + kept] == [False, False, True, True]
+    assert (out / "cleaned_resampled.parquet").is_file()
+
+
 # --------------------------------------------------------------------------- no global state
 
 
