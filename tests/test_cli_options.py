@@ -291,3 +291,13 @@ def test_sft_model_that_is_neither_here_nor_on_the_hub(hub, files, tmp_path, mon
     assert "--model runs/nosuch: no such folder here" in stderr
     asked = [p for p in server.paths if p.startswith("/api/models/")]
     assert asked == (["/api/models/runs/nosuch"] if hub == "unknown" else [])  # once, no retries
+
+
+def test_a_corpus_benchmark_on_another_file_names_that_file_and_writes_nothing(
+        files, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    code, stderr = _run_main(monkeypatch, capsys, "eval", "-b", "hotpotqa-paragraphs",
+                             "--data", str(files["qa"]), "-o", str(out))
+    assert code == 2 and len(stderr.splitlines()) == 1, stderr
+    assert "qa.jsonl: no corpus documents" in stderr and "corpus.jsonl" not in stderr
+    assert not out.exists()

@@ -92,6 +92,9 @@ def prepare(
         items = items[: max(0, limit)]
     if not items:
         raise ValueError(f"no items in {data}")
+    if spec.corpus is not None and next(iter(spec.corpus(Path(data))), None) is None:
+        raise ValueError(f"{data}: no corpus documents in it for {spec.name} "
+                         f"({spec.description}); is it the benchmark's file?")
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / MANIFEST
     old = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {}
