@@ -5,9 +5,11 @@ Where a file comes from, in order:
 1. ``DRVENUS_REFERENCE_DIR`` set: ``<dir>/<source name>/<path>`` (local checkouts named after
    their repositories: ``DR-Venus/``, ``simple-evals/``, ...), and nowhere else: a missing file
    there is an error, not a reason to go online;
-2. the cache, ``<cache>/reference/<name>@<commit>/<path>``, filled by an earlier pull;
+2. the cache, ``<cache>/reference/<name>@<commit>/<path>``, filled by an earlier pull (a damaged
+   copy there is fetched again);
 3. a download over HTTPS of the file at the pinned commit (``reference_url``, a template with
-   ``{repo}``, ``{commit}`` and ``{path}``), checked before it is kept.
+   ``{repo}``, ``{commit}`` and ``{path}``), checked before it is kept: a few tries within one
+   deadline per file, a host that does not answer given up after its connect timeout.
 
 Every read checks the hash, so a checkout at another commit, an edited file or a truncated
 download is refused with one line that names the file, the hash found and the one expected.
