@@ -111,17 +111,18 @@ def check_number(value: Any) -> str | None:
     return None
 
 
+def _holds_numbers(tp: Any) -> bool:
+    """``int`` / ``float``, alone or inside an optional, a list or a tuple."""
+    if tp in (int, float):
+        return True
+    return any(_holds_numbers(a) for a in get_args(tp) if a is not Ellipsis)
+
+
 def _is_numeric(param: Any) -> bool:
     descriptor = getattr(param, "type_descriptor", None)
     if descriptor is None or getattr(param, "is_flag", False):
         return False
-    tp = descriptor.annotation
-    for _ in range(2):  # list[int] / tuple[int, ...] hold numbers too
-        members = get_args(tp) if get_origin(tp) in (Union, types.UnionType) else (tp,)
-        if any(m in (int, float) for m in members):
-            return True
-        tp = next((a for a in get_args(tp) if a is not Ellipsis), None)
-    return False
+    return _holds_numbers(descriptor.annotation)
 
 
 def _guard_numbers(command: Any) -> None:
