@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from conftest import SHARED_DATA  # tests/ is on sys.path: pytest, a script here, the benchmark
+from drvenus.data.workers import ChunkTask
 from drvenus.protocol import parse_search_body, unwrap_tool_response
 
 TRAJ_DIR = SHARED_DATA / "trajectories" / "dr-venus-sft"
@@ -406,6 +407,41 @@ def reference_values(out: Path, shuffled: Path) -> dict[str, Any]:
         "REFERENCE_ROWS_SHA256": rows_digest(out / "cleaned_resampled.parquet"),
         "REFERENCE_SHUFFLED": shuffled_order(shuffled / "cleaned_resampled.parquet"),
     }
+
+
+
+# --------------------------------------------------------------------------- a held chunk
+HOLD_DIR = "DRVENUS_TEST_HOLD_DIR"  # where a held chunk says it started and waits to go on
+
+
+class HeldChunkTask(ChunkTask):
+    """``data clean``'s chunk task that, in its worker, writes ``started-<pid>`` into the folder
+    ``$DRVENUS_TEST_HOLD_DIR`` names and waits (at most a minute) for a ``go`` file there
+    before it runs: a test interrupts a run in a known state (a chunk in flight) instead of
+    sleeping and hoping the run is still going."""
+
+    def __call__(self, chunk):
+        import os
+        import time
+
+        hold = Path(os.environ[HOLD_DIR])
+        (hold / f"started-{os.getpid()}").touch()
+        deadline = time.monotonic() + 60
+        while not (hold / "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return super().__call__(chunk)
+
+
+def run_cli_with_held_chunks(argv: list[str]) -> None:
+    """``drvenus ARGV`` with :class:`HeldChunkTask` (``python -c`` of a Ctrl-C test)."""
+    import sys
+
+    from drvenus.cli import main as cli_main
+    from drvenus.data import pipeline
+
+    pipeline.ChunkTask = HeldChunkTask
+    sys.argv = ["drvenus", *argv]
+    cli_main()
 
 
 def main(argv: list[str] | None = None) -> None:

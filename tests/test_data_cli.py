@@ -120,6 +120,21 @@ def test_clean_on_wrong_columns_names_file_and_columns(tmp_path):
     assert "missing column(s) gt" in line
 
 
+@pytest.mark.parametrize(("column", "value", "named"), [
+    ("question", 7, "question is int64"), ("gt", [1], "gt is list<element: int64>"),
+    ("messages", [{"role": 1, "content": "hi"}], "messages.role is int64"),
+])
+def test_clean_on_wrongly_typed_columns_is_an_error_not_zero_rows(tmp_path, column, value,
+                                                                  named):
+    row = {**tiny_clean_row(0), column: value}
+    bad = write_parquet([row], tmp_path / "in" / "train-0.parquet")
+    out = tmp_path / "out"
+    line = one_error_line(runner.invoke(data_app, ["clean", "-i", str(bad), "-o", str(out),
+                                                   "--correctness", "off"]))
+    assert "train-0.parquet" in line and f"wrong schema: {named}, not a string" in line
+    assert not out.exists()
+
+
 def test_clean_skips_a_wrong_file_among_good_ones(good_input, tmp_path):
     write_parquet([{"a": 1}], good_input.parent / "train-1.parquet")
     out = tmp_path / "out"

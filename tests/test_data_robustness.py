@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from data_fixtures import (
+    HOLD_DIR,
     load_trajectories,
     raw_row,
     tiny_clean_row,
@@ -155,25 +156,46 @@ def test_interrupted_run_writes_nothing(tmp_path, workers):
 def test_ctrl_c_in_the_cli_leaves_no_output_and_no_tracebacks(tmp_path, shared_data):
     trajs = load_trajectories()
     base = [raw_row(t, random.Random(i)) for i, t in enumerate(trajs)]
-    inp = write_raw_parquet(base * 150, tmp_path / "in" / "train-0.parquet")  # 1,500 raw rows
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "drvenus", "data", "clean", "-i", str(inp), "-o", str(out),
-           "--correctness", "off", "--workers", "2", "--chunk-rows", "2"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not any(n.endswith(".tmp") for n in _files(out)):  # the run has started
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
-    time.sleep(1.0)  # workers are busy with chunks
-    assert proc.poll() is None, "the run ended before Ctrl-C: make the input larger"
-    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
-    _, stderr = proc.communicate(timeout=60)
+    inp = write_raw_parquet(base * 4, tmp_path / "in" / "train-0.parquet")
+    out, hold = tmp_path / "out", tmp_path / "hold"
+    hold.mkdir()
+    argv = ["data", "clean", "-i", str(inp), "-o", str(out), "--correctness", "off",
+            "--workers", "2", "--chunk-rows", "2"]
+    code = f"from data_fixtures import run_cli_with_held_chunks as run; run({argv!r})"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), HOLD_DIR: str(hold)}
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(n.startswith("started-") for n in _files(hold)):  # a chunk in a worker
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+    finally:
+        (hold / "go").touch()  # the held chunks finish; the run stops after them
+    _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert "interrupted" in stderr
     assert _files(out) == []
+
+
+def test_a_run_removes_the_temporary_files_of_killed_runs(tmp_path):
+    """SIGKILL leaves the hidden temporary files of a run; the next run in the folder removes
+    those of processes that are gone, and nothing else."""
+    inp = write_parquet([tiny_clean_row(k) for k in range(3)], tmp_path / "in" / "train-0.parquet")
+    out = tmp_path / "out"
+    out.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = [out / f".valid.arrow.{gone.pid}.tmp", out / f".cleaned_resampled.parquet.{gone.pid}.tmp"]
+    kept = [out / f".valid.arrow.{os.getppid()}.tmp",  # a run still going
+            out / f".notes.{gone.pid}.tmp"]  # not one of ours
+    for path in stale + kept:
+        path.write_bytes(b"x" * 10)
+    run_clean(_opts(inp, out))
+    assert [p.exists() for p in stale + kept] == [False, False, True, True]
+    assert (out / "cleaned_resampled.parquet").is_file()
 
 
 # --------------------------------------------------------------------------- no global state

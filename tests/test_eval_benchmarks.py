@@ -72,6 +72,26 @@ def test_xbench_csv_round_trip(tmp_path):
         bm.decrypt(bm.encrypt("问题七问题七问题七", key), bm.browsecomp_key(CANARY))
 
 
+def test_encrypted_files_that_do_not_decrypt_name_file_row_column_and_a_hint(tmp_path):
+    plain = tmp_path / "plain.csv"
+    _write_csv(plain, ["problem", "answer", "canary"], [["Who wrote Dracula?", "Bram Stoker", "x"]])
+    with pytest.raises(ValueError) as info:
+        bm.load("browsecomp", plain)
+    line = str(info.value)
+    assert line.startswith("plain.csv row 1, column problem: is not encrypted")
+    assert "-b jsonl" in line and "padding" not in line
+    key = bm.browsecomp_key(CANARY)
+    wrong = tmp_path / "wrong-canary.csv"
+    _write_csv(wrong, ["problem", "answer", "canary"],
+               [[bm.encrypt("Which bridge opened in 1932, and where?", key),
+                 bm.encrypt("Sydney Harbour Bridge", key), CANARY],
+                [bm.encrypt("Which bridge opened in 1932, and where?", key),
+                 bm.encrypt("Sydney Harbour Bridge", key), "another canary"]])
+    with pytest.raises(ValueError, match=r"^wrong-canary.csv row 2, column problem: does not "
+                                         r"decrypt to text with the row's canary"):
+        bm.load("browsecomp", wrong)
+
+
 def _plausible(text: str) -> bool:
     """Decrypted text looks like real text: no control characters but white space."""
     return bool(text.strip()) and all(

@@ -196,3 +196,116 @@ def test_the_real_checkouts_match_the_pins():
     from drvenus.reference import reference_store
 
     assert {s.state for s in reference_store().states()} == {"ok"}
+
+
+# ---------------------------------------------------------------- slow, silent and damaged
+class _Drip:
+    """A server on 127.0.0.1 that answers 200 with a long body, one byte every ``every``
+    seconds (counting the bytes it sent), until the client goes."""
+
+    def __init__(self, every: float = 0.05) -> None:
+        self.sent = 0
+        drip = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                try:
+                    for _ in range(100000):
+                        self.wfile.write(b"x")
+                        self.wfile.flush()
+                        drip.sent += 1
+                        threading.Event().wait(every)
+                except OSError:  # the client hung up
+                    pass
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.template = f"http://127.0.0.1:{self.httpd.server_address[1]}/{{path}}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_dripping_server_meets_the_file_deadline(demo, tmp_path: Path):
+    _, src = demo
+    drip = _Drip(every=0.05)
+    try:
+        store = ReferenceStore(cache_dir=tmp_path / "cache", url_template=drip.template,
+                               sources={"Demo": src}, timeout=30, deadline=1.0)
+        with pytest.raises(ReferenceError) as info:
+            store.read_bytes("Demo", "pkg/texts.py")
+    finally:
+        drip.close()
+    line = str(info.value)
+    assert "\n" not in line and "not complete after 1 s" in line
+    assert 0 < drip.sent < 1000  # stopped long before the body (100,000 bytes) was sent
+    assert not any((tmp_path / "cache").rglob("*.py")) if (tmp_path / "cache").exists() else True
+
+
+def test_a_host_that_never_answers_fails_at_the_connect_timeout_once(demo, tmp_path: Path,
+                                                                     monkeypatch):
+    import socket
+
+    _, src = demo
+    # a listening socket whose accept queue is full: the kernel drops further SYNs, so a
+    # connect waits, as for a host that never answers
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(3):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(("127.0.0.1", port))
+        fillers.append(filler)
+    sleeps: list[float] = []
+    monkeypatch.setattr("drvenus.reference.store.time.sleep", sleeps.append)
+    store = ReferenceStore(cache_dir=tmp_path / "cache", sources={"Demo": src},
+                           url_template=f"http://127.0.0.1:{port}/{{path}}", connect_timeout=0.5)
+    try:
+        with pytest.raises(ReferenceError) as info:
+            store.read_bytes("Demo", "pkg/texts.py")
+    finally:
+        for s in (*fillers, listener):
+            s.close()
+    assert "no answer from the host within 0.5 s" in str(info.value)
+    assert sleeps == []  # not tried again
+
+
+def test_a_damaged_cached_file_is_fetched_again_or_named_with_what_to_do(demo, tmp_path: Path,
+                                                                          server):
+    _, src = demo
+    port = server.server_address[1]
+    template = f"http://127.0.0.1:{port}/{{repo}}/{{commit}}/{{path}}"
+    _Files.files[f"/someone/demo/{'a' * 40}/pkg/texts.py"] = MODULE.encode()
+    cached = tmp_path / "cache" / f"Demo@{'a' * 40}" / "pkg" / "texts.py"
+    cached.parent.mkdir(parents=True)
+    cached.write_text(MODULE[:40])  # a truncated copy
+    offline = ReferenceStore(cache_dir=tmp_path / "cache", url_template=template,
+                             sources={"Demo": src}, download=False)
+    with pytest.raises(ReferenceError) as info:
+        offline.read_bytes("Demo", "pkg/texts.py")
+    assert "is damaged" in str(info.value) and "delete it, or run `drvenus reference pull`" in (
+        str(info.value))
+    store = ReferenceStore(cache_dir=tmp_path / "cache", url_template=template,
+                           sources={"Demo": src})
+    assert [s.state for s in store.pull()] == ["ok"]  # pull fetches it again
+    assert cached.read_text() == MODULE and len(_Files.hits) == 1
+
+
+def test_an_empty_reference_dir_setting_is_unset(tmp_path: Path, monkeypatch):
+    from drvenus.reference import reference_store
+
+    monkeypatch.setenv("DRVENUS_REFERENCE_DIR", "")
+    monkeypatch.chdir(tmp_path)
+    store = reference_store()
+    assert store.local_dir is None and store.cache_dir.name == "reference"

@@ -299,3 +299,22 @@ def test_rl_from_a_lora_adapter_trains_the_adapter_only(tmp_path, rl_data, tiny_
     resumed = runner.invoke(app, ["rl", "--config", str(cfg), "--total-steps", "2", "--resume"])
     assert resumed.exit_code == 0, resumed.output
     assert [r["step"] for r in _metrics(out)] == [1, 2]
+
+
+def test_resume_drops_a_torn_last_metrics_line(tmp_path, caplog):
+    """A run killed while writing metrics.jsonl leaves half a line: --resume drops it with a
+    warning (and the rows past the checkpoint), instead of crashing on it."""
+    from drvenus.train.rl.trainer import MetricSink
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "a": 1.0}\n{"step": 2, "a": 2.0}\n{"step": 3, "a": 3.0}\n'
+                    '{"step": 4, "a"')
+    with caplog.at_level("WARNING"):
+        sink = MetricSink(tmp_path, [], resume_step=2, echo=None)
+    sink.close()
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2]
+    assert "torn last line" in caplog.text
+
+    path.write_text('{"step": 1}\n{"step": 2, oops\n{"step": 3}\n')
+    with pytest.raises(ValueError, match="line 2: invalid JSON"):
+        MetricSink(tmp_path, [], resume_step=3, echo=None)

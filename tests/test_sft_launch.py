@@ -49,6 +49,12 @@ def _sft(*args: str) -> object:
     return runner.invoke(app, ["sft", "--model", MODEL, *args])
 
 
+def _hub_model_known(monkeypatch) -> None:
+    """A real run checks that the hub has MODEL; this test machine has no network, and the
+    test is about the launch, not the model."""
+    monkeypatch.setattr("drvenus.train.options.check_hub_model", lambda *args, **kw: None)
+
+
 def _overrides(command: list[str]) -> dict[str, str]:
     start = command.index(verl_engine.VERL_MODULE) + 1
     return dict(arg.split("=", 1) for arg in command[start:])
@@ -211,6 +217,7 @@ def test_verl_lora_and_max_steps(tmp_path, parquet):
 
 
 def test_verl_real_run_without_verl_is_one_line(tmp_path, parquet, monkeypatch):
+    _hub_model_known(monkeypatch)
     monkeypatch.setattr(verl_engine, "verl_available", lambda: False)
     result = _sft("--train", str(parquet), "--output", str(tmp_path / "run"), "--engine", "verl")
     assert result.exit_code == 2, result.output
@@ -220,6 +227,7 @@ def test_verl_real_run_without_verl_is_one_line(tmp_path, parquet, monkeypatch):
 
 
 def test_verl_real_run_execs_the_planned_command(tmp_path, parquet, monkeypatch):
+    _hub_model_known(monkeypatch)
     ran: list[list[str]] = []
 
     class Done:

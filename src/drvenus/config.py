@@ -34,7 +34,9 @@ class Settings(BaseSettings):
         env_file=".env",
         env_file_encoding="utf-8",
         extra="ignore",
+        env_ignore_empty=True,  # DRVENUS_REFERENCE_DIR= (after `export VAR=`) is unset, not "."
         populate_by_name=True,
+        allow_inf_nan=False,  # DRVENUS_TIME_LIMIT=inf / nan: refused, as on the command line
     )
 
     # model: a server (base_url + model_name), a GGUF file (model_path), or the embedded default

@@ -15,7 +15,7 @@ import typer
 
 from drvenus import __version__
 from drvenus.cli.agent import ask, run
-from drvenus.cli.common import out, setup_logging
+from drvenus.cli.common import CheckedGroup, out, setup_logging
 from drvenus.cli.data import data_app
 from drvenus.cli.eval import eval_app
 from drvenus.cli.index import index_app
@@ -27,6 +27,7 @@ from drvenus.cli.train import rl, sft
 from drvenus.text import one_line
 
 app = typer.Typer(
+    cls=CheckedGroup,
     name="drvenus",
     help=(
         "drvenus: a deep research agent you can run on a laptop.\n\n"

@@ -136,6 +136,7 @@ def run(
     from drvenus.questions import read_questions
 
     try:
+        agent.settings()  # every option checked before the output is created
         report = read_questions(questions)
     except known_errors() as exc:
         raise fail(exc) from None

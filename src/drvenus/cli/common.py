@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import inspect
 import logging
+import math
 import operator
 import types
 import typing
@@ -30,6 +31,7 @@ import typer
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from drvenus.flags import KEEP, Cli, flag
 from drvenus.net.secrets import RedactingFilter
@@ -108,6 +110,64 @@ async def require_model_server(model: object, timeout: float = 5.0) -> None:
 def notice(message: str) -> None:
     """One-line progress notes from setup (e.g. fetching the embedded model)."""
     err.print(f"[dim]{escape(message)}[/]")
+
+
+# ---------------------------------------------------------------- numbers on the command line
+INT64 = 2**63  # an integer option fits in a signed 64-bit integer (torch, numpy, SQLite, C)
+
+
+def check_number(value: Any) -> str | None:
+    """Why ``value`` is not a usable number on the command line (None: it is): nan, an
+    infinity (``1e400`` reads as one) or an integer beyond 64 bits."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number"
+    if isinstance(value, int) and not isinstance(value, bool) and not -INT64 <= value < INT64:
+        return f"{value} is out of range (a 64-bit integer)"
+    return None
+
+
+def _holds_numbers(tp: Any) -> bool:
+    """``int`` / ``float``, alone or inside an optional, a list or a tuple."""
+    if tp in (int, float):
+        return True
+    return any(_holds_numbers(a) for a in get_args(tp) if a is not Ellipsis)
+
+
+def _is_numeric(param: Any) -> bool:
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is None or getattr(param, "is_flag", False):
+        return False
+    return _holds_numbers(descriptor.annotation)
+
+
+def _guard_numbers(command: Any) -> None:
+    """Every numeric option of ``command`` (and of its subcommands) refuses nan, infinities
+    and integers beyond 64 bits while the command line is parsed, before the command runs."""
+    for sub in getattr(command, "commands", {}).values():
+        _guard_numbers(sub)
+    for param in command.params:
+        if not _is_numeric(param) or getattr(param, "_numbers_guarded", False):
+            continue
+        then = param.callback
+
+        def checked(ctx: Any, p: Any, value: Any, then: Any = then) -> Any:
+            for v in value if isinstance(value, list | tuple) else (value,):
+                problem = check_number(v)
+                if problem:
+                    raise typer.BadParameter(problem, ctx=ctx, param=p)
+            return then(ctx, p, value) if then is not None else value
+
+        param.callback = checked
+        param._numbers_guarded = True
+
+
+class CheckedGroup(TyperGroup):
+    """The command group of every ``drvenus`` app: numeric options checked by
+    :func:`check_number` (a usage error: one line, exit 2)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        _guard_numbers(self)
 
 
 # ---------------------------------------------------------------- the servers' options
@@ -312,8 +372,7 @@ def with_options(param: str, cls: type, *, layered: bool = False,
     return decorate
 
 
-__all__ = ["BAD_INPUT", "INTERRUPTED", "CliError", "HostOption", "PortOption", "build",
-           "describe_validation_error", "err", "fail", "field_options", "known_errors",
-           "log_progress", "name_flags", "nest", "notice", "out", "require_model_server",
-           "setup_logging",
-           "warn_short_token", "with_options"]
+__all__ = ["BAD_INPUT", "INT64", "INTERRUPTED", "CheckedGroup", "CliError", "HostOption",
+           "PortOption", "build", "check_number", "describe_validation_error", "err", "fail",
+           "field_options", "known_errors", "log_progress", "name_flags", "nest", "notice", "out",
+           "require_model_server", "setup_logging", "warn_short_token", "with_options"]

@@ -18,13 +18,14 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from drvenus.cli.common import INTERRUPTED, err, fail, out, with_options
+from drvenus.cli.common import INTERRUPTED, CheckedGroup, err, fail, out, with_options
 from drvenus.data.export import EXPORT_FORMATS
 from drvenus.data.options import CleanOptions
 from drvenus.data.resample import ResamplePolicy
 from drvenus.grading.judge import JudgeConfig
 
 data_app = typer.Typer(
+    cls=CheckedGroup,
     name="data",
     help="SFT data pipeline: clean (DR-Venus compatible), export, stats.",
     no_args_is_help=True,
@@ -39,13 +40,12 @@ def _clean_options(values: dict[str, Any]) -> CleanOptions:
     def given(group: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in group.items() if v is not None}
 
-    judge, policy = given(values.pop("judge")), given(values.pop("policy"))
+    judge, policy = values.pop("judge"), given(values.pop("policy"))
     try:
         return CleanOptions(
             **given(values),
             policy=ResamplePolicy(**policy),
-            judge=JudgeConfig.from_options(judge.pop("base_url", None),
-                                           judge.pop("model", None), **judge),
+            judge=JudgeConfig.from_values(judge),
         )
     except ValueError as exc:  # pydantic's ValidationError, named by its flag
         raise fail(exc) from None

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markdown import Markdown
@@ -26,6 +26,7 @@ from rich.progress import (
 )
 
 from drvenus.cli.common import (
+    CheckedGroup,
     CliError,
     err,
     fail,
@@ -38,14 +39,17 @@ from drvenus.cli.common import (
 from drvenus.cli.console import BatchProgress
 from drvenus.cli.options import AgentOptions
 from drvenus.eval.benchmarks import BENCHMARKS
+from drvenus.flags import Cli
+from drvenus.grading.judge import JudgeConfig
 
 if TYPE_CHECKING:
     from drvenus.batch import ResultsFile
+    from drvenus.config import Settings
     from drvenus.eval.official import OfficialGrader
     from drvenus.eval.runner import EvalSetup
-    from drvenus.grading.judge import JudgeConfig
 
 eval_app = typer.Typer(
+    cls=CheckedGroup,
     name="eval",
     help="Evaluate the agent on a benchmark (Avg@k, Pass@k, judges, report with plots); "
     "rerun the same command to resume. 'drvenus eval compare A B' compares two runs.",
@@ -62,8 +66,20 @@ def _progress(label: str) -> Progress:
     )
 
 
+@dataclass(frozen=True)
+class JudgeOptions:
+    """The judge's options: those of ``data clean`` (one definition, :class:`JudgeConfig`)."""
+
+    judge: Annotated[JudgeConfig | None, Cli(expand="judge_")] = None
+
+
+def _judge_values(values: dict[str, Any]) -> dict[str, Any]:
+    return values["judge"]
+
+
 @eval_app.callback()
 @with_options("agent", AgentOptions)
+@with_options("judge_options", JudgeOptions, into=_judge_values)
 def evaluate(
     ctx: typer.Context,
     benchmark: Annotated[str | None, typer.Option("--benchmark", "-b", help=BENCHMARK_HELP)] = None,
@@ -79,11 +95,6 @@ def evaluate(
         typer.Option("--endpoint", help="Another server of the same model as --base-url "
                      "(repeatable): questions are spread over all of them, round-robin."),
     ] = None,
-    judge_base_url: Annotated[
-        str | None,
-        typer.Option("--judge-base-url", help="OpenAI-compatible judge (env DRVENUS_JUDGE_*)."),
-    ] = None,
-    judge_model: Annotated[str | None, typer.Option("--judge-model", help="Judge model.")] = None,
     no_judge: Annotated[
         bool, typer.Option("--no-judge", help="Deterministic scorers even if a judge is set.")
     ] = False,
@@ -95,24 +106,26 @@ def evaluate(
     ] = "ours",
     *,
     agent: AgentOptions,
+    judge_options: dict[str, Any],
 ) -> None:
     """Run BENCHMARK from --data with the agent, --runs times per item, grade and report."""
     if ctx.invoked_subcommand is not None:
         return
-    try:
+    try:  # every option is checked before anything is written
         if benchmark is None or data is None or output is None:
             raise CliError("--benchmark, --data and --out are required (see --help)")
+        from drvenus.eval.benchmarks import get_spec
         from drvenus.eval.runner import judge_config, prepare
 
         if grader not in ("ours", "official"):
             raise CliError(f"--grader must be ours or official, not {grader!r}")
+        settings = agent.settings()
+        _check_endpoints(settings, endpoints or [])
+        judge = None if no_judge else judge_config(output, JudgeConfig.from_values(judge_options))
+        official = _official(get_spec(benchmark).grader, judge) if grader == "official" else None
         setup = prepare(benchmark, data, output, runs=runs, limit=limit)
-        judge = None if no_judge else judge_config(output, judge_base_url, judge_model)
-        official = _official(setup, judge) if grader == "official" else None
     except known_errors() as exc:
         raise fail(exc) from None
-    if endpoints and agent.base_url is None:
-        raise fail(CliError("--endpoint needs --base-url (the first server)"))
     code = _run_agent(setup, agent, workers, endpoints or [])
     if code == 130:
         raise typer.Exit(130)
@@ -121,12 +134,25 @@ def evaluate(
         raise typer.Exit(code)
 
 
-def _official(setup: EvalSetup, judge: JudgeConfig | None) -> OfficialGrader:
+def _check_endpoints(settings: Settings, endpoints: list[str]) -> None:
+    """Each ``--endpoint`` checked as ``--base-url`` is (its URL), before any run."""
+    from drvenus.llm.openai_compat import normalize_base_url
+
+    if endpoints and settings.base_url is None:
+        raise CliError("--endpoint needs --base-url (the first server)")
+    for url in endpoints:
+        try:
+            normalize_base_url(url)
+        except ValueError as exc:
+            raise CliError(f"--endpoint {url}: {exc}") from None
+
+
+def _official(grader: str, judge: JudgeConfig | None) -> OfficialGrader:
     """The benchmark's official grader, its pinned files read (and checked) before any agent
     runs; one that needs a judge refuses to go on without one."""
     from drvenus.eval.official import official_grader
 
-    found = official_grader(setup.spec.grader)
+    found = official_grader(grader)
     if found.needs_judge and judge is None:
         raise CliError(f"--grader official: the {found.title} needs a judge "
                        "(--judge-base-url and --judge-model, or DRVENUS_JUDGE_*)")

@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 
-from drvenus.cli.common import fail, known_errors, out
+from drvenus.cli.common import CheckedGroup, fail, known_errors, out
 
-index_app = typer.Typer(help="Build and inspect local search indexes.", no_args_is_help=True)
+index_app = typer.Typer(cls=CheckedGroup, help="Build and inspect local search indexes.",
+                        no_args_is_help=True)
 
 
 @index_app.command("build")

@@ -9,9 +9,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from drvenus.cli.common import fail, known_errors, notice, out
+from drvenus.cli.common import CheckedGroup, fail, known_errors, notice, out
 
 models_app = typer.Typer(
+    cls=CheckedGroup,
     help="Models: fetch the embedded one, show what a run loads, merge LoRA adapters, export "
     "checkpoints and adapters to GGUF.",
     no_args_is_help=True,

@@ -10,9 +10,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from drvenus.cli.common import fail, known_errors, out
+from drvenus.cli.common import CheckedGroup, fail, known_errors, out
 
 reference_app = typer.Typer(
+    cls=CheckedGroup,
     help="Official texts from pinned sources: list them, pull them into the cache.",
     no_args_is_help=True,
 )

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from drvenus.cli.common import (
+    CheckedGroup,
     HostOption,
     PortOption,
     err,
@@ -29,6 +30,7 @@ from drvenus.tools.server import (
 )
 
 tools_app = typer.Typer(
+    cls=CheckedGroup,
     name="tools",
     help="Share the search and visit tools with other processes over HTTP.",
     no_args_is_help=True,

@@ -98,7 +98,7 @@ def sft(
     _check_config_file(config)
     try:
         settings = load_config(config, **values)
-        check_paths(settings, ("train", "val", "model"), hub=("model",))
+        check_paths(settings, ("train", "val", "model"), hub=("model",), ask_hub=not dry_run)
         if dry_run:
             _print_plan(settings)
             return

@@ -48,6 +48,19 @@ def _is_list_of_struct(t: pa.DataType, fields: tuple[str, ...]) -> bool:
     return pa.types.is_struct(item) and all(item.get_field_index(f) >= 0 for f in fields)
 
 
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _not_text(where: str, fields: dict[str, pa.DataType]) -> str | None:
+    """"wrong schema: ..." for the first of ``fields`` that is not text (every row would be
+    dropped for it), or None."""
+    for name, t in fields.items():
+        if not _is_text(t):
+            return f"wrong schema: {where}{name} is {t}, not a string"
+    return None
+
+
 def _columns(schema: pa.Schema) -> str:
     return ", ".join(schema.names) or "none"
 
@@ -69,13 +82,17 @@ def input_schema_problem(schema: pa.Schema) -> str | None:
     kind = schema.field("messages").type
     if not _is_list_of_struct(kind, ("role", "content")):
         return f"wrong schema: messages is {kind}, not a list of {{role, content}}"
+    item = kind.value_type
+    problem = _not_text("messages.", {f: item.field(f).type for f in ("role", "content")})
+    if problem is not None:
+        return problem
     if "question" in names and "gt" in names:
-        return None
+        return _not_text("", {f: schema.field(f).type for f in ("question", "gt")})
     meta = schema.field("meta").type
     if not (pa.types.is_struct(meta) and all(meta.get_field_index(f) >= 0
                                              for f in ("question", "answer"))):
         return f"wrong schema: meta is {meta}, not a struct with question and answer"
-    return None
+    return _not_text("meta.", {f: meta.field(f).type for f in ("question", "answer")})
 
 
 def open_cleaned_parquet(path: Path) -> pq.ParquetFile:

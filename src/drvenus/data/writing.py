@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -28,6 +30,38 @@ STAGE1_PARQUET = "stage1_normalized.parquet"
 STAGE2_PARQUET = "stage2_deduped.parquet"
 STATS_JSON = "stats.json"
 OUTPUT_NAMES = frozenset({FINAL_PARQUET, FINAL_JSONL, STAGE1_PARQUET, STAGE2_PARQUET, STATS_JSON})
+SCRATCH_NAMES = frozenset({"valid.arrow"})
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.tmp")
+
+log = logging.getLogger(__name__)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temp_files(directory: Path) -> list[Path]:
+    """Remove the temporary and scratch files of runs that were killed (SIGKILL, a power cut:
+    no cleanup ran), recognised by name and by their process id no longer running; returns
+    them."""
+    removed = []
+    for path in directory.glob(".*.tmp"):
+        m = _TEMP_NAME.fullmatch(path.name)
+        if m is None or m["name"] not in OUTPUT_NAMES | SCRATCH_NAMES:
+            continue
+        pid = int(m["pid"])
+        if pid != os.getpid() and not _alive(pid):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    if removed:
+        log.info("removed %d temporary file(s) of killed runs from %s", len(removed), directory)
+    return removed
 
 
 class OutputFiles:
@@ -45,6 +79,7 @@ class OutputFiles:
     def __enter__(self) -> OutputFiles:
         self._created = not self.dir.exists()
         self.dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_temp_files(self.dir)
         return self
 
     def _tmp(self, name: str) -> Path:
@@ -56,7 +91,8 @@ class OutputFiles:
         return path
 
     def scratch(self, name: str) -> Path:
-        """A working file of the run, always removed at the end."""
+        """A working file of the run (one of :data:`SCRATCH_NAMES`), always removed at the
+        end."""
         path = self._tmp(name)
         self._scratch.append(path)
         return path

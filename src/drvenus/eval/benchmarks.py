@@ -62,8 +62,23 @@ def xbench_key(canary: str) -> bytes:
 
 
 def decrypt(field_b64: str, key: bytes) -> str:
-    """base64-decode then XOR with ``key`` repeated; UTF-8 text."""
-    return _xor(base64.b64decode(field_b64), key).decode("utf-8")
+    """base64-decode then XOR with ``key`` repeated; UTF-8 text. ValueError when the field is
+    not base64, UnicodeDecodeError when the key does not turn it into text."""
+    return _xor(base64.b64decode("".join(field_b64.split()), validate=True), key).decode("utf-8")
+
+
+def _decrypted(row: dict[str, Any], column: str, key: bytes, where: str) -> str:
+    """:func:`decrypt` of ``row[column]``; one line naming ``where`` (file, row), the column
+    and what to check when it cannot be decrypted."""
+    try:
+        return decrypt(str(row[column]), key)
+    except UnicodeDecodeError:
+        problem = ("does not decrypt to text with the row's canary (another canary, or an "
+                   "edited file?)")
+    except ValueError:  # binascii.Error: not base64
+        problem = ("is not encrypted (not base64): give the benchmark's encrypted release; a "
+                   "plain question,answer file runs with -b jsonl")
+    raise ValueError(f"{where}, column {column}: {problem}") from None
 
 
 def encrypt(text: str, key: bytes) -> str:
@@ -84,9 +99,9 @@ def load_browsecomp(path: Path) -> list[EvalItem]:
     _need(rows, ("problem", "answer", "canary"), "browsecomp")
     items = []
     for i, r in enumerate(rows, 1):
-        key = browsecomp_key(str(r["canary"]))
-        items.append(_item(i, decrypt(r["problem"], key), [decrypt(r["answer"], key)],
-                           topic=r.get("problem_topic")))
+        key, where = browsecomp_key(str(r["canary"])), f"{path.name} row {i}"
+        items.append(_item(i, _decrypted(r, "problem", key, where),
+                           [_decrypted(r, "answer", key, where)], topic=r.get("problem_topic")))
     return items
 
 
@@ -96,10 +111,10 @@ def load_browsecomp_zh(path: Path) -> list[EvalItem]:
     _need(rows, ("Topic", "Question", "Answer", "canary"), "browsecomp-zh")
     items = []
     for i, r in enumerate(rows, 1):
-        key = browsecomp_key(str(r["canary"]))
-        topic = decrypt(str(r["Topic"]), key) if r.get("Topic") else None
-        items.append(_item(i, decrypt(str(r["Question"]), key),
-                           [decrypt(str(r["Answer"]), key)], topic=topic))
+        key, where = browsecomp_key(str(r["canary"])), f"{path.name} row {i}"
+        topic = _decrypted(r, "Topic", key, where) if r.get("Topic") else None
+        items.append(_item(i, _decrypted(r, "Question", key, where),
+                           [_decrypted(r, "Answer", key, where)], topic=topic))
     return items
 
 
@@ -110,10 +125,10 @@ def load_xbench(path: Path) -> list[EvalItem]:
     _need(rows, ("id", "prompt", "answer", "canary"), "xbench-deepsearch")
     items = []
     for i, r in enumerate(rows, 1):
-        key = xbench_key(str(r["canary"]))
-        steps = r.get("reference_steps")
-        items.append(_item(r.get("id") or i, decrypt(r["prompt"], key), [decrypt(r["answer"], key)],
-                           reference_steps=decrypt(steps, key) if steps else None))
+        key, where = xbench_key(str(r["canary"])), f"{path.name} row {i}"
+        steps = _decrypted(r, "reference_steps", key, where) if r.get("reference_steps") else None
+        items.append(_item(r.get("id") or i, _decrypted(r, "prompt", key, where),
+                           [_decrypted(r, "answer", key, where)], reference_steps=steps))
     return items
 
 

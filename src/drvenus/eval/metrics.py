@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from drvenus.agent.record import FAILED_TERMINATIONS
 from drvenus.corpus.urls import url_key
 from drvenus.grading.match import normalize_answer
 from drvenus.protocol import (
@@ -324,6 +325,8 @@ def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
         "rows": len(results),
         "runs": len(runs),
         "judge_errors": sum(r.correct is None for r in results),
+        # runs that failed (llm_error, tool_error, exception): in every accuracy, as wrong
+        "failed_runs": sum(r.termination in FAILED_TERMINATIONS for r in results),
         "no_verdict": sum(r.grade.get("method") == "official-no-verdict" for r in results),
         "per_run": {str(k): v for k, v in runs.items()},
         "avg_at_k": _mean(run_values),

@@ -124,6 +124,9 @@ def _headline(m: dict[str, Any]) -> list[str]:
         ("Mean score (F1)", _num(m["mean_score"], 3)),
         ("Judge errors (counted as wrong)", str(m["judge_errors"])),
     ]
+    if m.get("failed_runs"):
+        rows.append(("Failed runs (llm_error / tool_error / exception; counted as wrong)",
+                     str(m["failed_runs"])))
     if m.get("no_verdict"):
         rows.append(("Replies without a verdict (wrong, as officially)", str(m["no_verdict"])))
     if m["calibration_error"] is not None:

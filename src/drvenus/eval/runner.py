@@ -93,6 +93,9 @@ def prepare(
         items = items[: max(0, limit)]
     if not items:
         raise ValueError(f"no items in {data}")
+    if spec.corpus is not None and next(iter(spec.corpus(Path(data))), None) is None:
+        raise ValueError(f"{data}: no corpus documents in it for {spec.name} "
+                         f"({spec.description}); is it the benchmark's file?")
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / MANIFEST
     old = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {}
@@ -251,12 +254,9 @@ async def grade_all(
             await client.aclose()
 
 
-def judge_config(
-    out: Path, base_url: str | None, model: str | None, **kwargs: Any
-) -> JudgeConfig | None:
-    """The judge of an evaluation (options, else DRVENUS_JUDGE_*), caching in the output
-    folder; None when none is configured (deterministic scorers then)."""
-    cfg = JudgeConfig.from_options(base_url, model, **kwargs)
+def judge_config(out: Path, cfg: JudgeConfig | None) -> JudgeConfig | None:
+    """The judge of an evaluation (:meth:`JudgeConfig.from_options`), caching in the output
+    folder unless it names its cache; None: none is configured (deterministic scorers then)."""
     if cfg is None or cfg.cache_path is not None:
         return cfg
     return replace(cfg, cache_path=out / JUDGE_CACHE)

@@ -85,20 +85,33 @@ class JudgeConfig:
         cls, base_url: str | None, model: str | None, **kwargs
     ) -> JudgeConfig | None:
         """Options first, then ``DRVENUS_JUDGE_BASE_URL``/``_MODEL``/``_API_KEY`` from the
-        environment or ``.env``; None when no endpoint and model are configured."""
+        environment or ``.env``; None when no endpoint is configured. ``kwargs`` (timeout,
+        retries, ...) are checked even then; an endpoint without a model is refused (a judge
+        named nowhere would be silently left out)."""
         from drvenus.config import load_settings
 
         settings = load_settings()
         base_url = base_url or settings.judge_base_url
         model = model or settings.judge_model
-        if not base_url or not model:
+        if not base_url:
+            cls(base_url="http://judge.invalid/v1", model="unset", **kwargs)  # kwargs checked
             return None
+        if not model:
+            raise ValueError("a judge endpoint (--judge-base-url / DRVENUS_JUDGE_BASE_URL) "
+                             "needs its model: --judge-model (or DRVENUS_JUDGE_MODEL)")
         try:  # a malformed endpoint fails here, before any agent run, not at the first verdict
             normalize_base_url(base_url)
         except ValueError as exc:
             raise ValueError(f"judge endpoint (--judge-base-url / DRVENUS_JUDGE_BASE_URL): {exc}"
                              ) from None
         return cls(base_url=base_url, model=model, api_key=settings.judge_api_key_value(), **kwargs)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> JudgeConfig | None:
+        """:meth:`from_options` of a command's judge options (this class's fields; None: not
+        given), as ``data clean`` and ``eval`` take them."""
+        given = {k: v for k, v in values.items() if v is not None}
+        return cls.from_options(given.pop("base_url", None), given.pop("model", None), **given)
 
 
 @dataclass(frozen=True)

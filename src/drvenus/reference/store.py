@@ -5,9 +5,11 @@ Where a file comes from, in order:
 1. ``DRVENUS_REFERENCE_DIR`` set: ``<dir>/<source name>/<path>`` (local checkouts named after
    their repositories: ``DR-Venus/``, ``simple-evals/``, ...), and nowhere else: a missing file
    there is an error, not a reason to go online;
-2. the cache, ``<cache>/reference/<name>@<commit>/<path>``, filled by an earlier pull;
+2. the cache, ``<cache>/reference/<name>@<commit>/<path>``, filled by an earlier pull (a damaged
+   copy there is fetched again);
 3. a download over HTTPS of the file at the pinned commit (``reference_url``, a template with
-   ``{repo}``, ``{commit}`` and ``{path}``), checked before it is kept.
+   ``{repo}``, ``{commit}`` and ``{path}``), checked before it is kept: a few tries within one
+   deadline per file, a host that does not answer given up after its connect timeout.
 
 Every read checks the hash, so a checkout at another commit, an edited file or a truncated
 download is refused with one line that names the file, the hash found and the one expected.
@@ -35,7 +37,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"
 DOWNLOAD_ATTEMPTS = 3
-DOWNLOAD_TIMEOUT = 30.0
+DOWNLOAD_TIMEOUT = 30.0  # seconds one read may wait
+CONNECT_TIMEOUT = 5.0  # seconds to reach the host: one that never answers fails fast, once
+FILE_DEADLINE = 60.0  # seconds one file may take, every attempt included (a server dripping
+#                       a byte a second passes every per-read timeout)
 MAX_FILE_BYTES = 8 * 1024 * 1024  # the official files are source files of a few KB
 
 
@@ -74,6 +79,8 @@ class ReferenceStore:
         url_template: str | None = None,
         download: bool = True,
         timeout: float = DOWNLOAD_TIMEOUT,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        deadline: float = FILE_DEADLINE,
         sources: Mapping[str, Source] | None = None,
     ) -> None:
         # ``sources``: the pinned sources (default: SOURCES); tests give their own fixtures'
@@ -83,6 +90,8 @@ class ReferenceStore:
         self.url_template = url_template or DEFAULT_URL
         self.download = download
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.deadline = deadline
 
     # where a file would be -------------------------------------------------------------------
 
@@ -130,8 +139,17 @@ class ReferenceStore:
         where = self.location(name, path)
         if where.is_file():
             data = where.read_bytes()
-            self._check(src, path, data, expected, where)
-            return data
+            if self.local_dir is not None or sha256(data) == expected:
+                self._check(src, path, data, expected, where)
+                return data
+            # a damaged copy in the cache (a disk fault, an edit): fetched again when allowed
+            if not self.download:
+                raise ReferenceError(
+                    f"{_where(src, path)}: the cached copy {where} is damaged (sha256 "
+                    f"{sha256(data)} where {expected} is expected): delete it, or run "
+                    "`drvenus reference pull` with a network to fetch it again")
+            log.warning("reference: %s in the cache is damaged; fetching it again",
+                        _where(src, path))
         if self.local_dir is not None:
             raise ReferenceError(
                 f"{_where(src, path)}: not found in DRVENUS_REFERENCE_DIR ({self.local_dir}); "
@@ -170,34 +188,65 @@ class ReferenceStore:
                 f"({src.repo} at {src.commit[:7]}; read from {where})")
 
     def _download(self, src: Source, path: str, expected: str) -> bytes:
+        """The file at the pinned commit, hash checked: up to :data:`DOWNLOAD_ATTEMPTS` tries
+        (not after a 4xx or a host that never answered), all within ``deadline`` seconds."""
         url = self.url_template.format(repo=src.repo, commit=src.commit, path=path)
         shown = redact_url(url)
+        ends = time.monotonic() + self.deadline
         last = ""
         for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
             try:
-                with httpx.Client(timeout=self.timeout, follow_redirects=True) as client:
-                    with client.stream("GET", url) as reply:
-                        if reply.status_code != 200:
-                            last = f"HTTP {reply.status_code}"
-                            if not is_retryable_status(reply.status_code):
-                                break
-                        else:
-                            data = b""
-                            for chunk in reply.iter_bytes():
-                                data += chunk
-                                if len(data) > MAX_FILE_BYTES:
-                                    raise ReferenceError(
-                                        f"{_where(src, path)}: {shown} is over "
-                                        f"{MAX_FILE_BYTES} bytes")
-                            self._check(src, path, data, expected, shown)
-                            return data
+                data = self._fetch(url, ends)
+                if isinstance(data, int):
+                    last = f"HTTP {data}"
+                    if not is_retryable_status(data):
+                        break
+                else:
+                    if len(data) > MAX_FILE_BYTES:
+                        raise ReferenceError(
+                            f"{_where(src, path)}: {shown} is over {MAX_FILE_BYTES} bytes")
+                    self._check(src, path, data, expected, shown)
+                    return data
+            except httpx.ConnectTimeout:
+                last = f"no answer from the host within {self.connect_timeout:g} s"
+                break
+            except _Deadline:
+                last = f"not complete after {self.deadline:g} s"
+                break
             except httpx.HTTPError as exc:
                 last = type(exc).__name__
-            if attempt < DOWNLOAD_ATTEMPTS:
-                time.sleep(0.5 * 2 ** (attempt - 1))
+            pause = 0.5 * 2 ** (attempt - 1)
+            if attempt == DOWNLOAD_ATTEMPTS or time.monotonic() + pause >= ends:
+                break
+            time.sleep(pause)
         raise ReferenceError(
             f"{_where(src, path)}: cannot download {shown} ({last}); run `drvenus reference "
             f"pull` with a network, or set DRVENUS_REFERENCE_DIR to local checkouts")
+
+    def _fetch(self, url: str, ends: float) -> bytes | int:
+        """The body of ``url`` (at most one byte over :data:`MAX_FILE_BYTES`), or the status
+        of a reply that is not 200; :class:`_Deadline` past ``ends``."""
+        left = ends - time.monotonic()
+        if left <= 0:
+            raise _Deadline
+        timeout = httpx.Timeout(min(self.timeout, left),
+                                connect=min(self.connect_timeout, left))
+        with httpx.Client(timeout=timeout, follow_redirects=True) as client:
+            with client.stream("GET", url) as reply:
+                if reply.status_code != 200:
+                    return reply.status_code
+                data = bytearray()
+                for chunk in reply.iter_bytes():
+                    data += chunk
+                    if len(data) > MAX_FILE_BYTES:
+                        break
+                    if time.monotonic() > ends:
+                        raise _Deadline
+                return bytes(data)
+
+
+class _Deadline(Exception):
+    """A download past its file's deadline."""
 
 
 def reference_store(settings: object | None = None) -> ReferenceStore:

@@ -10,6 +10,7 @@ derives one option per field (``--<field-name>``, help from the field's metadata
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import typing
@@ -26,7 +27,8 @@ class ConfigError(ValueError):
 
 
 def opt(help: str, default: Any = None, **kw: Any) -> Any:
-    """A config field with its help text."""
+    """A config field with its help text; ``ge`` / ``gt`` / ``le`` / ``lt`` bound its value
+    (checked by :func:`check_types`, None exempt)."""
     return dataclasses.field(default=default, metadata={"help": help, **kw})
 
 
@@ -48,14 +50,18 @@ def is_hub_id(value: str) -> bool:
 
 
 def check_paths(config: Any, names: tuple[str, ...], error: type[ConfigError] = ConfigError,
-                *, hub: tuple[str, ...] = ()) -> None:
+                *, hub: tuple[str, ...] = (), ask_hub: bool = True) -> None:
     """Every path option in ``names`` that is set names an existing file or folder (those in
-    ``hub`` may also be a hub model id); the ``output`` folder can be created and written."""
+    ``hub`` may also be a hub model id: :func:`check_hub_model` unless not ``ask_hub``, as for
+    a launch plan run elsewhere); the ``output`` folder can be created and written."""
     for name in names:
         value = getattr(config, name, None)
-        if value and not Path(value).expanduser().exists() and not (
-            name in hub and is_hub_id(str(value))
-        ):
+        if not value or Path(value).expanduser().exists():
+            continue
+        if name in hub and is_hub_id(str(value)):
+            if ask_hub:
+                check_hub_model(name, str(value), error)
+        else:
             raise error(f"{flag(name)} {value}: no such file or folder")
     output = getattr(config, "output", None)
     if output:
@@ -67,15 +73,61 @@ def check_paths(config: Any, names: tuple[str, ...], error: type[ConfigError] = 
                         "writable folder)")
 
 
+HUB_CHECK_TIMEOUT = 5.0  # seconds the hub may take to say whether a model exists
+
+
+def check_hub_model(name: str, repo: str, error: type[ConfigError] = ConfigError) -> None:
+    """``repo`` (``org/name``, not a folder here) is a model of the Hugging Face cache, or one
+    the hub knows (asked once, briefly): else one line now, not the hub client's retries when
+    the model is loaded (``runs/nosuch``, a folder that is not there, looks just like a hub
+    id)."""
+    try:
+        from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    except ImportError:  # no train extra: the trainer says what to install
+        return
+    if isinstance(try_to_load_from_cache(repo, "config.json"), str):
+        return
+    where = f"{flag(name)} {repo}: no such folder here"
+    if constants.HF_HUB_OFFLINE:
+        raise error(f"{where}, nor in the Hugging Face cache (HF_HUB_OFFLINE is set)")
+    try:
+        HfApi().model_info(repo, timeout=HUB_CHECK_TIMEOUT)
+    except Exception as exc:  # any failure: the model could not be loaded either
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if status in (401, 404):
+            raise error(f"{where}, nor a model on the Hugging Face hub") from None
+        raise error(f"{where}, and the Hugging Face hub could not say whether it has it "
+                    f"({one_line_reason(exc)})") from None
+
+
 def one_line_reason(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200]
 
 
+_INT64 = 2**63
+_BOUNDS = {"ge": ("at least", lambda v, b: v >= b), "gt": ("greater than", lambda v, b: v > b),
+           "le": ("at most", lambda v, b: v <= b), "lt": ("less than", lambda v, b: v < b)}
+
+
 def check_types(config: Any, error: type[ConfigError] = ConfigError) -> None:
-    """Raise ``error`` for the first field whose value does not match its type hint."""
+    """Raise ``error`` for the first field whose value does not match its type hint, is not a
+    finite number (nan, inf: from a flag or a YAML ``.nan``), is an integer beyond 64 bits, or
+    is out of the bounds its field declares (:func:`opt`)."""
     hints = typing.get_type_hints(type(config))
     for f in dataclasses.fields(config):
-        _check_type(f.name, getattr(config, f.name), hints[f.name], error)
+        value = getattr(config, f.name)
+        _check_type(f.name, value, hints[f.name], error)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise error(f"{flag(f.name)} {value}: not a finite number")
+        if isinstance(value, int) and not isinstance(value, bool) and (
+                not -_INT64 <= value < _INT64):
+            raise error(f"{flag(f.name)} {value}: out of range (a 64-bit integer)")
+        if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        for key, (words, ok) in _BOUNDS.items():
+            bound = f.metadata.get(key)
+            if bound is not None and not ok(value, bound):
+                raise error(f"{flag(f.name)} {value}: must be {words} {bound}")
 
 
 def _check_type(name: str, value: Any, tp: Any, error: type[ConfigError]) -> None:
@@ -129,5 +181,5 @@ def dump(config: Any, path: Path) -> Path:
     return path
 
 
-__all__ = ["ConfigError", "check_types", "dump", "field_help", "flag", "one_line_reason", "opt",
-           "read_values"]
+__all__ = ["ConfigError", "check_hub_model", "check_types", "dump", "field_help", "flag",
+           "one_line_reason", "opt", "read_values"]

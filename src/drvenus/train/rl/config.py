@@ -54,14 +54,15 @@ class RLConfig:
     rollout_mode: str = _opt("deterministic (no retries) | robust (the inference loop's "
                              "retries on repetition, parse errors, duplicate calls).",
                              "deterministic")
-    robust_max_retries: int = _opt("Retries per turn in robust mode.", 3)
+    robust_max_retries: int = _opt("Retries per turn in robust mode.", 3, ge=0)
     protocol: str | None = _opt(
         "Whose rollout environment: drvenus (ours: the inference loop and its words) | "
         "dr-venus (DR-Venus's RL environment: its loop, system prompt, notices and outcome "
         "judge, texts read from its pinned files; docs/RL.md). Default: DRVENUS_PROTOCOL, else "
         "drvenus.")
     max_turns: int = _opt("Turns per trajectory, the forced final one included.", 200)
-    max_turns_jitter: int = _opt("Random jitter of each trajectory's turn limit (+-N).", 5)
+    max_turns_jitter: int = _opt("Random jitter of each trajectory's turn limit (+-N).", 5,
+                                 ge=0)
     completion_cutoff: float = _opt(
         "dr-venus: once this fraction of a step's trajectories have finished, the others are "
         "told to answer now (0: off).", 0.9)
@@ -70,10 +71,10 @@ class RLConfig:
     max_model_len: int = _opt("Context window of a trajectory, tokens.", 261_000)
     max_response_len: int = _opt("New tokens per turn.", 8192)
     temperature: float = _opt("Rollout temperature (also the IG and loss temperature).", 1.0)
-    top_p: float = _opt("Rollout top-p.", 0.95)
+    top_p: float = _opt("Rollout top-p.", 0.95, gt=0, le=1)
     top_k: int = _opt("Rollout top-k (-1: off).", -1)
     rollout_concurrency: int = _opt("Trajectories in flight at once.", 8)
-    rollout_time_limit: float = _opt("Seconds one trajectory may take.", 7200.0)
+    rollout_time_limit: float = _opt("Seconds one trajectory may take.", 7200.0, gt=0)
     # tools
     corpus: str | None = _opt("Local corpus for the offline tools (built-in if unset).")
     tools_url: str | None = _opt("A drvenus tool server to use instead (drvenus tools serve).")
@@ -82,11 +83,11 @@ class RLConfig:
     # rewards
     reward_type: Literal["llm", "f1"] = _opt("Outcome reward: llm (a judge) | f1.", "llm")
     judge_url: str | None = _opt("OpenAI-compatible base URL of the outcome judge.")
-    judge_model: str | None = _opt("Judge model name (the server's first if unset).")
+    judge_model: str | None = _opt("Judge model name.")
     judge_concurrency: int = _opt("Judge requests at once.", 8)
     use_format_penalty: bool = _opt("Penalise malformed turns (-scale instead of IG/outcome).",
                                     True)
-    format_penalty_scale: float = _opt("Format penalty magnitude.", 1.0)
+    format_penalty_scale: float = _opt("Format penalty magnitude.", 1.0, ge=0)
     # information gain
     use_info_gain: bool = _opt("Dense per-turn IG rewards (IGPO); off = GRPO on outcomes.", True)
     info_gain_type: str = _opt("log_prob_diff | prob_diff.", "log_prob_diff")
@@ -98,22 +99,23 @@ class RLConfig:
         "trainer (KV cache on the policy) | engine (the rollout server's prompt log-probs).",
         "trainer")
     ig_crosscheck: int = _opt("With --ig-source engine: also score N trajectories a step on the "
-                              "trainer and log the largest difference.", 0)
+                              "trainer and log the largest difference.", 0, ge=0)
     # advantages
     norm_mode: str = _opt("IG normalisation: joint | separate | scaled_separate | raw_ig.",
                           "scaled_separate")
-    gamma: float = _opt("Discount across turns.", 0.95)
-    ig_weight: float = _opt("IG multiplier after normalisation.", 1.0)
+    gamma: float = _opt("Discount across turns.", 0.95, ge=0, le=1)
+    ig_weight: float = _opt("IG multiplier after normalisation.", 1.0, ge=0)
     norm_by_std: bool = _opt("Divide by the group std.", True)
     # policy update
-    learning_rate: float = _opt("AdamW learning rate.", 1e-6)
-    weight_decay: float = _opt("AdamW weight decay.", 0.01)
-    kl_coef: float = _opt("KL loss weight to the frozen reference (0: no reference).", 0.001)
+    learning_rate: float = _opt("AdamW learning rate.", 1e-6, gt=0)
+    weight_decay: float = _opt("AdamW weight decay.", 0.01, ge=0)
+    kl_coef: float = _opt("KL loss weight to the frozen reference (0: no reference).", 0.001,
+                         ge=0)
     kl_type: str = _opt("low_var_kl | kl | abs | mse.", "low_var_kl")
-    clip_ratio: float = _opt("PPO clip range.", 0.2)
-    clip_ratio_c: float = _opt("Dual-clip bound for negative advantages.", 3.0)
-    entropy_coef: float = _opt("Entropy bonus weight.", 0.0)
-    max_grad_norm: float = _opt("Gradient clipping norm.", 1.0)
+    clip_ratio: float = _opt("PPO clip range.", 0.2, gt=0)
+    clip_ratio_c: float = _opt("Dual-clip bound for negative advantages.", 3.0, gt=1)
+    entropy_coef: float = _opt("Entropy bonus weight.", 0.0, ge=0)
+    max_grad_norm: float = _opt("Gradient clipping norm.", 1.0, gt=0)
     ppo_mini_batches: int = _opt("Optimizer updates per batch (1: on-policy, ratio 1).", 1)
     ppo_epochs: int = _opt("Passes over the batch.", 1)
     mask_tool_response: bool = _opt("Leave tool-response tokens out of the loss.", True)
@@ -123,10 +125,12 @@ class RLConfig:
     batch_size: int = _opt("Questions per step.", 16)
     epochs: int = _opt("Passes over the questions.", 1)
     total_steps: int = _opt("Stop after this many steps (-1: the epochs decide).", -1)
-    seed: int = _opt("Random seed (question order, rollout sampling).", 0)
+    seed: int = _opt("Random seed (question order, rollout sampling).", 0, ge=0,
+                     le=2**32 - 1)
     save_freq: int = _opt("Checkpoint every N steps (and at the end).", 5)
-    keep_checkpoints: int | None = _opt("Keep at most N checkpoints (all if unset).")
-    trace_save_interval: int = _opt("Save the step's rollouts every N steps (0: never).", 10)
+    keep_checkpoints: int | None = _opt("Keep at most N checkpoints (all if unset).", ge=1)
+    trace_save_interval: int = _opt("Save the step's rollouts every N steps (0: never).", 10,
+                                    ge=0)
     logger: str = _opt("Comma list: console, tensorboard (metrics.jsonl is always written).",
                        "console,tensorboard")
     resume: bool = _opt("Resume from the latest checkpoint in --output.", False)
@@ -137,8 +141,10 @@ class RLConfig:
     val: str | None = _opt("Validation questions (verl; the training file if unset).")
     nodes: int = _opt("Machines (verl).", 1)
     gpus_per_node: int = _opt("GPUs per machine (verl).", 8)
-    rollout_tensor_parallel: int = _opt("Tensor-parallel GPUs per rollout server (verl).", 4)
-    sequence_parallel: int = _opt("Ulysses sequence-parallel GPUs per sequence (verl).", 8)
+    rollout_tensor_parallel: int = _opt("Tensor-parallel GPUs per rollout server (verl).", 4,
+                                        ge=1)
+    sequence_parallel: int = _opt("Ulysses sequence-parallel GPUs per sequence (verl).", 8,
+                                  ge=1)
     prompt_pad: int = _opt("Tokens reserved for system prompt + question (verl).", 4096)
     current_date: str | None = _opt("Date in the system prompt (YYYY-MM-DD; default today).")
 
@@ -149,11 +155,19 @@ class RLConfig:
         """``protocol``, else the ``protocol`` setting (DRVENUS_PROTOCOL), else drvenus."""
         if self.protocol:
             return self.protocol
-        try:
-            from drvenus.config import load_settings
+        from pydantic import ValidationError
 
+        from drvenus.config import load_settings
+
+        try:
             return str(getattr(load_settings(), "protocol", None) or PROTOCOLS[0])
-        except Exception:  # unreadable settings: the loaders report them where they matter
+        except ValidationError as exc:  # a bad protocol is refused (as ask and data clean do)
+            bad = [e for e in exc.errors() if tuple(e["loc"]) == ("protocol",)]
+            if bad:
+                raise RLConfigError(f"DRVENUS_PROTOCOL {bad[0].get('input')!r}: choose one of "
+                                    f"{', '.join(PROTOCOLS)}") from None
+            return PROTOCOLS[0]  # other bad settings: the loaders report them where they matter
+        except Exception:  # unreadable settings (.env): reported where they matter, too
             return PROTOCOLS[0]
 
     def loggers(self) -> list[str]:
@@ -190,6 +204,8 @@ class RLConfig:
             raise RLConfigError("--temperature must be positive (IG and the loss divide by it)")
         if self.learning_rate <= 0:
             raise RLConfigError("--learning-rate must be positive")
+        if self.top_k != -1 and self.top_k < 1:
+            raise RLConfigError(f"--top-k {self.top_k}: give at least 1 (or -1: off)")
         if self.total_steps != -1 and self.total_steps < 1:
             raise RLConfigError(f"--total-steps {self.total_steps}: give at least 1 (or -1: the "
                                 "epochs decide)")

@@ -291,9 +291,8 @@ class MetricSink:
                  echo: Callable[[str], None] | None) -> None:
         self.path = output / "metrics.jsonl"
         if self.path.exists():  # drop lines past the checkpoint we resume from
-            lines = [ln for ln in self.path.read_text(encoding="utf-8").splitlines()
-                     if ln.strip() and json.loads(ln).get("step", 0) <= resume_step]
-            self.path.write_text("".join(ln + "\n" for ln in lines), encoding="utf-8")
+            rows = self._kept_rows(resume_step)
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         self.echo = echo if "console" in loggers else None
         self.tb = None
         if "tensorboard" in loggers:
@@ -303,6 +302,22 @@ class MetricSink:
                 self.tb = SummaryWriter(str(output / "tensorboard"))
             except ImportError:
                 log.warning("tensorboard is not installed: metrics go to metrics.jsonl only")
+
+    def _kept_rows(self, resume_step: int) -> list[dict[str, Any]]:
+        """The rows up to ``resume_step``; a torn last line (a killed run) is dropped with a
+        warning, a damaged line before it is an error naming it."""
+        from drvenus.jsonl import read_jsonl
+
+        rows = list(read_jsonl(self.path))
+        if rows and not rows[-1].ok:
+            log.warning("%s: dropped a torn last line (line %d: %s)", self.path,
+                        rows[-1].lineno, rows[-1].error)
+            rows.pop()
+        bad = next((r for r in rows if not r.ok), None)
+        if bad is not None:
+            raise ValueError(f"{self.path} line {bad.lineno}: {bad.error}; fix or remove the "
+                             "line to resume")
+        return [r.value for r in rows if r.value.get("step", 0) <= resume_step]
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
         with self.path.open("a", encoding="utf-8") as fh:

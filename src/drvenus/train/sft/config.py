@@ -65,22 +65,24 @@ class SFTConfig:
         "(ChatML: the newline after <|im_end|>), as verl does.", True)
     shuffle: bool = _opt("Shuffle the training rows each epoch (seeded); off: file order.", True)
     # schedule
-    epochs: float = _opt("Training epochs.", 1.0)
+    epochs: float = _opt("Training epochs.", 1.0, gt=0)
     max_steps: int = _opt("Stop after this many optimizer steps (-1: the epochs decide).", -1)
     global_batch_size: int = _opt("Sequences per optimizer step, all processes together.", 32)
     micro_batch_size: int = _opt("Sequences per process per forward pass.", 1)
-    learning_rate: float = _opt("Peak learning rate.", 1e-5)
+    learning_rate: float = _opt("Peak learning rate.", 1e-5, gt=0)
     lr_scheduler: Literal["cosine", "constant"] = _opt("cosine|constant (after warmup).", "cosine")
     warmup_ratio: float = _opt("Fraction of steps with linear warmup.", 0.1)
-    weight_decay: float = _opt("AdamW weight decay (on every trained parameter, as verl).", 0.01)
+    weight_decay: float = _opt("AdamW weight decay (on every trained parameter, as verl).", 0.01,
+                         ge=0)
     adam_beta1: float = _opt("AdamW beta1.", 0.9)
     adam_beta2: float = _opt("AdamW beta2.", 0.95)
     loss_aggregation: LossAggregation = _opt(
         "row-mean: each row's mean token loss, averaged over the rows of the global batch "
         "(verl); token-mean: every trained token of the global batch weighs the same.",
         "row-mean")
-    max_grad_norm: float = _opt("Gradient clipping norm.", 1.0)
-    seed: int = _opt("Random seed (data order, init of LoRA weights).", 42)
+    max_grad_norm: float = _opt("Gradient clipping norm (0: no clipping).", 1.0, ge=0)
+    seed: int = _opt("Random seed (data order, init of LoRA weights).", 42, ge=0,
+                     le=2**32 - 1)
     # precision and memory
     precision: Literal["auto", "bf16", "fp32"] = _opt("auto: bf16 on GPU, fp32 on CPU.", "auto")
     gradient_checkpointing: bool | None = _opt(
@@ -91,13 +93,13 @@ class SFTConfig:
     # LoRA
     lora: bool = _opt("Train LoRA adapters (peft) instead of all weights.", False)
     lora_r: int = _opt("LoRA rank.", 16)
-    lora_alpha: int = _opt("LoRA alpha.", 32)
+    lora_alpha: int = _opt("LoRA alpha.", 32, ge=1)
     lora_dropout: float = _opt("LoRA dropout.", 0.05)
     lora_target_modules: str = _opt("Comma-separated module names, or all-linear.", "all-linear")
     # evaluation, checkpoints, logs
     eval_steps: int = _opt("Validation loss every N steps.", 100)
     save_steps: int = _opt("Checkpoint every N steps.", 100)
-    save_total_limit: int | None = _opt("Keep at most N checkpoints (all if unset).")
+    save_total_limit: int | None = _opt("Keep at most N checkpoints (all if unset).", ge=1)
     logging_steps: int = _opt("Log loss, lr, tokens/s, grad norm every N steps.", 1)
     report_to: str = _opt("Comma-separated: tensorboard, wandb (or none).", "none")
     resume: bool = _opt("Resume from the latest checkpoint in --output if there is one.", False)
@@ -108,9 +110,10 @@ class SFTConfig:
                                     "auto")
     num_processes: int = _opt("Processes (GPUs) in all, over all machines.", 1)
     num_machines: int = _opt("Machines (nodes).", 1)
-    machine_rank: int = _opt("Rank of this machine (0..num_machines-1).", 0)
+    machine_rank: int = _opt("Rank of this machine (0..num_machines-1).", 0, ge=0)
     main_process_ip: str | None = _opt("Address of machine 0 (several machines).")
-    main_process_port: int = _opt("Port of the rendezvous on machine 0.", 29500)
+    main_process_port: int = _opt("Port of the rendezvous on machine 0.", 29500, ge=1,
+                                  le=65535)
 
     # ------------------------------------------------------------------ derived values
 
