@@ -606,6 +606,8 @@ def print_table(summaries: dict[str, dict[str, Any]]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=None, help="run only the first N questions")
+    ap.add_argument("--sample", type=int, default=None,
+                    help="run N questions in sha256(id) order (a stable subset) instead")
     ap.add_argument("--variants", default="baseline,ours",
                     help=f"comma-separated, among: {', '.join(VARIANTS)}")
     ap.add_argument("--questions",
@@ -631,7 +633,10 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown variant(s) {', '.join(unknown)}; choose among {', '.join(VARIANTS)}")
 
-    questions = pick_questions(args.questions, args.limit)
+    questions = pick_questions(args.questions, None if args.sample else args.limit)
+    if args.sample:  # a stable pseudo-random subset, every kind in proportion
+        questions = sorted(questions, key=lambda q: _stable_order(q.get("id") or q["question"]))
+        questions = questions[: args.sample]
     print(f"{len(questions)} questions ({QUESTIONS_FILE}); {os.cpu_count()} CPUs; "
           f"parallel={args.parallel} threads={args.threads or 'default'}", file=sys.stderr)
 
