@@ -10,6 +10,7 @@ process by ``open_index``, and thread-safe, so async code can call it through ``
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -121,6 +122,16 @@ def _analyzer() -> tantivy.TextAnalyzer:
         .filter(tantivy.Filter.stemmer("english"))
         .build()
     )
+
+
+@functools.cache
+def _shared_analyzer() -> tantivy.TextAnalyzer:
+    return _analyzer()
+
+
+def analyze(text: str) -> list[str]:
+    """The tokens an index makes of ``text`` (titles, texts and queries alike)."""
+    return list(_shared_analyzer().analyze(text))
 
 
 def _schema() -> tantivy.Schema:
