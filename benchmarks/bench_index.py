@@ -318,11 +318,14 @@ def _fieldnorms() -> list[int]:
 FILLER = "qqfiller"  # pads documents to an exactly stored length; never in a query
 
 
-def same_ranking_corpus(corpus: Path, out: Path) -> tuple[list[list[str]], list[str]]:
+def same_ranking_corpus(corpus: Path, out: Path) -> tuple[list[list[int]], dict[str, int],
+                                                         list[str]]:
     """Write the race's corpus (title + text in one field, padded with :data:`FILLER` to a
-    length tantivy stores exactly) to ``out``; return each document's tokens and id."""
+    length tantivy stores exactly) to ``out``; return each document's token ids, the
+    vocabulary and the document ids."""
     lengths = _fieldnorms()
-    tokens: list[list[str]] = []
+    vocab: dict[str, int] = {}
+    token_ids: list[list[int]] = []
     ids: list[str] = []
     with open(out, "wb") as fh:
         for row in read_rows(corpus):
@@ -334,9 +337,9 @@ def same_ranking_corpus(corpus: Path, out: Path) -> tuple[list[list[str]], list[
                 doc += [FILLER] * pad
             # ours makes a title of an empty one: the filler stands in (never queried)
             fh.write(orjson.dumps({"id": row["id"], "title": FILLER, "text": text}) + b"\n")
-            tokens.append(doc)
+            token_ids.append([vocab.setdefault(t, len(vocab)) for t in doc])
             ids.append(row["id"])
-    return tokens, ids
+    return token_ids, vocab, ids
 
 
 def same_ranking_query(text: str) -> tuple[str, list[str]]:
@@ -378,28 +381,36 @@ def agreement(ours: list[list[tuple[str, float]]], theirs: list[list[tuple[str, 
             "queries_same_scores": round(same / max(len(ours), 1), 4)}
 
 
-def run_race(corpus: str, queries: list[str], budget: float, result: Any) -> None:
-    """Child process: the race on the same ranking (see the module doc)."""
+def run_race(corpus: str, queries: list[str], budget: float, keep: str | None,
+             result: Any) -> None:
+    """Child process: the race on the same ranking (see the module doc). ``keep``: a folder
+    where both indexes are kept, and found again by the next run."""
     import bm25s
     from bm25s.tokenization import Tokenized
 
     logging.basicConfig(level=logging.WARNING)
-    work = Path(tempfile.mkdtemp(prefix="bench-race-", dir=Path(corpus).parent))
+    work = Path(keep or tempfile.mkdtemp(prefix="bench-race-", dir=Path(corpus).parent))
+    work.mkdir(parents=True, exist_ok=True)
+    same, saved = work / "same.jsonl", work / "bm25s"
     try:
         start = time.perf_counter()
-        tokens, ids = same_ranking_corpus(Path(corpus), work / "same.jsonl")
-        prepared = time.perf_counter() - start
+        if saved.is_dir() and same.is_file():
+            ids = [row["id"] for row in read_rows(same)]
+            fast = bm25s.BM25.load(str(saved), backend="numba")
+            prepared = bm25s_build = 0.0
+        else:
+            token_ids, vocab, ids = same_ranking_corpus(Path(corpus), same)
+            prepared = time.perf_counter() - start
+            start = time.perf_counter()
+            fast = bm25s.BM25(k1=BM25_K1, b=0.75, method="lucene", backend="numba")
+            fast.index(Tokenized(ids=token_ids, vocab=vocab), show_progress=False)
+            bm25s_build = time.perf_counter() - start
+            del token_ids
+            if keep:
+                fast.save(str(saved))
         start = time.perf_counter()
-        index = CorpusIndex(build_index(work / "same.jsonl", cache_dir=work).path)
+        index = CorpusIndex(build_index(same, cache_dir=work).path)
         ours_build = time.perf_counter() - start
-        start = time.perf_counter()
-        vocab: dict[str, int] = {}
-        token_ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in tokens]
-        del tokens
-        fast = bm25s.BM25(k1=BM25_K1, b=0.75, method="lucene", backend="numba")
-        fast.index(Tokenized(ids=token_ids, vocab=vocab), show_progress=False)
-        bm25s_build = time.perf_counter() - start
-        del token_ids
         known = fast.vocab_dict
 
         def numba_search(q: str) -> list[tuple[str, float]]:
@@ -423,7 +434,8 @@ def run_race(corpus: str, queries: list[str], budget: float, result: Any) -> Non
         result.send([{"engine": "race: agreement", **agree, **builds}]
                     + [{"engine": m, **f} for m, f in timed.items()])
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _child(target: Any, args: tuple[Any, ...], name: str) -> list[dict[str, Any]]:
@@ -497,6 +509,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=150, help="seconds of queries per engine")
     parser.add_argument("--race-only", action="store_true",
                         help="only the race of ours and bm25s-numba on the same ranking")
+    parser.add_argument("--race-dir", type=Path,
+                        help="keep the race's indexes here (a later run reuses them)")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-index-"))
@@ -513,7 +527,8 @@ def main() -> None:
         engines = [] if args.race_only else args.engines
         rows = [row for name in engines for row in measure(name, corpus, queries, args.budget)]
         if args.race_only or {"ours", "bm25s"} <= set(args.engines):
-            rows += _child(run_race, (str(corpus), queries, args.budget), "race")
+            race = (str(corpus), queries, args.budget, args.race_dir and str(args.race_dir))
+            rows += _child(run_race, race, "race")
         print(f"load average after: {os.getloadavg()}")
         print(
             f"\n{args.passages:,} passages, up to {len(queries)} queries ({args.budget:g}s budget "
