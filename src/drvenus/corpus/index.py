@@ -583,10 +583,9 @@ class CorpusIndex:
         words = self._words(text)
         if words is not None and self._impact_ready():
             assert self._impacts is not None
-            return [
-                (self._impacts.doc_id(number), score)
-                for score, number in self._impact_top_k(words, k)
-            ]
+            top = self._impact_top_k(words, k)
+            ids = self._impacts.doc_ids([number for _, number in top])
+            return [(doc_id, score) for doc_id, (score, _) in zip(ids, top, strict=True)]
         ranked = self._rank(text, k)
         if ranked is None:
             return []
