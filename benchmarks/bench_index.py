@@ -41,6 +41,7 @@ The baselines need the ``bench`` extra: ``pip install -e ".[bench]"`` (bm25s, nu
 backend; numba also runs ours on its fast path).
 
 Usage: python benchmarks/bench_index.py [--passages 1000000] [--queries 1000] [--engines ...]
+[--race-only] [--race-dir DIR]
 Results go to stdout (a markdown table) and benchmarks/out/index.json.
 """
 
@@ -66,8 +67,8 @@ from typing import Any
 
 import orjson
 
-from drvenus.corpus import CorpusIndex, build_index, builtin_corpus, iter_documents
-from drvenus.corpus.index import BM25_K1, analyze
+from drvenus.corpus import CorpusIndex, analyze, build_index, builtin_corpus, iter_documents
+from drvenus.corpus.index import BM25_K1
 
 OUT = Path(__file__).resolve().parent / "out"
 HOTPOT = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "qa"

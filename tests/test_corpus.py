@@ -265,7 +265,7 @@ def test_search_ranks_relevant_document_first(index: CorpusIndex) -> None:
 
 
 def test_analyze_gives_the_index_tokens(index: CorpusIndex) -> None:
-    from drvenus.corpus.index import analyze
+    from drvenus.corpus import analyze
 
     assert analyze("Gödel's Towers, RUNNING") == ["godel", "s", "tower", "run"]
     assert set(index.term_weights("Gödel towers")) == set(analyze("Gödel towers"))
