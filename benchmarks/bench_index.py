@@ -7,7 +7,9 @@ Queries: the 500 HotpotQA questions and 500 titles of their paragraphs, top-10, 
 
 Each engine runs in its own process (spawn), so its peak RSS is its own: build time, index size
 on disk, peak RSS, p50/p95 latency and queries/s. An engine with several modes times them all on
-each query, in turn (the first mode rotating), so that they share the machine's load:
+each query, in turn (the first mode rotating), so that they share the machine's load; besides
+wall-clock latencies, the CPU time of each call (the thread's: what other jobs on a shared
+machine take does not count, their cache pressure still does):
 
 - ``ours``: ``CorpusIndex.search_ids`` (top-10 ids and scores: the same work as bm25s) and
   ``CorpusIndex.search`` (full hits: title, url, the snippet the agent reads);
@@ -16,14 +18,30 @@ each query, in turn (the first mode rotating), so that they share the machine's 
   it returns document indices and scores;
 - ``fts5``: SQLite FTS5, ``bm25()`` with the title weighted 2.5, returning id/title/text.
 
-Engines run one after the other, and a shared machine's load changes in between; so, when both
-ran, a last process (the race) loads ours and bm25s-numba from the indexes they built and times
-``ours ids``, ``bm25s numba`` and ``ours hits`` on each query in turn, under the same load.
+Those engines rank differently (our title boost and English stemming against bm25s's stop
+words, k1 1.5 and exact lengths): they agree on about half of their top-10 ids. The race
+therefore runs both on the same ranking, in one process, each query timed on both in turn
+under the same load (``--race-only`` skips the engines above):
+
+- the same documents: each passage's title and text as one field (ours's title field holds
+  just the filler word below),
+  padded with a filler word up to a length tantivy stores exactly (it keeps a document's
+  length in one byte: exact up to 40 tokens, then in steps of 2, 4, 8, ...; bm25s keeps the
+  exact length), so both see the same lengths and the same average;
+- the same tokens: bm25s is given our analyser's tokens (``drvenus.corpus.analyze``: words,
+  lowercased, accents folded, English stems), no stop words on either side;
+- the same BM25: k1 1.2 and b 0.75 (tantivy's), Lucene's idf, on both;
+- the same queries: the words of each query, one per distinct token (no phrases).
+
+It reports the top-10 agreement (ids in common, also counting documents tied at the tenth
+score, whose order each engine breaks its own way; and queries whose ten scores are equal: ours
+are bm25s's times 1 + k1) before the latencies of ``ours ids`` and ``bm25s numba``.
 
 The baselines need the ``bench`` extra: ``pip install -e ".[bench]"`` (bm25s, numba for its fast
 backend; numba also runs ours on its fast path).
 
 Usage: python benchmarks/bench_index.py [--passages 1000000] [--queries 1000] [--engines ...]
+[--race-only] [--race-dir DIR]
 Results go to stdout (a markdown table) and benchmarks/out/index.json.
 """
 
@@ -49,7 +67,8 @@ from typing import Any
 
 import orjson
 
-from drvenus.corpus import CorpusIndex, build_index, builtin_corpus, iter_documents
+from drvenus.corpus import CorpusIndex, analyze, build_index, builtin_corpus, iter_documents
+from drvenus.corpus.index import BM25_K1
 
 OUT = Path(__file__).resolve().parent / "out"
 HOTPOT = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "qa"
@@ -235,14 +254,16 @@ def time_modes(
             search(q)
     names = list(modes)
     latencies: dict[str, list[float]] = {m: [] for m in names}
+    cpu: dict[str, list[float]] = {m: [] for m in names}
     empty = dict.fromkeys(names, 0)
     load_before = os.getloadavg()[0]
     wall = time.perf_counter()
     for i, q in enumerate(queries):
         for mode in names[i % len(names) :] + names[: i % len(names)]:
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             hits = modes[mode](q)
             latencies[mode].append((time.perf_counter() - t0) * 1000)
+            cpu[mode].append((time.thread_time() - c0) * 1000)
             empty[mode] += not hits
         if time.perf_counter() - wall > budget:
             break
@@ -250,9 +271,12 @@ def time_modes(
     out = {}
     for mode in names:
         times = sorted(latencies[mode])
+        cpu_times = sorted(cpu[mode])
         out[mode] = {
             "p50_ms": round(statistics.median(times), 3),
             "p95_ms": round(times[int(0.95 * (len(times) - 1))], 3),
+            "cpu_p50_ms": round(statistics.median(cpu_times), 3),
+            "cpu_p95_ms": round(cpu_times[int(0.95 * (len(cpu_times) - 1))], 3),
             "qps": round(len(times) / (sum(times) / 1000), 1),
             "timed": len(times),
             "empty": empty[mode],
@@ -288,28 +312,138 @@ def run_engine(name: str, corpus: str, queries: list[str], budget: float, result
     )
 
 
-def run_race(ours: str, bm25s_folder: str, queries: list[str], budget: float, result: Any) -> None:
-    """Child process: ours and bm25s-numba loaded side by side from the indexes the engines
-    built, timed on each query in turn: the same load for both, whatever the machine does."""
+def _fieldnorms() -> list[int]:
+    """The document lengths tantivy stores exactly (its one-byte length code): 0 to 40, then
+    eight steps of 2, eight of 4, eight of 8, ..."""
+    table, step = list(range(41)), 2
+    while len(table) < 256:
+        for _ in range(8):
+            table.append(table[-1] + step)
+        step *= 2
+    return table[:256]
+
+
+FILLER = "qqfiller"  # pads documents to an exactly stored length; never in a query
+
+
+def same_ranking_corpus(corpus: Path, out: Path) -> tuple[list[list[int]], dict[str, int],
+                                                         list[str]]:
+    """Write the race's corpus (title + text in one field, padded with :data:`FILLER` to a
+    length tantivy stores exactly) to ``out``; return each document's token ids, the
+    vocabulary and the document ids."""
+    lengths = _fieldnorms()
+    vocab: dict[str, int] = {}
+    token_ids: list[list[int]] = []
+    ids: list[str] = []
+    with open(out, "wb") as fh:
+        for row in read_rows(corpus):
+            text = f"{row['title']} {row['text']}"
+            doc = analyze(text)
+            pad = next(n for n in lengths if n >= len(doc)) - len(doc)
+            if pad:
+                text += f" {FILLER}" * pad
+                doc += [FILLER] * pad
+            # ours makes a title of an empty one: the filler stands in (never queried)
+            fh.write(orjson.dumps({"id": row["id"], "title": FILLER, "text": text}) + b"\n")
+            token_ids.append([vocab.setdefault(t, len(vocab)) for t in doc])
+            ids.append(row["id"])
+    return token_ids, vocab, ids
+
+
+def same_ranking_query(text: str) -> tuple[str, list[str]]:
+    """The race's query: the words of ``text``, one per distinct token (at most 48, the cap of
+    ours), and those tokens."""
+    words: dict[str, str] = {}
+    for word in _WORD.findall(text.lower()):
+        found = analyze(word)
+        if len(found) == 1 and found[0] != FILLER and found[0] not in words:
+            words[found[0]] = word
+        if len(words) == 48:
+            break
+    return " ".join(words.values()), list(words)
+
+
+def _close(x: float, y: float) -> bool:
+    return abs(x - y) <= 1e-4 * max(1.0, abs(x))
+
+
+def agreement(ours: list[list[tuple[str, float]]], theirs: list[list[tuple[str, float]]],
+              scale: float) -> dict[str, float]:
+    """Top-k agreement over the queries: the share of ids in common (over the longer list);
+    the same with documents tied at the last score counted as agreeing (tantivy breaks ties
+    by document address, bm25s otherwise); the share of queries whose scores are equal (ours =
+    theirs x ``scale``, float32 rounding aside)."""
+    common = tied = total = same = 0
+    for a, b in zip(ours, theirs, strict=True):
+        b = [(i, s * scale) for i, s in b]
+        shared = {i for i, _ in a} & {i for i, _ in b}
+        common += len(shared)
+        total += max(len(a), len(b))
+        if a and b and _close(a[-1][1], b[-1][1]):
+            tied += min(sum(i not in shared and _close(s, a[-1][1]) for i, s in a),
+                        sum(i not in shared and _close(s, b[-1][1]) for i, s in b))
+        same += len(a) == len(b) and all(_close(x, y) for (_, x), (_, y) in zip(a, b,
+                                                                               strict=True))
+    return {"top10_ids_in_common": round(common / max(total, 1), 4),
+            "top10_ids_in_common_or_tied": round((common + tied) / max(total, 1), 4),
+            "queries_same_scores": round(same / max(len(ours), 1), 4)}
+
+
+def run_race(corpus: str, queries: list[str], budget: float, keep: str | None,
+             result: Any) -> None:
+    """Child process: the race on the same ranking (see the module doc). ``keep``: a folder
+    where both indexes are kept, and found again by the next run."""
     import bm25s
+    from bm25s.tokenization import Tokenized
 
     logging.basicConfig(level=logging.WARNING)
-    index = CorpusIndex(ours)
-    fast = bm25s.BM25.load(bm25s_folder, backend="numba", show_progress=False)
+    work = Path(keep or tempfile.mkdtemp(prefix="bench-race-", dir=Path(corpus).parent))
+    work.mkdir(parents=True, exist_ok=True)
+    same, saved = work / "same.jsonl", work / "bm25s"
+    try:
+        start = time.perf_counter()
+        if saved.is_dir() and same.is_file():
+            ids = [row["id"] for row in read_rows(same)]
+            fast = bm25s.BM25.load(str(saved), backend="numba")
+            prepared = bm25s_build = 0.0
+        else:
+            token_ids, vocab, ids = same_ranking_corpus(Path(corpus), same)
+            prepared = time.perf_counter() - start
+            start = time.perf_counter()
+            fast = bm25s.BM25(k1=BM25_K1, b=0.75, method="lucene", backend="numba")
+            fast.index(Tokenized(ids=token_ids, vocab=vocab), show_progress=False)
+            bm25s_build = time.perf_counter() - start
+            del token_ids
+            if keep:
+                fast.save(str(saved))
+        start = time.perf_counter()
+        index = CorpusIndex(build_index(same, cache_dir=work).path)
+        ours_build = time.perf_counter() - start
+        known = fast.vocab_dict
 
-    def numba_search(q: str) -> list[Any]:
-        qt = bm25s.tokenize([q], stopwords="en", show_progress=False)
-        if not qt.vocab:
-            return []
-        docs, scores = fast.retrieve(qt, k=10, show_progress=False, n_threads=1)
-        return list(zip(docs[0].tolist(), scores[0].tolist(), strict=True))
+        def numba_search(q: str) -> list[tuple[str, float]]:
+            found = [t for t in same_ranking_query(q)[1] if t in known]
+            if not found:
+                return []
+            docs, scores = fast.retrieve([found], k=10, show_progress=False, n_threads=1)
+            return [(ids[d], s) for d, s in zip(docs[0].tolist(), scores[0].tolist(),
+                                                strict=True) if s > 0]
 
-    modes: dict[str, Search] = {
-        "race: ours ids": lambda q: index.search_ids(q, 10),
-        "race: bm25s numba": numba_search,
-        "race: ours hits": lambda q: index.search(q, 10),
-    }
-    result.send([{"engine": m, **f} for m, f in time_modes(modes, queries, budget).items()])
+        modes: dict[str, Search] = {
+            "race: ours ids": lambda q: index.search_ids(same_ranking_query(q)[0], 10),
+            "race: bm25s numba": numba_search,
+        }
+        agree = agreement([modes["race: ours ids"](q) for q in queries],
+                          [numba_search(q) for q in queries], 1 + BM25_K1)
+        agree["queries"] = len(queries)
+        builds = {"prepare_s": round(prepared, 1), "ours_build_s": round(ours_build, 1),
+                  "bm25s_build_s": round(bm25s_build, 1), "fast_path": index.fast_path}
+        timed = time_modes(modes, queries, budget)
+        result.send([{"engine": "race: agreement", **agree, **builds}]
+                    + [{"engine": m, **f} for m, f in timed.items()])
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _child(target: Any, args: tuple[Any, ...], name: str) -> list[dict[str, Any]]:
@@ -337,15 +471,22 @@ def table(rows: list[dict[str, Any]]) -> str:
     against ``ours ids`` for bm25s (document numbers and scores: the same work) and against
     ``ours hits`` for FTS5 (stored text)."""
     ours = {r["engine"]: r for r in rows if "ours" in r["engine"] and "error" not in r}
-    cols = ["build_s", "size_mb", "peak_rss_mb", "p50_ms", "p95_ms", "qps"]
+    cols = ["build_s", "size_mb", "peak_rss_mb", "p50_ms", "p95_ms", "qps", "cpu_p50_ms",
+            "cpu_p95_ms"]
     lines = [
         "| engine | build s | index MB | peak RSS MB | p50 ms | p95 ms | queries/s "
-        "| timed | empty | load |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| CPU p50 ms | CPU p95 ms | timed | empty | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        if r["engine"] == "race: agreement":
+            lines.append(f"| {r['engine']} | top-10 ids in common {r['top10_ids_in_common']:.2%}"
+                         f" ({r['top10_ids_in_common_or_tied']:.2%} counting ties at the 10th"
+                         f" score), same ten scores {r['queries_same_scores']:.2%} of "
+                         f"{r['queries']} queries |||||||||||")
+            continue
         if "error" in r:
-            lines.append(f"| {r['engine']} | {r['error']} |||||||||")
+            lines.append(f"| {r['engine']} | {r['error']} |||||||||||")
             continue
         ref = None
         if r["engine"] == "race: bm25s numba":
@@ -358,7 +499,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 cells.append("")
                 continue
             cell = f"{r[c]:g}"
-            if ref and ref[c]:
+            if ref and ref.get(c):
                 ratio = ref[c] / r[c] if c == "qps" else r[c] / ref[c]
                 cell += f" ({ratio:.1f}x)"
             cells.append(cell)
@@ -375,6 +516,10 @@ def main() -> None:
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
     parser.add_argument("--keep", type=Path, help="write the corpus here and keep it")
     parser.add_argument("--budget", type=float, default=150, help="seconds of queries per engine")
+    parser.add_argument("--race-only", action="store_true",
+                        help="only the race of ours and bm25s-numba on the same ranking")
+    parser.add_argument("--race-dir", type=Path,
+                        help="keep the race's indexes here (a later run reuses them)")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-index-"))
@@ -388,10 +533,10 @@ def main() -> None:
             )
         queries = bench_queries(args.queries)
         print(f"load average before: {os.getloadavg()}, cores: {os.cpu_count()}")
-        rows = [row for name in args.engines for row in measure(name, corpus, queries, args.budget)]
-        built = {r["engine"]: r["folder"] for r in rows if "folder" in r}
-        if "ours ids" in built and "bm25s numba" in built:
-            race = (built["ours ids"], built["bm25s numba"], queries, args.budget)
+        engines = [] if args.race_only else args.engines
+        rows = [row for name in engines for row in measure(name, corpus, queries, args.budget)]
+        if args.race_only or {"ours", "bm25s"} <= set(args.engines):
+            race = (str(corpus), queries, args.budget, args.race_dir and str(args.race_dir))
             rows += _child(run_race, race, "race")
         print(f"load average after: {os.getloadavg()}")
         print(

@@ -265,6 +265,13 @@ def test_search_ranks_relevant_document_first(index: CorpusIndex) -> None:
     assert len(index.search("tower", k=1)) == 1
 
 
+def test_analyze_gives_the_index_tokens(index: CorpusIndex) -> None:
+    from drvenus.corpus import analyze
+
+    assert analyze("Gödel's Towers, RUNNING") == ["godel", "s", "tower", "run"]
+    assert set(index.term_weights("Gödel towers")) == set(analyze("Gödel towers"))
+
+
 def test_title_is_boosted(index: CorpusIndex) -> None:
     # "bridge" is in the title of one doc only; "tower" in titles of two.
     hits = index.search("bridge")

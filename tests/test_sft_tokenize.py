@@ -234,3 +234,137 @@ def test_block_causal_mask_forbids_attention_across_rows():
     assert mask[1, 0] and not mask[0, 1]  # causal inside row 1
     assert not mask[2, 1] and mask[4, 2]  # row 2 never sees row 1
     assert not mask[5].any()  # padding attends to nothing
+
+
+# --- linear-time spans and pieces against the exact path ----------------------------------------
+
+TOOL_GROUPING_TEMPLATE = (  # Qwen3's handling of tool messages: a run of them is one user turn
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'tool' -%}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' -%}"
+    "{{ '<|im_start|>user' }}{%- endif -%}"
+    "{{ '\\n<tool_response>\\n' + m.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' -%}"
+    "{{ '<|im_end|>\\n' }}{%- endif -%}"
+    "{%- else -%}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
+)
+NUMBERED_TEMPLATE = (  # a turn depends on its place in the whole conversation: cannot be split
+    "{%- for m in messages -%}"
+    "{{ '<|im_start|>' + m.role + ' ' + loop.index|string + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{ '<|im_start|>assistant ' + (messages|length + 1)|string + '\\n' }}{%- endif -%}"
+)
+FRAGMENTS = ["a", "Paris", " ", "\n", "\n\n", "<think>", "</think>", "<tool_response>",
+             "</tool_response>", "<|im_end|>", "<|im_start|>assistant\n", "<answer>x</answer>",
+             "é", "東京", "  x"]
+
+
+@pytest.fixture(scope="module")
+def all_templates(chatml_tokenizer, tmp_path_factory):
+    """Every chat template the tests use, on SmolLM2's vocabulary."""
+    folder = tmp_path_factory.mktemp("templates-tokenizer")
+    chatml_tokenizer.save_pretrained(folder)
+    out = {"chatml": chatml_tokenizer}
+    for name, template in (("qwen3_style", QWEN3_STYLE_TEMPLATE),
+                           ("tool_grouping", TOOL_GROUPING_TEMPLATE),
+                           ("numbered", NUMBERED_TEMPLATE)):
+        tok = transformers.AutoTokenizer.from_pretrained(folder)
+        tok.chat_template = template
+        out[name] = tok
+    from test_rl_templates import GEMMA_STYLE_TEMPLATE
+
+    gemma = transformers.AutoTokenizer.from_pretrained(folder)
+    gemma.add_special_tokens({"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]})
+    gemma.chat_template = GEMMA_STYLE_TEMPLATE
+    out["gemma"] = gemma
+    return out
+
+
+def _exact(messages, tok, after: bool):
+    """The exact path as it was: spans from every prefix, the rendering tokenised in one call."""
+    from drvenus.train.sft.tokenize import _mask, prefix_spans
+    from drvenus.train.templates import end_of_turn_ids
+
+    full, spans = prefix_spans(messages, tok)
+    enc = tok(full, add_special_tokens=False, return_offsets_mapping=True)
+    offsets = [tuple(o) for o in enc["offset_mapping"]]
+    ends = frozenset() if after else end_of_turn_ids(tok)
+    mask, straddling = _mask(enc["input_ids"], offsets, spans, ends)
+    return list(enc["input_ids"]), offsets, spans, mask, straddling
+
+
+def _same_as_exact(messages, tok, after: bool) -> bool:
+    """The linear path equals the exact one (or both refuse the row for the same reason);
+    returns whether the linear path split the template (False: it re-rendered prefixes)."""
+    from drvenus.train.sft.tokenize import encode_conversation
+
+    try:
+        expected = _exact(messages, tok, after)
+    except MaskError as exc:
+        with pytest.raises(MaskError) as info:
+            encode_conversation(messages, tok, train_after_end_of_turn=after)
+        assert info.value.reason == exc.reason
+        return True
+    got = encode_conversation(messages, tok, train_after_end_of_turn=after)
+    assert (got.input_ids, got.offsets, got.spans, got.loss_mask, got.straddling) == expected
+    return got.split
+
+
+hypothesis = pytest.importorskip("hypothesis")
+st = hypothesis.strategies
+_contents = st.lists(st.sampled_from(FRAGMENTS), max_size=6).map("".join)
+_conversations = st.tuples(
+    st.booleans(),
+    st.lists(st.tuples(st.sampled_from(["user", "assistant", "assistant", "tool"]), _contents),
+             min_size=1, max_size=10),
+)
+
+
+@pytest.mark.parametrize("template", ["chatml", "qwen3_style", "tool_grouping", "gemma",
+                                      "numbered"])
+@hypothesis.settings(max_examples=150, deadline=None, derandomize=True)
+@hypothesis.given(conversation=_conversations, after=st.booleans(), piece=st.sampled_from([8, 64]))
+def test_linear_path_equals_the_exact_path_on_random_conversations(
+    all_templates, template, conversation, after, piece
+):
+    """Random roles and contents full of template markers; tokenised in pieces of a few
+    characters so cutting is exercised too (real rows are cut every 32K characters)."""
+    from unittest import mock
+
+    from drvenus.train.sft import tokenize
+
+    system, turns = conversation
+    tok = all_templates[template]
+    if template not in ("tool_grouping",):
+        turns = [("user" if role == "tool" else role, text) for role, text in turns]
+    messages = ([{"role": "system", "content": "S"}] if system else []) + [
+        {"role": role, "content": text} for role, text in turns]
+    with mock.patch.object(tokenize, "PIECE_CHARS", piece):
+        _same_as_exact(messages, tok, after)
+
+
+@pytest.mark.parametrize("template", ["chatml", "qwen3_style", "gemma"])
+def test_linear_path_equals_the_exact_path_on_a_long_row(trajectories, all_templates, template):
+    """Three shared trajectories as one ~100K-token row: cut into pieces at the real size."""
+    tok = all_templates[template]
+    messages = list(trajectories[0])
+    for other in trajectories[1:3]:
+        messages += other[2:]
+    assert _same_as_exact(messages, tok, after=False)
+
+
+def test_rows_of_a_template_that_cannot_be_split_are_exact_and_counted(trajectories,
+                                                                       all_templates):
+    tok = all_templates["numbered"]
+    stats = TokenizeStats()
+    rows = list(tokenize_rows(trajectories[:2], tok, stats=stats))
+    assert stats.kept == 2 and stats.prefix_rendered == 2
+    for row, messages in zip(rows, trajectories[:2], strict=True):
+        assert (row.input_ids, row.loss_mask) == tuple(_exact(messages, tok, False)[i]
+                                                       for i in (0, 3))
+    stats = TokenizeStats()
+    list(tokenize_rows(trajectories[:2], all_templates["qwen3_style"], stats=stats))
+    assert stats.kept == 2 and stats.prefix_rendered == 0

@@ -37,7 +37,9 @@ import os
 import threading
 import time
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -285,9 +287,15 @@ class Impacts:
         return entry.boost if entry is not None else None
 
     def doc_id(self, number: int) -> str:
-        row = int(self.rows[number])
-        lo, hi = int(self._id_offsets[row]), int(self._id_offsets[row + 1])
-        return self._ids[lo:hi].decode("utf-8")
+        return self.doc_ids([number])[0]
+
+    def doc_ids(self, numbers: Sequence[int]) -> list[str]:
+        """The ids of documents ``numbers`` (one numpy call for all, not one per document)."""
+        rows = self.rows[np.asarray(numbers, np.int64)]
+        starts = self._id_offsets[rows].tolist()
+        ends = self._id_offsets[rows + 1].tolist()
+        blob = self._ids
+        return [blob[lo:hi].decode("utf-8") for lo, hi in zip(starts, ends, strict=True)]
 
     def address(self, number: int) -> tantivy.DocAddress:
         seg = int(np.searchsorted(self.base, number, side="right")) - 1
@@ -332,6 +340,8 @@ class Impacts:
         cheap = CHEAP_FRACTION * self.doc_count
         # + 1: accumulate writes one slot past the documents it has kept
         touched = np.empty(min(self.doc_count, sum(len(c[0]) for c in clauses)) + 1, np.int32)
+        # (the bookkeeping below is plain Python on a few dozen clauses: numpy's per-call
+        # overhead on such small lists was a good share of a search)
         n = 0
         try:
             i = 0
@@ -351,12 +361,12 @@ class Impacts:
                 rest = sorted(clauses[i:], key=lambda c: -len(c[0]) / c[2])
                 while rest:
                     budget = min(LOOKUP_SHARE, 1.0 - _MARGIN) * float(acc[top_docs].min())
-                    total = np.cumsum([c[2] for c in rest])
-                    fit = int(np.searchsorted(total, budget, side="left"))
+                    total = list(accumulate(c[2] for c in rest))
+                    fit = bisect_left(total, budget)
                     if fit == len(rest):
-                        looked_up, bound = rest, float(total[-1])
+                        looked_up, bound = rest, total[-1]
                         break
-                    j = fit + int(np.argmin([len(c[0]) for c in rest[fit:]]))
+                    j = min(range(fit, len(rest)), key=lambda m: len(rest[m][0]))
                     n = kern.accumulate(acc, rest[j][0], rest[j][1], touched, n)
                     del rest[j]
             sums = kern.gather_and_clear(acc, touched, n)

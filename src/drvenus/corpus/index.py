@@ -10,6 +10,7 @@ process by ``open_index``, and thread-safe, so async code can call it through ``
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -121,6 +122,16 @@ def _analyzer() -> tantivy.TextAnalyzer:
         .filter(tantivy.Filter.stemmer("english"))
         .build()
     )
+
+
+@functools.cache
+def _shared_analyzer() -> tantivy.TextAnalyzer:
+    return _analyzer()
+
+
+def analyze(text: str) -> list[str]:
+    """The tokens an index makes of ``text`` (titles, texts and queries alike)."""
+    return list(_shared_analyzer().analyze(text))
 
 
 def _schema() -> tantivy.Schema:
@@ -577,10 +588,9 @@ class CorpusIndex:
         words = self._words(text)
         if words is not None and self._impact_ready():
             assert self._impacts is not None
-            return [
-                (self._impacts.doc_id(number), score)
-                for score, number in self._impact_top_k(words, k)
-            ]
+            top = self._impact_top_k(words, k)
+            ids = self._impacts.doc_ids([number for _, number in top])
+            return [(doc_id, score) for doc_id, (score, _) in zip(ids, top, strict=True)]
         ranked = self._rank(text, k)
         if ranked is None:
             return []

@@ -18,8 +18,18 @@ tokenised once. The mask comes from the template itself, so any template works:
    newline included); ``drvenus sft`` does that unless told otherwise.
 
 The text between the spans (system, user, tool responses, assistant headers) gets mask 0.
-Rendering prefixes is string work only; nothing is tokenised twice, so a 100-turn row costs one
-tokenisation, not a hundred.
+Nothing is tokenised twice, so a 100-turn row costs one tokenisation, not a hundred.
+
+Rendering every prefix is quadratic in the row (a 376-turn, 400K-token row renders some 480M
+characters), so step 1 is computed from short windows instead (:func:`split_spans`): the text
+assistant turn ``j`` adds after turn ``j - 1`` is the difference between rendering
+``[first message, turn j - 1, ..., turn j]`` and ``[first message, turn j - 1]`` (and the same
+with the generation prompt for ``head``). The windows' pieces, laid end to end, must reproduce
+``full`` exactly; every prefix test of step 1 is then a test on the pieces. Each message is
+rendered a constant number of times, so the cost grows linearly. A template whose rendering of a
+turn depends on more than its window (a conversation-wide count, a trailer after the last
+message, turns that must alternate) fails that check, and the row falls back to rendering every
+prefix (exact, quadratic), counted in :attr:`TokenizeStats.prefix_rendered`.
 
 What the model is trained on therefore depends on the template. ChatML without reasoning
 handling (the embedded SmolLM2): each assistant message verbatim (its ``<think>`` block
@@ -39,6 +49,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Literal
 
 from drvenus.train.templates import end_of_turn_ids
@@ -84,6 +95,8 @@ class TokenizeStats:
     tokens: int = 0
     trained_tokens: int = 0
     straddling_tokens: int = 0  # tokens crossing a head/turn boundary (left untrained)
+    # kept rows whose template could not be split into windows: spans from every prefix
+    prefix_rendered: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
@@ -94,6 +107,7 @@ class TokenizeStats:
             "tokens": self.tokens,
             "trained_tokens": self.trained_tokens,
             "straddling_tokens": self.straddling_tokens,
+            "prefix_rendered": self.prefix_rendered,
             "skipped": dict(self.skipped),
         }
 
@@ -107,15 +121,23 @@ def _render(tokenizer: Any, messages: Sequence[Mapping[str, Any]], generation: b
     return text
 
 
-def assistant_spans(
+def _assistant_indices(messages: Sequence[Mapping[str, Any]]) -> list[int]:
+    found = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    if not found:
+        raise MaskError("no_assistant_turn")
+    return found
+
+
+def prefix_spans(
     messages: Sequence[Mapping[str, Any]], tokenizer: Any
 ) -> tuple[str, list[tuple[int, int]]]:
-    """The full rendering and the character span ``[start, end)`` of each assistant turn."""
+    """The full rendering and the character span ``[start, end)`` of each assistant turn, from
+    rendering every prefix (step 1 of the module doc as written: exact on any template, and
+    quadratic in the row)."""
+    indices = _assistant_indices(messages)
     full = _render(tokenizer, messages, False)
     spans = []
-    for i, message in enumerate(messages):
-        if message.get("role") != "assistant":
-            continue
+    for i in indices:
         head = _render(tokenizer, messages[:i], True) if i else ""
         turn = _render(tokenizer, messages[: i + 1], False)
         if not (full.startswith(turn) and turn.startswith(head) and len(turn) > len(head)):
@@ -124,9 +146,65 @@ def assistant_spans(
                 f"assistant message {i} renders differently as history than as the last turn",
             )
         spans.append((len(head), len(turn)))
-    if not spans:
-        raise MaskError("no_assistant_turn")
     return full, spans
+
+
+def _window_pieces(
+    messages: Sequence[Mapping[str, Any]], tokenizer: Any, previous: int, turn: int
+) -> tuple[str, str] | None:
+    """What ``messages[:turn]`` with the generation prompt and ``messages[:turn + 1]`` add to
+    ``messages[:previous + 1]``, rendered in the window ``[first message, previous, ...,
+    turn]``; None when the window's renderings are not prefixes of one another."""
+    window = list(messages[previous : turn + 1])
+    if previous:
+        window.insert(0, messages[0])
+    cut = len(window) - (turn - previous)  # the window's messages up to ``previous``
+    base = _render(tokenizer, window[:cut], False)
+    head = _render(tokenizer, window[:-1], True)
+    whole = _render(tokenizer, window, False)
+    if not (head.startswith(base) and whole.startswith(head) and len(whole) > len(head)):
+        return None
+    return head[len(base):], whole[len(base):]
+
+
+def split_spans(
+    messages: Sequence[Mapping[str, Any]], tokenizer: Any
+) -> tuple[str, list[tuple[int, int]]] | None:
+    """:func:`prefix_spans` in linear time from windows (see the module doc); None when the
+    template cannot be split that way on this row (the windows do not reproduce its rendering).
+    """
+    indices = _assistant_indices(messages)
+    full = _render(tokenizer, messages, False)
+    first = indices[0]
+    head = _render(tokenizer, messages[:first], True) if first else ""
+    turn = _render(tokenizer, messages[: first + 1], False)
+    if not (full.startswith(turn) and turn.startswith(head) and len(turn) > len(head)):
+        return None
+    spans, end = [(len(head), len(turn))], len(turn)
+    for previous, current in pairwise(indices):
+        try:
+            pieces = _window_pieces(messages, tokenizer, previous, current)
+        except Exception as exc:  # noqa: BLE001 - a template refusing a window cannot be split
+            log.debug("window %d-%d not rendered: %s", previous, current, exc)
+            return None
+        if pieces is None or not full.startswith(pieces[1], end):
+            return None
+        spans.append((end + len(pieces[0]), end + len(pieces[1])))
+        end += len(pieces[1])
+    return full, spans
+
+
+def assistant_spans(
+    messages: Sequence[Mapping[str, Any]], tokenizer: Any
+) -> tuple[str, list[tuple[int, int]], bool]:
+    """The full rendering, the character span ``[start, end)`` of each assistant turn, and
+    whether they came from windows (True) or from rendering every prefix (False: the template
+    cannot be split on this row). Raises :class:`MaskError` where :func:`prefix_spans` does."""
+    split = split_spans(messages, tokenizer)
+    if split is not None:
+        return *split, True
+    log.debug("chat template not split into windows: rendering every prefix")
+    return *prefix_spans(messages, tokenizer), False
 
 
 def _mask(
@@ -169,19 +247,66 @@ class EncodedConversation:
     spans: list[tuple[int, int]]
     loss_mask: list[int]
     straddling: int = 0
+    split: bool = True  # spans from windows (False: from rendering every prefix)
+
+
+# Long renderings are tokenised in pieces of about this many characters, each cut just before a
+# special token (see :func:`tokenize_text`).
+PIECE_CHARS = 1 << 15
+
+
+def _cut_token(tokenizer: Any, candidates: Iterable[int], text: str) -> tuple[str, int] | None:
+    """The special token among ``candidates`` most frequent in ``text`` that the tokenizer
+    always splits the text at, as is: matched before normalisation, stripping no whitespace on
+    its left, not bound to word edges. Cutting the text just before it changes no token."""
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    usable = []
+    for tid in sorted(candidates):
+        token = added.get(tid)
+        if token is not None and getattr(token, "special", False) and not (
+            token.lstrip or token.normalized or token.single_word
+        ):
+            usable.append((text.count(str(token.content)), str(token.content), tid))
+    count, content, tid = max(usable, default=(0, "", -1))
+    return (content, tid) if count else None
+
+
+def tokenize_text(
+    tokenizer: Any, text: str, cut_ids: Iterable[int] = ()
+) -> tuple[list[int], list[tuple[int, int]]]:
+    """Token ids and character offsets of ``text``, as one call of the fast tokenizer returns
+    them. A text longer than :data:`PIECE_CHARS` is tokenised in pieces cut just before a
+    special token of ``cut_ids`` that qualifies (:func:`_cut_token`): the tokenizer splits the
+    text at such a token before anything else, so the pieces' tokens are the whole text's, and
+    the cost stays linear in the text (one call on a 1M-character text is not)."""
+    cut = _cut_token(tokenizer, cut_ids, text) if len(text) > PIECE_CHARS else None
+    bounds = [0]
+    if cut is not None:
+        while (at := text.find(cut[0], bounds[-1] + PIECE_CHARS)) >= 0:
+            bounds.append(at)
+    bounds.append(len(text))
+    ids: list[int] = []
+    offsets: list[tuple[int, int]] = []
+    for start, end in pairwise(bounds):
+        enc = tokenizer(text[start:end], add_special_tokens=False, return_offsets_mapping=True)
+        piece = list(enc["input_ids"])
+        if cut is not None and start and (not piece or piece[0] != cut[1]):
+            return tokenize_text(tokenizer, text)  # the token did not open the piece: in one
+        ids += piece
+        offsets += [(int(s) + start, int(e) + start) for s, e in enc["offset_mapping"]]
+    return ids, offsets
 
 
 def encode_conversation(
     messages: Sequence[Mapping[str, Any]], tokenizer: Any, *, train_after_end_of_turn: bool = False
 ) -> EncodedConversation:
     """Render once, tokenise once with offsets, mask from the template (see the module doc)."""
-    full, spans = assistant_spans(messages, tokenizer)
-    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
-    ids: list[int] = list(enc["input_ids"])
-    offsets = [(int(s), int(e)) for s, e in enc["offset_mapping"]]
-    end_ids = frozenset() if train_after_end_of_turn else end_of_turn_ids(tokenizer)
+    full, spans, split = assistant_spans(messages, tokenizer)
+    turn_ends = end_of_turn_ids(tokenizer)
+    ids, offsets = tokenize_text(tokenizer, full, turn_ends)
+    end_ids = frozenset() if train_after_end_of_turn else turn_ends
     mask, straddling = _mask(ids, offsets, spans, end_ids)
-    return EncodedConversation(ids, offsets, spans, mask, straddling)
+    return EncodedConversation(ids, offsets, spans, mask, straddling, split)
 
 
 def tokenize_conversation(
@@ -216,6 +341,7 @@ def tokenize_conversation(
         stats.tokens += len(row)
         stats.trained_tokens += sum(row.loss_mask)
         stats.straddling_tokens += straddling
+        stats.prefix_rendered += not encoded.split
     return row
 
 
@@ -246,10 +372,14 @@ __all__ = [
     "IGNORE_INDEX",
     "EncodedConversation",
     "MaskError",
+    "PIECE_CHARS",
     "TokenizeStats",
     "TokenizedRow",
     "assistant_spans",
     "encode_conversation",
+    "prefix_spans",
+    "split_spans",
     "tokenize_conversation",
     "tokenize_rows",
+    "tokenize_text",
 ]
