@@ -140,7 +140,8 @@ def test_timeout_and_cancellation_stop_the_generation(model):
     start = time.monotonic()
     with pytest.raises(LLMError, match="timed out") as info:
         gen(model, params=long, timeout=0.5)
-    assert info.value.retryable and time.monotonic() - start < 3
+    # loose (16x the timeout): the 1,500 tokens themselves would take far longer
+    assert info.value.retryable and time.monotonic() - start < 8
 
     async def cancel_midway():
         task = asyncio.create_task(model.generate(MESSAGES, long))
