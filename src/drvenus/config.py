@@ -153,7 +153,7 @@ class Settings(BaseSettings):
     def _server_url(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        from drvenus.llm.openai_compat import normalize_base_url
+        from drvenus.net import normalize_base_url
 
         normalize_base_url(value)  # raises ValueError with a readable message
         return value

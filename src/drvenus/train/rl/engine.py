@@ -30,7 +30,13 @@ from typing import Any, Protocol
 import httpx
 
 from drvenus.llm.base import LLMError, SamplingParams
-from drvenus.net import LoopClient, is_context_overflow, is_retryable_status, redact_url
+from drvenus.net import (
+    LoopClient,
+    is_context_overflow,
+    is_retryable_status,
+    redact_url,
+    server_root,
+)
 from drvenus.train.templates import end_of_turn_ids
 
 log = logging.getLogger(__name__)
@@ -173,7 +179,7 @@ class ServerEngine:
     ) -> None:
         if flavor not in SERVER_FLAVORS:
             raise ValueError(f"unknown server flavor {flavor!r}; expected one of {SERVER_FLAVORS}")
-        self.base = base_url.rstrip("/").removesuffix("/v1")
+        self.base = server_root(base_url)
         self.tokenizer = tokenizer
         self.flavor = flavor
         self.model = model
