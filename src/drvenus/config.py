@@ -9,19 +9,17 @@ environment or ``.env`` only, and never logged. No other module reads the enviro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from drvenus.net.addresses import AddressPolicy, parse_networks
 from drvenus.net.secrets import register_secret, register_url_secrets
+from drvenus.protocol.profiles import ProtocolName
 
 SEARCH_PROVIDERS = ("serper", "searxng", "local")
 VISIT_READERS = ("jina", "fetch", "local")
-# whose words the agent and its tools use: ours, or DR-Venus's read from its pinned files
-PROTOCOLS = ("drvenus", "dr-venus")
-ProtocolName = Literal["drvenus", "dr-venus"]
 
 
 def _secret(value: SecretStr | None) -> str | None:

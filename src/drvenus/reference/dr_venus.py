@@ -47,7 +47,7 @@ from drvenus.reference.extract import (
 from drvenus.reference.store import PinnedFiles, ReferenceStore
 
 SOURCE = "DR-Venus"
-PROFILE = "dr-venus"  # the --protocol value
+PROFILE = "dr-venus"  # its name in the registry (drvenus.reference.profiles)
 RUN_DEMO = "Inference/run_demo.py"
 TOOL_PROMPT = "Inference/tool_server/tool_prompt.py"
 TOOL_VISIT = "Inference/tool_server/tool_visit.py"

@@ -51,7 +51,6 @@ from drvenus.reference.store import PinnedFiles, ReferenceStore
 log = logging.getLogger(__name__)
 
 SOURCE = "DR-Venus"
-PROFILE = "dr-venus"  # the --protocol value
 AGENT_LOOP = "RL/scrl/llm_agent/dr_agent_loop.py"
 TOOL_PROMPT = "RL/tool_server/tool_prompt.py"
 LLM_JUDGE = "RL/verl/utils/reward_score/llm_judge.py"
@@ -345,6 +344,6 @@ def rl_judge_texts(store: ReferenceStore | None = None) -> RLJudgeTexts:
     return _cached("judge", load_rl_judge, store)  # type: ignore[no-any-return]
 
 
-__all__ = ["AGENT_LOOP", "LLM_JUDGE", "PROFILE", "RL_FILES", "SOURCE", "TOOL_PROMPT",
+__all__ = ["AGENT_LOOP", "LLM_JUDGE", "RL_FILES", "SOURCE", "TOOL_PROMPT",
            "RLJudgeTexts", "RLTexts", "load_rl_judge", "load_rl_texts", "rl_judge_texts",
            "rl_texts"]

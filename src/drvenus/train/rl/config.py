@@ -19,12 +19,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from drvenus.protocol.profiles import DEFAULT_PROTOCOL, PROTOCOLS
 from drvenus.train import options
 from drvenus.train.options import ConfigError, flag
 
 ENGINES = ("transformers", "vllm", "sglang")
-# whose words and loop the rollouts use (the names of drvenus.config's ``protocol`` setting)
-PROTOCOLS = ("drvenus", "dr-venus")
 # the choices of the IGPO knobs (their modules import these names)
 NORM_MODES = ("joint", "separate", "scaled_separate", "raw_ig")
 INFO_GAIN_TYPES = ("log_prob_diff", "prob_diff")
@@ -152,9 +151,9 @@ class RLConfig:
         try:
             from drvenus.config import load_settings
 
-            return str(getattr(load_settings(), "protocol", None) or PROTOCOLS[0])
+            return str(getattr(load_settings(), "protocol", None) or DEFAULT_PROTOCOL)
         except Exception:  # unreadable settings: the loaders report them where they matter
-            return PROTOCOLS[0]
+            return DEFAULT_PROTOCOL
 
     def loggers(self) -> list[str]:
         return [n.strip() for n in self.logger.split(",") if n.strip() and n.strip() != "none"]
