@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from drvenus.protocol import TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
 from drvenus.reference.extract import (
     ExtractError,
     assigned_string,
@@ -56,7 +57,6 @@ TOOL_PROMPT = "RL/tool_server/tool_prompt.py"
 LLM_JUDGE = "RL/verl/utils/reward_score/llm_judge.py"
 RL_FILES = (AGENT_LOOP, TOOL_PROMPT, LLM_JUDGE)
 
-_TOOL_RESPONSE = ("<tool_response>", "</tool_response>")  # the protocol's frame (PROTOCOL.md)
 _JUDGE_FIELDS = {"question", "response", "correct_answer"}
 
 
@@ -170,8 +170,8 @@ def _loop_notices(files: PinnedFiles) -> dict[str, str]:
                     continue
     malformed = assigned_string(files.text(AGENT_LOOP), "error_msg", within="DRAgentLoop.run",
                                 where=where)
-    if not (malformed.startswith(_TOOL_RESPONSE[0]) and malformed.endswith(_TOOL_RESPONSE[1])):
-        raise ExtractError(f"{where}: error_msg is not one <tool_response> message")
+    if not (malformed.startswith(TOOL_RESPONSE_OPEN) and malformed.endswith(TOOL_RESPONSE_CLOSE)):
+        raise ExtractError(f"{where}: error_msg is not one {TOOL_RESPONSE_OPEN} message")
     return {
         "malformed": malformed,
         "context_limit": _one(context, "context limit message (if ... self.max_len ...)", where),

@@ -33,23 +33,20 @@ DR-Venus's timeout text; a tool that raises gives its error text) and its result
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
-
-import json5
+from typing import Any
 
 from drvenus import protocol
 from drvenus.agent.loop import ToolExecutor, is_repetitive
 from drvenus.agent.record import ResultRecord, Termination
 from drvenus.llm.base import ChatModel, LLMError, SamplingParams
-from drvenus.protocol import ToolCall, ToolCallError, wrap_tool_response
-from drvenus.protocol.tools import normalize_tool_call
+from drvenus.protocol import wrap_tool_response
+from drvenus.protocol.dr_venus import EnvTurn, classify_turn, first_answer, fix_tags
 from drvenus.reference.dr_venus_rl import RLTexts
 
 log = logging.getLogger(__name__)
@@ -58,9 +55,6 @@ log = logging.getLogger(__name__)
 CUTOFF_JOIN = "\n\n"  # between the question and the cut-off notice on the first turn
 MESSAGE_OVERHEAD_TOKENS = 4  # per message, when a model cannot count a prompt exactly
 
-_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _DATE_LINE = re.compile(r"^Current date: (\d{4}-\d{2}-\d{2})[ \t]*$", re.MULTILINE)
 
 
@@ -116,68 +110,6 @@ class CompletionCutoff:
             self.triggered = True
             log.info("completion cut-off: %d of %d trajectories done (%.0f%%); the other %d "
                      "answer now", self.done, total, 100 * self.ratio, total - self.done)
-
-
-def fix_tags(text: str, prefilled_think: bool) -> str:
-    """DR-Venus's tag fixing of a sampled turn: the ``<think>`` a template wrote into the prompt
-    put back, the text cut at a ``<tool_response>`` the model began, a missing ``</think>``
-    appended, a missing ``<think>`` prepended."""
-    if prefilled_think and "<think>" not in text:
-        text = "<think>\n" + text
-    cut = text.find(protocol.TOOL_RESPONSE_OPEN)
-    if cut != -1:
-        text = text[:cut]
-    if "<think>" in text and "</think>" not in text:
-        text += "\n</think>"
-    if "<think>" not in text and "</think>" in text:
-        text = "<think>\n" + text
-    return text
-
-
-TurnKind = Literal["answer", "tool_call", "malformed"]
-
-
-@dataclass(frozen=True)
-class EnvTurn:
-    """A turn as DR-Venus's RL loop reads it. ``call``: the normalised call; ``call_error``: why
-    a well-formed call object cannot run (unknown tool, bad arguments), sent back as its result;
-    ``reason``: why a turn is malformed."""
-
-    kind: TurnKind
-    content: str
-    call: ToolCall | None = None
-    call_name: str | None = None
-    call_error: str | None = None
-    reason: str | None = None
-
-
-def classify_turn(content: str) -> EnvTurn:
-    """DR-Venus's reading of a (tag-fixed) turn: a think block is required; then one
-    ``<answer>`` and no ``<tool_call>`` anywhere in the turn is an answer (empty or not), one
-    ``<tool_call>`` and no ``<answer>`` is a call when its body decodes (JSON, else JSON5) to an
-    object with ``name`` and ``arguments``; anything else is malformed."""
-    if not _THINK.search(content):
-        return EnvTurn("malformed", content, reason="missing <think></think>")
-    answer, call = _ANSWER.search(content), _TOOL_CALL.search(content)
-    if answer and not call:
-        return EnvTurn("answer", content)
-    if not call or answer:
-        return EnvTurn("malformed", content, reason="no single answer or tool call")
-    raw = call.group(1).strip()
-    try:
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            obj = json5.loads(raw)
-    except Exception as exc:  # json5 raises several types
-        return EnvTurn("malformed", content, reason=f"tool call is not JSON: {exc}")
-    if not isinstance(obj, dict) or "name" not in obj or "arguments" not in obj:
-        return EnvTurn("malformed", content, reason="a tool call needs 'name' and 'arguments'")
-    name = str(obj["name"])
-    try:
-        return EnvTurn("tool_call", content, call=normalize_tool_call(obj), call_name=name)
-    except ToolCallError as exc:
-        return EnvTurn("tool_call", content, call_name=name, call_error=str(exc))
 
 
 @dataclass(frozen=True)
@@ -315,8 +247,8 @@ class _Trajectory:
             self.messages.append({"role": "assistant", "content": turn.content})
             self.turns += 1
             if turn.kind == "answer" or is_last:
-                answer = _ANSWER.search(turn.content)
-                prediction = answer.group(1).strip() if answer else None
+                answer = first_answer(turn.content)
+                prediction = answer.strip() if answer is not None else None
                 if reason == "context":
                     termination = "answered_token_limit" if answer else "token_limit_no_answer"
                 elif reason in ("steps", "cutoff"):

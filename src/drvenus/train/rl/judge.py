@@ -7,7 +7,7 @@ it, with its prompt, verdict pattern and short answers read from the pinned file
 * the question is read off the decoded prompt, as DR-Venus reads it: the text after the first
   ``user\\n`` and before the next ``assistant\\n`` (with a ChatML template the question followed
   by the template's end-of-turn and start tokens, which the judge sees too);
-* the answer is the first ``<answer>...</answer>`` (stripped) in the decoded response after its
+* the answer is the first answer block (stripped) in the decoded response after its
   last ``assistant\\n`` (the final turn), empty when there is none;
 * the literal short-cut: an answer equal (both stripped) to the whole ground-truth string scores
   1 and the judge is not asked; one of DR-Venus's short answers (the empty one included) scores
@@ -35,6 +35,7 @@ from typing import Any
 from drvenus.llm.base import LLMError
 from drvenus.llm.openai_compat import HttpTransport
 from drvenus.net import RetryPolicy, with_retries
+from drvenus.protocol.dr_venus import first_answer
 from drvenus.reference.dr_venus_rl import RLJudgeTexts
 from drvenus.train.rl.rewards import JudgeStats
 
@@ -47,7 +48,6 @@ JUDGE_TIMEOUT = 300.0
 JUDGE_ATTEMPTS = 3
 ENABLE_THINKING = True  # DR-Venus: ENABLE_JUDGE_THINKING, default true
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _USER, _ASSISTANT = "user\n", "assistant\n"
 
 
@@ -61,8 +61,8 @@ def judge_question(prompt_text: str, fallback: str) -> str:
 
 def judge_answer(response_text: str) -> str:
     """The first answer block of the final turn of the decoded response, stripped ('' if none)."""
-    m = _ANSWER.search(response_text.split(_ASSISTANT)[-1])
-    return m.group(1).strip() if m else ""
+    answer = first_answer(response_text.split(_ASSISTANT)[-1])
+    return answer.strip() if answer is not None else ""
 
 
 @dataclass(frozen=True)
