@@ -147,7 +147,7 @@ def agent_config(settings: Settings, system_prompt_file: str | None = None) -> A
     with ``protocol`` dr-venus, DR-Venus's texts, and its sampling for a real model)."""
     cfg = EMBEDDED_AGENT if is_embedded(settings) else FULL_AGENT
     chosen = profile(settings.protocol)
-    changes: dict[str, object] = {"texts": chosen.texts(settings)}
+    changes: dict[str, object] = {"texts": chosen.texts(settings), "reader": chosen.reader()}
     if not is_embedded(settings):  # the embedded preset's greedy short turns stay
         changes["sampling"] = sampling_from(chosen.agent_sampling(settings), cfg.sampling)
     if settings.max_attempts is not None:

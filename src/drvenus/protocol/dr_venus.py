@@ -1,10 +1,15 @@
 """DR-Venus's reading of a turn (``--protocol dr-venus``), in drvenus's own code.
 
-DR-Venus's RL agent loop (``RL/scrl/llm_agent/dr_agent_loop.py``) fixes the tags of a sampled
-turn (:func:`fix_tags`) and reads it (:func:`classify_turn`); its outcome judge takes the first
-answer block of the final turn (:func:`first_answer`). Pure functions of the text: the RL
-environment (:mod:`drvenus.train.rl.environment`) and the judge (:mod:`drvenus.train.rl.judge`)
-call them, and the tests compare them with DR-Venus's own functions.
+Inference (``Inference/run_demo.py``): :func:`sanitize_turn` fixes a sampled turn as
+``_sanitize_content`` does and :func:`read_turn` reads it as ``parse_llm_response`` does (a think
+block required; the first answer block anywhere, even inside the think block, and empty or not,
+is the answer when the turn has no tool call; a call's arguments filtered to the tool's own and
+compared raw for duplicates); :data:`DR_VENUS_READER` is the agent loop's reader of the profile.
+
+RL (``RL/scrl/llm_agent/dr_agent_loop.py``): :func:`fix_tags` and :func:`classify_turn`; its
+outcome judge takes the first answer block of the final turn (:func:`first_answer`).
+
+Pure functions of the text; the tests compare them with DR-Venus's own functions.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from drvenus.protocol._json import loads_json5
+from drvenus.protocol.parse import ParsedTurn, TurnReader
 from drvenus.protocol.render import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
@@ -24,7 +30,14 @@ from drvenus.protocol.render import (
     TOOL_CALL_OPEN,
     TOOL_RESPONSE_OPEN,
 )
-from drvenus.protocol.tools import ToolCall, ToolCallError, normalize_tool_call
+from drvenus.protocol.tools import (
+    TOOL_NAMES,
+    TOOL_SPECS,
+    ToolCall,
+    ToolCallError,
+    normalize_tool_call,
+    unknown_tool_message,
+)
 
 
 def _block(open_tag: str, close_tag: str) -> re.Pattern[str]:
@@ -105,4 +118,77 @@ def first_answer(text: str) -> str | None:
     return None if m is None else m.group(1)
 
 
-__all__ = ["MISSING_THINK", "EnvTurn", "TurnKind", "classify_turn", "first_answer", "fix_tags"]
+# ---------------------------------------------------------------- inference (run_demo.py)
+
+#: the arguments each tool keeps (its specification's parameters; DR-Venus drops the others)
+ALLOWED_ARGUMENTS: dict[str, frozenset[str]] = {
+    name: frozenset(spec["function"]["parameters"]["properties"])
+    for name, spec in TOOL_SPECS.items()}
+
+
+def sanitize_turn(text: str) -> str:
+    """DR-Venus's fixing of a sampled turn: cut at a tool response the model began; with a
+    think opener and no closer, the closer put before the first answer block, else before the
+    first tool call, else at the end; with a closer and no opener, the opener prepended."""
+    cut = text.find(TOOL_RESPONSE_OPEN)
+    if cut != -1:
+        text = text[:cut]
+    if THINK_OPEN in text and THINK_CLOSE not in text:
+        for tag in (ANSWER_OPEN, TOOL_CALL_OPEN):
+            pos = text.find(tag)
+            if pos != -1:
+                text = f"{text[:pos]}\n{THINK_CLOSE}\n{text[pos:]}"
+                break
+        else:
+            text += "\n" + THINK_CLOSE
+    if THINK_OPEN not in text and THINK_CLOSE in text:
+        text = THINK_OPEN + "\n" + text
+    return text
+
+
+def call_key(name: object, arguments: object) -> str:
+    """A call's identity for duplicates: its name and (filtered, undecoded) arguments."""
+    return json.dumps({"name": name, "arguments": arguments}, sort_keys=True, ensure_ascii=False)
+
+
+def _read_call(content: str, thinking: str, raw: str) -> ParsedTurn:
+    try:
+        obj = loads_json5(raw)
+    except Exception as exc:  # json5 raises several types
+        return ParsedTurn("error", content, error=f"tool call parse error: {exc!r}")
+    if not isinstance(obj, dict):
+        return ParsedTurn("error", content, error=f"tool call should be an object, got {obj!r}")
+    if "name" not in obj or "arguments" not in obj:
+        return ParsedTurn("error", content, error=f"tool call missing fields, raw={raw}")
+    name = obj["name"]
+    if not isinstance(name, str) or name not in TOOL_NAMES:
+        return ParsedTurn("error", content, error=unknown_tool_message(name))
+    given = obj["arguments"]
+    arguments = ({k: v for k, v in given.items() if k in ALLOWED_ARGUMENTS[name]}
+                 if isinstance(given, dict) else {})
+    try:
+        call = normalize_tool_call({"name": name, "arguments": arguments})
+    except ToolCallError:  # DR-Venus runs it anyway: the tool answers with its error
+        call = ToolCall(name, arguments)
+    return ParsedTurn("tool_call", content, thinking, tool_call=call,
+                      call_key=call_key(name, arguments))
+
+
+def read_turn(content: str) -> ParsedTurn:
+    """DR-Venus's reading of a sanitized turn (see the module doc)."""
+    think = _THINK.search(content)
+    if think is None:
+        return ParsedTurn("error", content, error=MISSING_THINK)
+    thinking = think.group(1).strip()
+    answer, call = _ANSWER.search(content), _TOOL_CALL.search(content)
+    if answer and not call:
+        return ParsedTurn("answer", content, thinking, answer=answer.group(1).strip())
+    if call and not answer:
+        return _read_call(content, thinking, call.group(1).strip())
+    return ParsedTurn("error", content, thinking, error="ambiguous or incomplete output")
+
+
+DR_VENUS_READER = TurnReader(repair=sanitize_turn, parse=read_turn)
+
+__all__ = ["ALLOWED_ARGUMENTS", "DR_VENUS_READER", "MISSING_THINK", "EnvTurn", "TurnKind",
+           "call_key", "classify_turn", "first_answer", "fix_tags", "read_turn", "sanitize_turn"]

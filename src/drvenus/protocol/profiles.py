@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
+from drvenus.protocol.parse import DRVENUS_READER, TurnReader
 from drvenus.protocol.render import DRVENUS_TEXTS, ProtocolTexts
 
 #: every profile's name, the default first (the ``--protocol`` / DRVENUS_PROTOCOL values)
@@ -35,6 +36,10 @@ class Profile:
     def texts(self, settings: Any = None) -> ProtocolTexts:
         """The words of the agent loop and the visit tool."""
         return DRVENUS_TEXTS
+
+    def reader(self) -> TurnReader:
+        """How the agent loop repairs and reads a sampled turn."""
+        return DRVENUS_READER
 
     def agent_sampling(self, settings: Any = None) -> Mapping[str, Any]:
         """Sampling keywords on top of a real model's preset (none: the preset's)."""

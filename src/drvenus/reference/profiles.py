@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from drvenus.protocol import ProtocolTexts, register_texts
+from drvenus.protocol.dr_venus import DR_VENUS_READER
+from drvenus.protocol.parse import TurnReader
 from drvenus.protocol.profiles import DEFAULT_PROTOCOL, PROTOCOLS, Profile
 from drvenus.reference.dr_venus import PROFILE, RUN_DEMO, load_dr_venus_texts
 from drvenus.reference.dr_venus_rl import rl_judge_texts, rl_texts
@@ -40,6 +42,9 @@ class DrVenusProfile(Profile):
 
     def texts(self, settings: Any = None) -> ProtocolTexts:
         return self.reference(settings).protocol_texts()  # type: ignore[no-any-return]
+
+    def reader(self) -> TurnReader:
+        return DR_VENUS_READER
 
     def agent_sampling(self, settings: Any = None) -> Mapping[str, Any]:
         return self.reference(settings).agent_sampling  # type: ignore[no-any-return]

@@ -1,0 +1,67 @@
+"""DR-Venus's own functions, loaded for comparison from its pinned files (hash checked through
+the reference store, as drvenus.reference reads them): nothing of DR-Venus is in the repository.
+The tests that use them skip, with a reason, where DRVENUS_REFERENCE_DIR is not set."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import json5
+import pytest
+
+from drvenus.reference.store import ReferenceError, ReferenceStore
+
+NEEDS_REFERENCE = pytest.mark.skipif(
+    not os.environ.get("DRVENUS_REFERENCE_DIR"),
+    reason="compares with DR-Venus's own functions: set DRVENUS_REFERENCE_DIR to checkouts of "
+           "the pinned sources (CI: ../shared/reference)")
+
+
+def pinned_source(path: str, tmp_path: Path) -> str:
+    root = Path(os.environ["DRVENUS_REFERENCE_DIR"]).expanduser()
+    store = ReferenceStore(cache_dir=tmp_path / "cache", local_dir=root, download=False)
+    try:
+        return store.read_bytes("DR-Venus", path).decode("utf-8")
+    except ReferenceError as exc:
+        pytest.skip(str(exc))
+
+
+def load_functions(source: str, names: set[str], namespace: dict[str, Any]) -> dict[str, Any]:
+    """The top-level assignments and functions of ``source`` called ``names`` (methods of its
+    classes too, decorators dropped), executed in ``namespace``."""
+    body: list[ast.stmt] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            node.decorator_list = []
+            body.append(node)
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id in names for t in node.targets):
+            body.append(node)
+    found = {n.name if isinstance(n, ast.FunctionDef) else n.targets[0].id  # type: ignore
+             for n in body}
+    assert found == names, f"not found in the pinned file: {names - found}"
+    body.sort(key=lambda n: isinstance(n, ast.FunctionDef))  # constants first
+    module = ast.Module(body=body, type_ignores=[])
+    exec(compile(module, "<pinned DR-Venus>", "exec"), namespace)  # noqa: S102 - test only
+    return namespace
+
+
+def run_demo_functions(tmp_path: Path) -> SimpleNamespace:
+    """``_sanitize_content``, ``parse_llm_response`` (bound to a quiet solver) and
+    ``_tool_call_key`` of Inference/run_demo.py."""
+    ns = load_functions(
+        pinned_source("Inference/run_demo.py", tmp_path),
+        {"ALLOWED_ARGS", "ALLOWED_TOOLS", "_filter_args", "_sanitize_content",
+         "parse_llm_response", "_tool_call_key"},
+        {"re": re, "json": json, "json5": json5})
+    solver = SimpleNamespace(log=lambda message: None)
+    return SimpleNamespace(
+        sanitize=ns["_sanitize_content"],
+        parse=lambda content: ns["parse_llm_response"](solver, content, 0),
+        key=ns["_tool_call_key"])
