@@ -65,3 +65,34 @@ def run_demo_functions(tmp_path: Path) -> SimpleNamespace:
         sanitize=ns["_sanitize_content"],
         parse=lambda content: ns["parse_llm_response"](solver, content, 0),
         key=ns["_tool_call_key"])
+
+
+class _SerperConnection:
+    """``http.client.HTTPSConnection`` for DR-Venus's search tool: answers ``reply``."""
+
+    reply: Any = None
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+
+    def request(self, *args: Any) -> None:
+        pass
+
+    def getresponse(self) -> Any:
+        body = json.dumps(type(self).reply).encode("utf-8")
+        return SimpleNamespace(read=lambda: body)
+
+
+def search_function(tmp_path: Path) -> Any:
+    """DR-Venus's ``google_search_with_serp`` (Inference/tool_server/tool_search.py) as
+    ``search(query, serper_reply) -> text``, Serper answered by ``serper_reply``."""
+    http = SimpleNamespace(client=SimpleNamespace(HTTPSConnection=_SerperConnection))
+    ns = load_functions(pinned_source("Inference/tool_server/tool_search.py", tmp_path),
+                        {"google_search_with_serp"},
+                        {"json": json, "http": http, "SERPER_KEY": "key"})
+
+    def search(query: str, reply: Any) -> str:
+        _SerperConnection.reply = reply
+        return ns["google_search_with_serp"](None, query)
+
+    return search

@@ -260,7 +260,8 @@ def build_toolbox(settings: Settings, *, progress: bool = False, metrics: Any = 
         metrics=metrics,
         texts=protocol_texts(settings),
     )
-    search = Search(providers, top_k, cache=cache, metrics=metrics)
+    search = Search(providers, top_k, cache=cache, metrics=metrics,
+                    render=profile(settings.protocol).search_renderer())
     return Toolbox([search, visit])
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from drvenus.protocol._json import loads_json5
 from drvenus.protocol.parse import ParsedTurn, TurnReader
@@ -29,6 +30,7 @@ from drvenus.protocol.render import (
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,
     TOOL_RESPONSE_OPEN,
+    VISIT_SEPARATOR,
 )
 from drvenus.protocol.tools import (
     TOOL_NAMES,
@@ -190,5 +192,35 @@ def read_turn(content: str) -> ParsedTurn:
 
 DR_VENUS_READER = TurnReader(repair=sanitize_turn, parse=read_turn)
 
+
+# ---------------------------------------------------------------- the search tool's text
+# DR-Venus's search tool (Inference/ and RL/tool_server/tool_search.py, the same) writes
+# Serper's organic results as numbered Markdown links, each with its date and source lines on
+# top of the snippet; one block per query, joined as the visit tool joins pages.
+_NO_VIDEO = "Your browser can't play this video."
+
+
+def _search_hit(index: int, hit: Mapping[str, Any]) -> str:
+    date = f"\nDate published: {hit['date']}" if hit.get("date") else ""
+    source = f"\nSource: {hit['source']}" if hit.get("source") else ""
+    snippet = f"\n{hit['snippet']}" if "snippet" in hit else ""
+    text = f"{index}. [{hit.get('title', '')}]({hit.get('url', '')}){date}{source}\n{snippet}"
+    return text.replace(_NO_VIDEO, "")
+
+
+def render_search_block(query: str, hits: Sequence[Mapping[str, Any]]) -> str:
+    """One query's block: a header and the hits, or the no-result text."""
+    if not hits:
+        return f"No results found for '{query}'. Try with a more general query."
+    listed = "\n\n".join(_search_hit(i, h) for i, h in enumerate(hits, 1))
+    return (f"A Google search for '{query}' found {len(hits)} results:\n\n## Web Results\n"
+            + listed)
+
+
+def render_search_text(per_query: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> str:
+    """The search tool's body for ``[(query, [hit, ...]), ...]``, as DR-Venus writes it."""
+    return VISIT_SEPARATOR.join(render_search_block(q, hits) for q, hits in per_query)
+
 __all__ = ["ALLOWED_ARGUMENTS", "DR_VENUS_READER", "MISSING_THINK", "EnvTurn", "TurnKind",
-           "call_key", "classify_turn", "first_answer", "fix_tags", "read_turn", "sanitize_turn"]
+           "call_key", "classify_turn", "first_answer", "fix_tags", "read_turn",
+           "render_search_block", "render_search_text", "sanitize_turn"]

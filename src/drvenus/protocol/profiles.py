@@ -11,16 +11,18 @@ reference.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, get_args
 
 from drvenus.protocol.parse import DRVENUS_READER, TurnReader
-from drvenus.protocol.render import DRVENUS_TEXTS, ProtocolTexts
+from drvenus.protocol.render import DRVENUS_TEXTS, ProtocolTexts, render_search
 
 #: every profile's name, the default first (the ``--protocol`` / DRVENUS_PROTOCOL values)
 ProtocolName = Literal["drvenus", "dr-venus"]
 PROTOCOLS: tuple[str, ...] = get_args(ProtocolName)
 DEFAULT_PROTOCOL = PROTOCOLS[0]
+#: writes the search tool's body for ``[(query, [hit, ...]), ...]``
+SearchRenderer = Callable[[Sequence[tuple[str, Sequence[Mapping[str, Any]]]]], str]
 
 
 class Profile:
@@ -40,6 +42,10 @@ class Profile:
     def reader(self) -> TurnReader:
         """How the agent loop repairs and reads a sampled turn."""
         return DRVENUS_READER
+
+    def search_renderer(self) -> SearchRenderer:
+        """How the search tool writes its results (drvenus's JSON)."""
+        return render_search
 
     def agent_sampling(self, settings: Any = None) -> Mapping[str, Any]:
         """Sampling keywords on top of a real model's preset (none: the preset's)."""
@@ -74,4 +80,4 @@ class Profile:
         """Load what ``rl`` needs of this profile now, raising one line when it cannot."""
 
 
-__all__ = ["DEFAULT_PROTOCOL", "PROTOCOLS", "Profile", "ProtocolName"]
+__all__ = ["DEFAULT_PROTOCOL", "PROTOCOLS", "Profile", "ProtocolName", "SearchRenderer"]

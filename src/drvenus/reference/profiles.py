@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from drvenus.protocol import ProtocolTexts, register_texts
-from drvenus.protocol.dr_venus import DR_VENUS_READER
+from drvenus.protocol.dr_venus import DR_VENUS_READER, render_search_text
 from drvenus.protocol.parse import TurnReader
-from drvenus.protocol.profiles import DEFAULT_PROTOCOL, PROTOCOLS, Profile
+from drvenus.protocol.profiles import DEFAULT_PROTOCOL, PROTOCOLS, Profile, SearchRenderer
 from drvenus.reference.dr_venus import PROFILE, RUN_DEMO, load_dr_venus_texts
 from drvenus.reference.dr_venus_rl import rl_judge_texts, rl_texts
 from drvenus.reference.store import reference_store
@@ -45,6 +45,9 @@ class DrVenusProfile(Profile):
 
     def reader(self) -> TurnReader:
         return DR_VENUS_READER
+
+    def search_renderer(self) -> SearchRenderer:
+        return render_search_text
 
     def agent_sampling(self, settings: Any = None) -> Mapping[str, Any]:
         return self.reference(settings).agent_sampling  # type: ignore[no-any-return]
