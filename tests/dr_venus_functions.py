@@ -37,16 +37,16 @@ def load_functions(source: str, names: set[str], namespace: dict[str, Any]) -> d
     classes too, decorators dropped), executed in ``namespace``."""
     body: list[ast.stmt] = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.FunctionDef) and node.name in names:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in names:
             node.decorator_list = []
             body.append(node)
         elif isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id in names for t in node.targets):
             body.append(node)
-    found = {n.name if isinstance(n, ast.FunctionDef) else n.targets[0].id  # type: ignore
+    found = {n.targets[0].id if isinstance(n, ast.Assign) else n.name  # type: ignore
              for n in body}
     assert found == names, f"not found in the pinned file: {names - found}"
-    body.sort(key=lambda n: isinstance(n, ast.FunctionDef))  # constants first
+    body.sort(key=lambda n: isinstance(n, ast.FunctionDef))  # constants and classes first
     module = ast.Module(body=body, type_ignores=[])
     exec(compile(module, "<pinned DR-Venus>", "exec"), namespace)  # noqa: S102 - test only
     return namespace
@@ -96,3 +96,37 @@ def search_function(tmp_path: Path) -> Any:
         return ns["google_search_with_serp"](None, query)
 
     return search
+
+
+def rl_functions(tmp_path: Path) -> SimpleNamespace:
+    """DR-Venus's RL turn reading (``_parse_single_response``, ``_tool_call_key`` of
+    dr_agent_loop.py) and its tool server's answer to a call (``custom_call_tool`` routing to
+    the search and visit tools' ``call``; a call that would reach the web answers None)."""
+    loop = load_functions(
+        pinned_source("RL/scrl/llm_agent/dr_agent_loop.py", tmp_path),
+        {"ALLOWED_ARGS", "THINK_RE", "ANSWER_RE", "TOOL_RE", "_Flag", "_filter_args",
+         "_tool_call_key", "_parse_single_response"},
+        {"re": re, "json": json, "json5": json5, "Tuple": tuple, "Any": Any})
+    reached: list[str] = []
+    tools = {}
+    for name, path, web in (("Search", "RL/tool_server/tool_search.py", "search_with_serp"),
+                            ("Visit", "RL/tool_server/tool_visit.py", "readpage_jina")):
+        ns = load_functions(pinned_source(path, tmp_path), {"call"},
+                            {"List": list, "Union": Any, "time": __import__("time"),
+                             "os": SimpleNamespace(makedirs=lambda *a, **k: None)})
+        tools[name] = type(name, (), {"call": ns["call"],
+                                      web: lambda self, *a, w=web: reached.append(w) or w})
+    route = load_functions(pinned_source("RL/tool_server/execute_tools.py", tmp_path),
+                           {"custom_call_tool"},
+                           {**tools, "parse_search_results": lambda text: text})
+
+    def call_tool(tool_call: dict) -> str | None:
+        reached.clear()
+        text = route["custom_call_tool"](json.loads(json.dumps(tool_call)))
+        return None if reached else text
+
+    flags = {loop["_Flag"].END: "answer", loop["_Flag"].CALL: "tool_call",
+             loop["_Flag"].ERROR: "malformed"}
+    return SimpleNamespace(
+        parse=lambda content: loop["_parse_single_response"](content, think=False),
+        kind=flags, key=loop["_tool_call_key"], call_tool=call_tool)

@@ -75,3 +75,58 @@ def test_turn_reading_equals_dr_venus(turn, tmp_path):
         assert ours.dedup_key() == theirs.key(payload)
         assert ours.thinking == thinking and ours.tool_call is not None
         assert ours.tool_call.name == payload["name"]
+
+
+# ---------------------------------------------------------------- RL (dr_agent_loop.py)
+
+RL_CALLS = [
+    T + C.format('{"name": "browse", "arguments": {"url": ["u"]}}'),  # an unrouted tool
+    T + C.format('{"name": "PythonInterpreter", "arguments": {"code": "1", "x": 2}}'),
+    T + C.format('{"name": "search", "arguments": {}}'),  # the tool's own invalid-request text
+    T + C.format('{"name": "search", "arguments": {"q": ["x"]}}'),
+    T + C.format('{"name": "visit", "arguments": {"url": ["https://a.example"]}}'),
+    T + C.format('{"name": "visit", "arguments": {"goal": "g"}}'),
+    T + C.format('{"name": "visit", "arguments": []}'),
+    T + C.format('{"name": ["search"], "arguments": {}}'),  # an unhashable name
+]
+
+
+@pytest.fixture(scope="module")
+def rl(tmp_path_factory):
+    from dr_venus_functions import rl_functions
+
+    return rl_functions(tmp_path_factory.mktemp("rl"))
+
+
+@pytest.fixture(scope="module")
+def rl_texts(tmp_path_factory):
+    import os
+    from pathlib import Path
+
+    from drvenus.reference.dr_venus_rl import load_rl_texts
+    from drvenus.reference.store import ReferenceStore
+
+    root = Path(os.environ["DRVENUS_REFERENCE_DIR"]).expanduser()
+    return load_rl_texts(ReferenceStore(cache_dir=tmp_path_factory.mktemp("c"), local_dir=root,
+                                        download=False))
+
+
+@NEEDS_REFERENCE
+@pytest.mark.parametrize("turn", TURNS + RL_CALLS)
+def test_rl_turn_reading_and_tool_texts_equal_dr_venus(turn, rl, rl_texts):
+    from drvenus.protocol.dr_venus import classify_turn, first_answer, fix_tags
+    from drvenus.train.rl.environment import refusal_text
+
+    flag, _thinking, payload = rl.parse(turn)
+    fixed = fix_tags(turn, False)
+    ours = classify_turn(fixed)
+    assert ours.kind == rl.kind[flag], (ours, payload)
+    if ours.kind == "answer":
+        assert first_answer(fixed) == payload
+    if ours.kind == "tool_call":
+        assert ours.call_key == rl.key(payload)
+        text = rl.call_tool(payload)  # None: the call would reach the web
+        if text is not None:
+            assert refusal_text(rl_texts, ours) == text
+        else:
+            assert refusal_text(rl_texts, ours) is None

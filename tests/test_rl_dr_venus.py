@@ -109,7 +109,11 @@ def test_rl_texts_are_taken_from_the_pinned_files_by_structure(texts, judge_text
             texts.cutoff) == (SYSTEM, MALFORMED, CONTEXT, STEPS, CUTOFF)
     assert texts.timeout_text(7) == "Fixture tool gave up after 7.0 s."  # the file's format spec
     assert texts.error_text(RuntimeError("x")) == "Fixture tool broke: RuntimeError('x')"
-    assert set(texts.files) == set(RL_FILES[:2]) and texts.source.startswith("DR-Venus @")
+    assert set(texts.files) == set(RL_FILES) - {RL_FILES[2]} and texts.source.startswith("DR-Venus @")
+    # the tool server's own texts: an unrouted tool, a call without its fields
+    assert texts.unknown_tool_text("browse") == "Fixture: there is no tool called browse."
+    assert texts.bad_arguments == {"search": "Fixture search: give a query.",
+                                   "visit": "Fixture visit: give a url and a goal."}
     assert judge_texts.prompt == JUDGE and judge_texts.zero_answers == ("", "placeholder answer")
     assert re.search(judge_texts.verdict, "Verdict = YES", judge_texts.flags)
     assert set(judge_texts.files) == {RL_FILES[2]}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from drvenus.protocol._json import loads_json5
@@ -69,13 +69,16 @@ def fix_tags(text: str, prefilled_think: bool) -> str:
 
 
 TurnKind = Literal["answer", "tool_call", "malformed"]
+#: why a call object cannot run: a tool not routed, a required field missing, another bad value
+CallProblem = Literal["unknown_tool", "missing_arguments", "bad_arguments"]
 
 
 @dataclass(frozen=True)
 class EnvTurn:
-    """A turn as DR-Venus's RL loop reads it. ``call``: the normalised call; ``call_error``: why
-    a well-formed call object cannot run (unknown tool, bad arguments), sent back as its result;
-    ``reason``: why a turn is malformed."""
+    """A turn as DR-Venus's RL loop reads it. ``call``: the normalised call; ``call_name``:
+    the name the call gave; ``call_key``: its identity for duplicates (name and filtered,
+    undecoded arguments); ``problem`` / ``call_error``: why a call object cannot run (the tool
+    server answers it with its own text); ``reason``: why a turn is malformed."""
 
     kind: TurnKind
     content: str
@@ -83,6 +86,35 @@ class EnvTurn:
     call_name: str | None = None
     call_error: str | None = None
     reason: str | None = None
+    call_key: str | None = None
+    problem: CallProblem | None = None
+
+
+def _rl_arguments(name: object, given: object) -> Any:
+    """DR-Venus RL's argument filter: a tool's own fields; an unrouted name's arguments kept."""
+    if not isinstance(given, dict):
+        return {}
+    allowed = RL_ALLOWED_ARGUMENTS.get(name)  # type: ignore[call-overload]  # unhashable: raises
+    return given if allowed is None else {k: v for k, v in given.items() if k in allowed}
+
+
+def _rl_call(content: str, obj: dict[str, Any]) -> EnvTurn:
+    name = obj["name"]
+    try:
+        arguments = _rl_arguments(name, obj["arguments"])
+        key = call_key(name, arguments)
+    except TypeError as exc:  # an unhashable name, or arguments JSON cannot write
+        return EnvTurn("malformed", content, reason=f"tool call parse error: {exc!r}")
+    turn = EnvTurn("tool_call", content, call_name=str(name), call_key=key)
+    if name not in TOOL_NAMES:
+        return replace(turn, problem="unknown_tool", call_error=unknown_tool_message(name))
+    missing = [k for k in TOOL_SPECS[name]["function"]["parameters"]["required"]
+               if k not in arguments]
+    try:
+        return replace(turn, call=normalize_tool_call({"name": name, "arguments": arguments}))
+    except ToolCallError as exc:
+        return replace(turn, problem="missing_arguments" if missing else "bad_arguments",
+                       call_error=str(exc))
 
 
 def classify_turn(content: str) -> EnvTurn:
@@ -107,11 +139,7 @@ def classify_turn(content: str) -> EnvTurn:
         return EnvTurn("malformed", content, reason=f"tool call is not JSON: {exc}")
     if not isinstance(obj, dict) or "name" not in obj or "arguments" not in obj:
         return EnvTurn("malformed", content, reason="a tool call needs 'name' and 'arguments'")
-    name = str(obj["name"])
-    try:
-        return EnvTurn("tool_call", content, call=normalize_tool_call(obj), call_name=name)
-    except ToolCallError as exc:
-        return EnvTurn("tool_call", content, call_name=name, call_error=str(exc))
+    return _rl_call(content, obj)
 
 
 def first_answer(text: str) -> str | None:
@@ -193,6 +221,12 @@ def read_turn(content: str) -> ParsedTurn:
 DR_VENUS_READER = TurnReader(repair=sanitize_turn, parse=read_turn)
 
 
+#: DR-Venus's RL loop also filters the arguments of its code tool (which its tool server does
+#: not route): the same filter, one tool more
+RL_ALLOWED_ARGUMENTS: dict[str, frozenset[str]] = {
+    **ALLOWED_ARGUMENTS, "PythonInterpreter": frozenset({"code"})}
+
+
 # ---------------------------------------------------------------- the search tool's text
 # DR-Venus's search tool (Inference/ and RL/tool_server/tool_search.py, the same) writes
 # Serper's organic results as numbered Markdown links, each with its date and source lines on
@@ -221,6 +255,7 @@ def render_search_text(per_query: Sequence[tuple[str, Sequence[Mapping[str, Any]
     """The search tool's body for ``[(query, [hit, ...]), ...]``, as DR-Venus writes it."""
     return VISIT_SEPARATOR.join(render_search_block(q, hits) for q, hits in per_query)
 
-__all__ = ["ALLOWED_ARGUMENTS", "DR_VENUS_READER", "MISSING_THINK", "EnvTurn", "TurnKind",
+__all__ = ["ALLOWED_ARGUMENTS", "DR_VENUS_READER", "MISSING_THINK", "CallProblem", "EnvTurn",
+           "RL_ALLOWED_ARGUMENTS", "TurnKind",
            "call_key", "classify_turn", "first_answer", "fix_tags", "read_turn",
            "render_search_block", "render_search_text", "sanitize_turn"]

@@ -112,6 +112,19 @@ class CompletionCutoff:
                      "answer now", self.done, total, 100 * self.ratio, total - self.done)
 
 
+def refusal_text(texts: RLTexts, turn: EnvTurn) -> str | None:
+    """What a call that cannot run gets back: DR-Venus's tool server's own texts for a tool it
+    does not route and for a call without a tool's fields; drvenus's reason for a value our
+    tools cannot take; None for a call that runs."""
+    if turn.problem == "unknown_tool":
+        return texts.unknown_tool_text(turn.call_name)
+    if turn.problem == "missing_arguments" and turn.call_name in texts.bad_arguments:
+        return texts.bad_arguments[turn.call_name]
+    if turn.kind == "tool_call" and turn.call is None:
+        return str(turn.call_error)
+    return None
+
+
 @dataclass(frozen=True)
 class EnvConfig:
     """One trajectory's environment: DR-Venus's texts and drvenus's rollout settings."""
@@ -199,16 +212,18 @@ class _Trajectory:
             if not last and turn.kind == "malformed":
                 self.retries["parse"] += 1
                 continue
-            if not last and turn.call is not None and turn.call.key() in self.seen:
+            if not last and turn.call_key is not None and turn.call_key in self.seen:
                 self.retries["dedup"] += 1
                 continue
             break
         return turn
 
     async def execute(self, turn: EnvTurn) -> str:
-        if turn.call is None:  # an object with name and arguments that our tools cannot run
-            return str(turn.call_error)
-        self.seen.add(turn.call.key())
+        if turn.call_key is not None:
+            self.seen.add(turn.call_key)
+        refused = refusal_text(self.cfg.texts, turn)
+        if refused is not None:
+            return refused
         try:
             return str(await asyncio.wait_for(self.tools.call(turn.call),
                                               timeout=self.cfg.tool_timeout))
@@ -308,6 +323,6 @@ def is_plain_user(message: Mapping[str, Any]) -> bool:
         content.startswith(protocol.TOOL_RESPONSE_OPEN)
         and content.endswith(protocol.TOOL_RESPONSE_CLOSE))
 
-__all__ = ["CUTOFF_JOIN", "CompletionCutoff", "EnvConfig",
-           "EnvTurn", "classify_turn", "env_config", "fix_tags", "is_plain_user", "run_trajectory",
+__all__ = ["CUTOFF_JOIN", "CompletionCutoff", "EnvConfig", "EnvTurn", "classify_turn",
+           "env_config", "fix_tags", "is_plain_user", "refusal_text", "run_trajectory",
            "turn_limit", "with_prompt_date"]
