@@ -170,6 +170,19 @@ def test_system_prompt_and_the_forced_turn_counts_inside_max_turns(texts):
     assert cfg.system_prompt == SYSTEM.replace("2025-01-02", "2026-11-30")
 
 
+def test_a_row_keeps_its_own_system_message_and_extra_messages(texts):
+    """verl rows: DR-Venus keeps the row's messages and adds its prompt only when none is there."""
+    own = [{"role": "system", "content": "Row system."}, {"role": "user", "content": "Context."},
+           {"role": "assistant", "content": "Noted."}, {"role": "user", "content": "Q?"}]
+    rec = asyncio.run(run_trajectory(ScriptedModel([answer("A")]), ScriptedTools("x"),
+                                     env(texts), "Q?", max_turns=3, prompt=own))
+    assert rec.messages[:4] == own and rec.messages[4]["role"] == "assistant"
+    rec = asyncio.run(run_trajectory(ScriptedModel([answer("A")]), ScriptedTools("x"),
+                                     env(texts), "Q?", max_turns=3, prompt=own[1:]))
+    assert rec.messages[0] == {"role": "system", "content": SYSTEM}
+    assert rec.messages[1:4] == own[1:]
+
+
 def test_an_empty_or_malformed_turn_gets_the_malformed_message_and_the_rollout_goes_on(texts):
     model = ScriptedModel(["", "no tags at all", answer("Frank Herbert")])
     result = run(model, ScriptedTools("x"), env(texts), max_turns=10)

@@ -37,7 +37,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -140,11 +140,13 @@ class EnvConfig:
 
 class _Trajectory:
     def __init__(self, model: ChatModel, tools: ToolExecutor, cfg: EnvConfig, question: str,
-                 max_turns: int, cutoff: CompletionCutoff | None) -> None:
+                 max_turns: int, cutoff: CompletionCutoff | None,
+                 prompt: Sequence[Mapping[str, Any]] | None = None) -> None:
         self.model, self.tools, self.cfg = model, tools, cfg
         self.question, self.max_turns, self.cutoff = question, max_turns, cutoff
-        self.messages: list[dict[str, str]] = protocol.initial_messages(question,
-                                                                         cfg.system_prompt)
+        self.messages: list[dict[str, str]] = (
+            protocol.initial_messages(question, cfg.system_prompt) if prompt is None
+            else row_messages(prompt, cfg.system_prompt))
         self.start = time.monotonic()
         self.turns = self.parse_errors = self.tool_calls = self.dedups = 0
         self.calls_made = 0
@@ -281,14 +283,26 @@ class _Trajectory:
         return self.record(termination)  # max_turns < 1 cannot happen (turn_limit >= 1)
 
 
+def row_messages(prompt: Sequence[Mapping[str, Any]], system_prompt: str) -> list[dict[str, Any]]:
+    """A data row's own prompt messages, as DR-Venus's RL loop starts from them: all kept (its
+    system message and extra messages too), the environment's system prompt put first only when
+    the row has no system message."""
+    messages = [dict(m) for m in prompt]
+    if not any(m.get("role") == "system" for m in messages):
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return messages
+
+
 async def run_trajectory(model: ChatModel, tools: ToolExecutor, cfg: EnvConfig, question: str,
-                         *, max_turns: int, cutoff: CompletionCutoff | None = None
-                         ) -> ResultRecord:
-    """One trajectory in DR-Venus's RL environment (see the module doc). Never raises for run-time
-    failures: they end as a termination (``llm_error``, ``timeout``, ``exception``)."""
+                         *, max_turns: int, cutoff: CompletionCutoff | None = None,
+                         prompt: Sequence[Mapping[str, Any]] | None = None) -> ResultRecord:
+    """One trajectory in DR-Venus's RL environment (see the module doc). ``prompt``: the data
+    row's own messages (verl's ``raw_prompt``, :func:`row_messages`), else the system prompt and
+    ``question``. Never raises for run-time failures: they end as a termination
+    (``llm_error``, ``timeout``, ``exception``)."""
     if not question or not question.strip():
         raise ValueError("the question is empty")
-    state = _Trajectory(model, tools, cfg, question, max(1, max_turns), cutoff)
+    state = _Trajectory(model, tools, cfg, question, max(1, max_turns), cutoff, prompt)
     try:
         return await asyncio.wait_for(state.run(), timeout=cfg.time_limit)
     except TimeoutError:
@@ -324,5 +338,5 @@ def is_plain_user(message: Mapping[str, Any]) -> bool:
         and content.endswith(protocol.TOOL_RESPONSE_CLOSE))
 
 __all__ = ["CUTOFF_JOIN", "CompletionCutoff", "EnvConfig", "EnvTurn", "classify_turn",
-           "env_config", "fix_tags", "is_plain_user", "refusal_text", "run_trajectory",
-           "turn_limit", "with_prompt_date"]
+           "env_config", "fix_tags", "is_plain_user", "refusal_text", "row_messages",
+           "run_trajectory", "turn_limit", "with_prompt_date"]

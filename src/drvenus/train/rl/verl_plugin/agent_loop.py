@@ -127,8 +127,10 @@ class DrVenusAgentLoop(AgentLoopBase):
             recorder = TokenRecorder(engine, rerender_queries=True)
             cls.cutoff.start()
             try:
-                result = await run_trajectory(recorder, self.tools, cfg.environment(), question,
-                                              max_turns=limit, cutoff=cls.cutoff)
+                raw = kwargs.get("raw_prompt")  # the row's own messages, as DR-Venus keeps them
+                result = await run_trajectory(
+                    recorder, self.tools, cfg.environment(), question, max_turns=limit,
+                    cutoff=cls.cutoff, prompt=None if isinstance(raw, str) else raw)
             finally:
                 cls.cutoff.finish()
         else:
