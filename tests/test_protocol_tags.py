@@ -36,3 +36,20 @@ def test_no_tag_literal_outside_protocol():
              for path in sorted(SRC.rglob("*.py")) if "protocol" not in path.relative_to(SRC).parts
              for line, text in tag_literals(path.read_text(encoding="utf-8"))]
     assert found == []
+
+
+def test_no_protocol_name_comparison_outside_the_registry():
+    """Profiles are looked up by name (drvenus.reference.profiles), never compared."""
+    from drvenus.protocol.profiles import PROTOCOLS
+
+    registry = {Path("protocol/profiles.py"), Path("reference/profiles.py")}
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path.relative_to(SRC) in registry:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare) and any(
+                    isinstance(o, ast.Constant) and o.value in PROTOCOLS
+                    for o in (node.left, *node.comparators)):
+                found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert found == []
