@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from drvenus.net import DEFAULT_REQUEST_TIMEOUT
 from drvenus.net.addresses import AddressPolicy, parse_networks
 from drvenus.net.secrets import register_secret, register_url_secrets
 from drvenus.protocol.profiles import ProtocolName
@@ -51,7 +52,7 @@ class Settings(BaseSettings):
     constrained: bool | None = None
     n_ctx: int | None = Field(default=None, ge=256)  # a GGUF's window per conversation
     n_threads: int | None = Field(default=None, ge=1)
-    request_timeout: float = Field(default=600.0, gt=0)
+    request_timeout: float = Field(default=DEFAULT_REQUEST_TIMEOUT, gt=0)
 
     # where the index and the embedded model are cached
     cache_dir: Path | None = None

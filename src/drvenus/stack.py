@@ -30,10 +30,11 @@ log = logging.getLogger(__name__)
 # The embedded model is tiny: a short, grammar-constrained run that finishes in about half a
 # minute on two CPU cores. Its first tool call must be a search (it would otherwise invent URLs);
 # greedy decoding without a presence penalty keeps it copying from what it read (a penalty pushes
-# it away from the very words of the answer); three steps (room for search, visit, search) then
-# the forced answer, whose grammar is a span of what it read or thought (EMBEDDED_GRAMMAR_OPTIONS);
-# no resampling (the grammar already guarantees the format). Four steps answered one question
-# more of 12 in twice the time. Chosen with benchmarks/bench_embedded_questions.py (issue #17).
+# it away from the very words of the answer); four steps (the trained adapter's trajectories: up
+# to three tool calls, such as search, visit, search, then its answer), else the forced answer,
+# whose grammar is a span of what it read or thought (EMBEDDED_GRAMMAR_OPTIONS); no resampling
+# (the grammar already guarantees the format). Chosen with
+# benchmarks/bench_embedded_questions.py (issues #17, #29).
 EMBEDDED_AGENT = AgentConfig(
     max_steps=4,  # the trained adapter's trajectories: up to 3 tool calls, then the answer
     max_context_tokens=6500,

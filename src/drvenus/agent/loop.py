@@ -37,11 +37,11 @@ from drvenus.net.retry import RetryPolicy
 from drvenus.net.secrets import redact
 from drvenus.protocol import DRVENUS_TEXTS, ParsedTurn, ProtocolTexts, ToolCall
 from drvenus.protocol.parse import DRVENUS_READER, TurnReader
+from drvenus.text import MESSAGE_OVERHEAD_TOKENS
 
 log = logging.getLogger(__name__)
 
 # Tokens a chat template adds around each message (role header, end-of-turn marker).
-MESSAGE_OVERHEAD_TOKENS = 4
 # Seconds a model request may outlive the run's time limit (the run ends first).
 REQUEST_GRACE = 0.5
 # Tool calls in a row that find the tools unusable (a dead tool server, each call already

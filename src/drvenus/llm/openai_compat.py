@@ -31,6 +31,7 @@ import httpx
 
 from drvenus.llm.base import Generation, GrammarKind, LLMError, SamplingParams
 from drvenus.net import (
+    DEFAULT_REQUEST_TIMEOUT,
     LoopClient,
     RetryPolicy,
     is_context_overflow,
@@ -121,7 +122,7 @@ class HttpTransport:
         base_url: str,
         api_key: str | None = None,
         *,
-        timeout: float = 600.0,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
         connect_timeout: float = 10.0,
     ) -> None:
         self.base_url = normalize_base_url(base_url)
@@ -198,7 +199,7 @@ class OpenAICompatModel:
         api_key: str | None = None,
         *,
         transport: Transport | None = None,
-        timeout: float = 600.0,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
         connect_timeout: float = 10.0,
         max_retries: int = 0,
         backoff_base: float = 0.5,

@@ -19,6 +19,7 @@ lazily, inside the server helpers), nothing else of drvenus.
 from drvenus.net.client import LoopClient
 from drvenus.net.overflow import is_context_overflow
 from drvenus.net.retry import (
+    DEFAULT_REQUEST_TIMEOUT,
     RETRYABLE_STATUSES,
     Deadline,
     RetryPolicy,
@@ -30,6 +31,7 @@ from drvenus.net.retry import (
 from drvenus.net.urls import normalize_base_url, redact_url, server_root
 
 __all__ = [
+    "DEFAULT_REQUEST_TIMEOUT",
     "RETRYABLE_STATUSES",
     "Deadline",
     "LoopClient",

@@ -31,6 +31,7 @@ import httpx
 
 from drvenus.llm.base import LLMError, SamplingParams
 from drvenus.net import (
+    DEFAULT_REQUEST_TIMEOUT,
     LoopClient,
     is_context_overflow,
     is_retryable_status,
@@ -175,7 +176,7 @@ class ServerEngine:
         model: str | None = None,
         api_key: str | None = None,
         window: int | None = None,
-        timeout: float = 600.0,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
         if flavor not in SERVER_FLAVORS:
             raise ValueError(f"unknown server flavor {flavor!r}; expected one of {SERVER_FLAVORS}")

@@ -48,12 +48,12 @@ from drvenus.llm.base import ChatModel, LLMError, SamplingParams
 from drvenus.protocol import wrap_tool_response
 from drvenus.protocol.dr_venus import EnvTurn, classify_turn, first_answer, fix_tags
 from drvenus.reference.dr_venus_rl import RLTexts
+from drvenus.text import MESSAGE_OVERHEAD_TOKENS
 
 log = logging.getLogger(__name__)
 
 # DR-Venus's numbers (the 0.9 cut-off, the 150 s tool timeout) are RLConfig's defaults
 CUTOFF_JOIN = "\n\n"  # between the question and the cut-off notice on the first turn
-MESSAGE_OVERHEAD_TOKENS = 4  # per message, when a model cannot count a prompt exactly
 
 _DATE_LINE = re.compile(r"^Current date: (\d{4}-\d{2}-\d{2})[ \t]*$", re.MULTILINE)
 
