@@ -14,6 +14,7 @@ import pytest
 import tantivy
 
 from drvenus.corpus import CorpusError, CorpusIndex, build_index, impact, load_corpus, url_key
+from drvenus.corpus import build as build_module
 from drvenus.corpus import index as index_module
 from drvenus.corpus.index import SNIPPET_CHARS, TITLE_BOOST, sanitize_query
 from drvenus.corpus.urls import _canonical_key
@@ -90,7 +91,7 @@ def built(
     cache = tmp_path_factory.mktemp("cache")
     out = {}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(index_module, "PROGRESS_EVERY", 500)
+        mp.setattr(build_module, "PROGRESS_EVERY", 500)
         for fmt, path in corpora.items():
             calls: list[tuple[int, int | None]] = []
             # one thread: documents keep the file order, so equal scores tie-break alike
@@ -256,7 +257,7 @@ def test_impact_postings_with_every_or_no_term_stored(
 
 
 def test_impact_dir_name() -> None:
-    assert index_module.IMPACT_DIR == impact.IMPACT_DIR
+    assert build_module.IMPACT_DIR == impact.IMPACT_DIR
 
 
 @pytest.mark.parametrize("impacts", [False, None])

@@ -7,6 +7,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -139,11 +140,17 @@ def test_other_errors_are_not_overflows(status, body):
     assert not is_context_overflow(status, json.dumps(body))
 
 
-def test_the_rl_server_engine_uses_the_detector():
+def test_the_rl_server_engine_uses_the_one_transport():
+    """Its errors (retryable statuses, context overflow) are every model client's."""
+    from drvenus.llm.openai_compat import HttpTransport
     from drvenus.train.rl import engine
 
-    source = engine.ServerEngine._post_json.__code__.co_names
-    assert "is_context_overflow" in source and "is_retryable_status" in source
+    tokenizer = SimpleNamespace(convert_tokens_to_ids=lambda token: 0, eos_token_id=0,
+                                unk_token_id=None)
+    server = engine.ServerEngine("http://127.0.0.1:9/v1", tokenizer)
+    assert isinstance(server.transport, HttpTransport)
+    assert server.transport.base_url == "http://127.0.0.1:9/v1" and server.base == \
+        "http://127.0.0.1:9"
 
 
 # ------------------------------------------------------------------------- redaction

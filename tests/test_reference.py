@@ -195,7 +195,13 @@ def test_the_cli_lists_and_refuses_another_version(tmp_path: Path):
 def test_the_real_checkouts_match_the_pins():
     from drvenus.reference import reference_store
 
-    assert {s.state for s in reference_store().states()} == {"ok"}
+    states = reference_store().states()
+    assert [s for s in states if s.state == "mismatch"] == []
+    # every DR-Venus file is there; a source whose checkout is absent is reported, not failed
+    assert {s.state for s in states if s.source == "DR-Venus"} == {"ok"}
+    missing = sorted({s.source for s in states if s.state == "missing"})
+    if missing:
+        pytest.skip(f"no checkout of {', '.join(missing)} in DRVENUS_REFERENCE_DIR")
 
 
 # ---------------------------------------------------------------- slow, silent and damaged

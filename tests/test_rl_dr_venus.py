@@ -109,7 +109,11 @@ def test_rl_texts_are_taken_from_the_pinned_files_by_structure(texts, judge_text
             texts.cutoff) == (SYSTEM, MALFORMED, CONTEXT, STEPS, CUTOFF)
     assert texts.timeout_text(7) == "Fixture tool gave up after 7.0 s."  # the file's format spec
     assert texts.error_text(RuntimeError("x")) == "Fixture tool broke: RuntimeError('x')"
-    assert set(texts.files) == set(RL_FILES[:2]) and texts.source.startswith("DR-Venus @")
+    assert set(texts.files) == set(RL_FILES) - {RL_FILES[2]} and texts.source.startswith("DR-Venus @")
+    # the tool server's own texts: an unrouted tool, a call without its fields
+    assert texts.unknown_tool_text("browse") == "Fixture: there is no tool called browse."
+    assert texts.bad_arguments == {"search": "Fixture search: give a query.",
+                                   "visit": "Fixture visit: give a url and a goal."}
     assert judge_texts.prompt == JUDGE and judge_texts.zero_answers == ("", "placeholder answer")
     assert re.search(judge_texts.verdict, "Verdict = YES", judge_texts.flags)
     assert set(judge_texts.files) == {RL_FILES[2]}
@@ -164,6 +168,19 @@ def test_system_prompt_and_the_forced_turn_counts_inside_max_turns(texts):
     # a given date replaces the prompt's own
     cfg = env(texts, current_date="2026-11-30")
     assert cfg.system_prompt == SYSTEM.replace("2025-01-02", "2026-11-30")
+
+
+def test_a_row_keeps_its_own_system_message_and_extra_messages(texts):
+    """verl rows: DR-Venus keeps the row's messages and adds its prompt only when none is there."""
+    own = [{"role": "system", "content": "Row system."}, {"role": "user", "content": "Context."},
+           {"role": "assistant", "content": "Noted."}, {"role": "user", "content": "Q?"}]
+    rec = asyncio.run(run_trajectory(ScriptedModel([answer("A")]), ScriptedTools("x"),
+                                     env(texts), "Q?", max_turns=3, prompt=own))
+    assert rec.messages[:4] == own and rec.messages[4]["role"] == "assistant"
+    rec = asyncio.run(run_trajectory(ScriptedModel([answer("A")]), ScriptedTools("x"),
+                                     env(texts), "Q?", max_turns=3, prompt=own[1:]))
+    assert rec.messages[0] == {"role": "system", "content": SYSTEM}
+    assert rec.messages[1:4] == own[1:]
 
 
 def test_an_empty_or_malformed_turn_gets_the_malformed_message_and_the_rollout_goes_on(texts):

@@ -9,19 +9,18 @@ environment or ``.env`` only, and never logged. No other module reads the enviro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from drvenus.net import DEFAULT_REQUEST_TIMEOUT
 from drvenus.net.addresses import AddressPolicy, parse_networks
 from drvenus.net.secrets import register_secret, register_url_secrets
+from drvenus.protocol.profiles import ProtocolName
 
 SEARCH_PROVIDERS = ("serper", "searxng", "local")
 VISIT_READERS = ("jina", "fetch", "local")
-# whose words the agent and its tools use: ours, or DR-Venus's read from its pinned files
-PROTOCOLS = ("drvenus", "dr-venus")
-ProtocolName = Literal["drvenus", "dr-venus"]
 
 
 def _secret(value: SecretStr | None) -> str | None:
@@ -55,7 +54,7 @@ class Settings(BaseSettings):
     constrained: bool | None = None
     n_ctx: int | None = Field(default=None, ge=256)  # a GGUF's window per conversation
     n_threads: int | None = Field(default=None, ge=1)
-    request_timeout: float = Field(default=600.0, gt=0)
+    request_timeout: float = Field(default=DEFAULT_REQUEST_TIMEOUT, gt=0)
 
     # where the index and the embedded model are cached
     cache_dir: Path | None = None
@@ -155,7 +154,7 @@ class Settings(BaseSettings):
     def _server_url(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        from drvenus.llm.openai_compat import normalize_base_url
+        from drvenus.net import normalize_base_url
 
         normalize_base_url(value)  # raises ValueError with a readable message
         return value

@@ -5,10 +5,10 @@ same thing everywhere. Two presets: the embedded tiny model (SmolLM2-135M, gramm
 steps, a small context) and real models such as DR-Venus-4B (DR-Venus inference defaults). The
 assembled :class:`Stack` owns everything it opened and closes it.
 
-``settings.protocol`` picks whose words the agent and its tools use: ``drvenus`` (ours), or
-``dr-venus``: DR-Venus's system prompt, notices, visit failure texts, agent sampling and page
-extractor (prompt, sampling, no fallback), read from its pinned files
-(:mod:`drvenus.reference.dr_venus`).
+``settings.protocol`` names the profile (:func:`drvenus.reference.profiles.profile`) whose words
+the agent and its tools use: ``drvenus`` (ours), or ``dr-venus``: DR-Venus's system prompt,
+notices, visit failure texts, agent sampling and page extractor (prompt, sampling, no
+fallback), read from its pinned files (:mod:`drvenus.reference.dr_venus`).
 """
 
 from __future__ import annotations
@@ -17,25 +17,24 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from drvenus.agent import AgentConfig, ResearchAgent
 from drvenus.config import Settings
 from drvenus.llm.base import ChatModel, SamplingParams
-from drvenus.protocol import DRVENUS_TEXTS, ProtocolTexts, load_system_prompt, register_texts
-
-if TYPE_CHECKING:
-    from drvenus.reference.dr_venus import DrVenusTexts
+from drvenus.protocol import ProtocolTexts, load_system_prompt
+from drvenus.reference.profiles import profile
 
 log = logging.getLogger(__name__)
 
 # The embedded model is tiny: a short, grammar-constrained run that finishes in about half a
 # minute on two CPU cores. Its first tool call must be a search (it would otherwise invent URLs);
 # greedy decoding without a presence penalty keeps it copying from what it read (a penalty pushes
-# it away from the very words of the answer); three steps (room for search, visit, search) then
-# the forced answer, whose grammar is a span of what it read or thought (EMBEDDED_GRAMMAR_OPTIONS);
-# no resampling (the grammar already guarantees the format). Four steps answered one question
-# more of 12 in twice the time. Chosen with benchmarks/bench_embedded_questions.py (issue #17).
+# it away from the very words of the answer); four steps (the trained adapter's trajectories: up
+# to three tool calls, such as search, visit, search, then its answer), else the forced answer,
+# whose grammar is a span of what it read or thought (EMBEDDED_GRAMMAR_OPTIONS); no resampling
+# (the grammar already guarantees the format). Chosen with
+# benchmarks/bench_embedded_questions.py (issues #17, #29).
 EMBEDDED_AGENT = AgentConfig(
     max_steps=4,  # the trained adapter's trajectories: up to 3 tool calls, then the answer
     max_context_tokens=6500,
@@ -93,24 +92,9 @@ def adapter_file(settings: Settings) -> Path | None:
 
 
 # ---------------------------------------------------------------- the protocol profile
-def dr_venus_texts(settings: Settings) -> DrVenusTexts:
-    """DR-Venus's texts from the pinned files the settings point at (DRVENUS_REFERENCE_DIR,
-    else the cache, else HTTPS), hash checked; its profile is registered so that the readers
-    of tool responses recognise its notices. Raises ReferenceError / ExtractError (one line,
-    both ValueErrors)."""
-    from drvenus.reference import reference_store
-    from drvenus.reference.dr_venus import load_dr_venus_texts
-
-    texts = load_dr_venus_texts(reference_store(settings))
-    register_texts(texts.protocol_texts())
-    return texts
-
-
 def protocol_texts(settings: Settings) -> ProtocolTexts:
     """The words of the agent loop and the visit tool for ``settings.protocol``."""
-    if settings.protocol == "dr-venus":
-        return dr_venus_texts(settings).protocol_texts()
-    return DRVENUS_TEXTS
+    return profile(settings.protocol).texts(settings)
 
 
 def sampling_from(values: Mapping[str, Any], base: SamplingParams) -> SamplingParams:
@@ -132,12 +116,9 @@ def protocol_note(settings: Settings, system_prompt_file: str | None = None) -> 
     training prompt is ours) when the user has not named a prompt file; None otherwise."""
     if system_prompt_file:
         return None
-    if settings.protocol == "dr-venus":
-        from drvenus.reference.dr_venus import RUN_DEMO
-
-        texts = dr_venus_texts(settings)
-        return (f"prompt: DR-Venus's own system prompt and notices ({texts.source}, "
-                f"{RUN_DEMO} sha256 {texts.files[RUN_DEMO][:12]}) (--protocol dr-venus)")
+    note = profile(settings.protocol).note(settings)
+    if note is not None:
+        return note
     if is_embedded(settings):
         return None
     return ("prompt: drvenus's own wording; DR-Venus's exact one: --protocol dr-venus "
@@ -152,7 +133,7 @@ def announce_protocol(
     through ``notify``; our own wording, the default, only in the log (``-v``)."""
     note = protocol_note(settings, system_prompt_file)
     if note is not None:
-        chosen = settings.protocol == "dr-venus" and notify is not None
+        chosen = profile(settings.protocol).chosen and notify is not None
         _once(note, notify if chosen and notify is not None else log.info)
 
 
@@ -166,12 +147,10 @@ def agent_config(settings: Settings, system_prompt_file: str | None = None) -> A
     """The preset for the model the settings select, with the settings' budgets on top (and,
     with ``protocol`` dr-venus, DR-Venus's texts, and its sampling for a real model)."""
     cfg = EMBEDDED_AGENT if is_embedded(settings) else FULL_AGENT
-    changes: dict[str, object] = {}
-    if settings.protocol == "dr-venus":
-        texts = dr_venus_texts(settings)
-        changes["texts"] = texts.protocol_texts()
-        if not is_embedded(settings):  # the embedded preset's greedy short turns stay
-            changes["sampling"] = sampling_from(texts.agent_sampling, cfg.sampling)
+    chosen = profile(settings.protocol)
+    changes: dict[str, object] = {"texts": chosen.texts(settings), "reader": chosen.reader()}
+    if not is_embedded(settings):  # the embedded preset's greedy short turns stay
+        changes["sampling"] = sampling_from(chosen.agent_sampling(settings), cfg.sampling)
     if settings.max_attempts is not None:
         changes["max_attempts"] = settings.max_attempts
     if settings.max_steps is not None:
@@ -214,10 +193,9 @@ def build_extractor(settings: Settings):
     from drvenus.tools.extract import ExtractiveExtractor, LLMExtractor
 
     if not (settings.extractor_base_url and settings.extractor_model):
-        if settings.protocol == "dr-venus":
-            _once("--protocol dr-venus: no extractor model (DRVENUS_EXTRACTOR_BASE_URL, "
-                  "DRVENUS_EXTRACTOR_MODEL), so pages are summarised offline, not with "
-                  "DR-Venus's extractor prompt", log.warning)
+        warning = profile(settings.protocol).no_extractor_warning()
+        if warning is not None:
+            _once(warning, log.warning)
         return ExtractiveExtractor()
     from drvenus.llm.openai_compat import OpenAICompatModel
 
@@ -227,10 +205,10 @@ def build_extractor(settings: Settings):
         settings.extractor_api_key_value(),  # its own key, never the agent model's
         timeout=settings.request_timeout,
     )  # one attempt per call: LLMExtractor owns the retries
-    if settings.protocol == "dr-venus":  # its prompt and sampling; a failure is its frame
-        texts = dr_venus_texts(settings)
-        return LLMExtractor(model, prompt=texts.extractor_prompt,
-                            params=sampling_from(texts.extractor_sampling, UNSET_SAMPLING),
+    own = profile(settings.protocol).extractor(settings)
+    if own is not None:  # the profile's prompt and sampling; a failure is its frame
+        prompt, sampling = own
+        return LLMExtractor(model, prompt=prompt, params=sampling_from(sampling, UNSET_SAMPLING),
                             fallback=None, repair=False)
     return LLMExtractor(model, fallback=ExtractiveExtractor())
 
@@ -244,9 +222,9 @@ def build_toolbox(settings: Settings, *, progress: bool = False, metrics: Any = 
     if settings.tools_url:
         from drvenus.tools.remote import RemoteToolbox
 
-        if settings.protocol == "dr-venus":
-            _once("--protocol dr-venus with --tools-url: the visit texts and the extractor are "
-                  "the tool server's (start it with --protocol dr-venus too)", log.info)
+        note = profile(settings.protocol).remote_tools_note()
+        if note is not None:
+            _once(note, log.info)
 
         remote = RemoteToolbox(settings.tools_url, settings.tools_token_value())
         remote.check()  # a dead server or a wrong token fails here, not in every tool call
@@ -283,7 +261,8 @@ def build_toolbox(settings: Settings, *, progress: bool = False, metrics: Any = 
         metrics=metrics,
         texts=protocol_texts(settings),
     )
-    search = Search(providers, top_k, cache=cache, metrics=metrics)
+    search = Search(providers, top_k, cache=cache, metrics=metrics,
+                    render=profile(settings.protocol).search_renderer())
     return Toolbox([search, visit])
 
 

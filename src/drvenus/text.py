@@ -8,6 +8,9 @@ import math
 # Without a tokenizer, a token is taken to be about four UTF-8 bytes (English prose with BPE
 # vocabularies; CJK text runs closer to one character per token, which bytes account for).
 BYTES_PER_TOKEN = 4.0
+#: tokens a chat template adds around each message (ChatML: ``<|im_start|>role\n`` ...
+#: ``<|im_end|>\n``), where a prompt cannot be counted exactly
+MESSAGE_OVERHEAD_TOKENS = 5
 
 
 def estimate_tokens(text: str) -> int:

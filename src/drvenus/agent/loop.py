@@ -36,11 +36,12 @@ from drvenus.llm.base import ChatModel, Generation, GrammarKind, LLMError, Sampl
 from drvenus.net.retry import RetryPolicy
 from drvenus.net.secrets import redact
 from drvenus.protocol import DRVENUS_TEXTS, ParsedTurn, ProtocolTexts, ToolCall
+from drvenus.protocol.parse import DRVENUS_READER, TurnReader
+from drvenus.text import MESSAGE_OVERHEAD_TOKENS
 
 log = logging.getLogger(__name__)
 
 # Tokens a chat template adds around each message (role header, end-of-turn marker).
-MESSAGE_OVERHEAD_TOKENS = 4
 # Seconds a model request may outlive the run's time limit (the run ends first).
 REQUEST_GRACE = 0.5
 # Tool calls in a row that find the tools unusable (a dead tool server, each call already
@@ -75,6 +76,8 @@ class AgentConfig:
     # the words of the prompt, the notices (format error, context and step limits): ours, or
     # DR-Venus's read from its pinned source (drvenus.reference.dr_venus)
     texts: ProtocolTexts = DRVENUS_TEXTS
+    # how a sampled turn is repaired and read (the profile's: drvenus.reference.profiles)
+    reader: TurnReader = DRVENUS_READER
 
     @property
     def retry(self) -> RetryPolicy:
@@ -342,7 +345,7 @@ class _QuestionRun:
                 continue
             if gen.prompt_tokens is not None:
                 self.meter.anchor(gen.prompt_tokens)  # the server's count of the history
-            parsed = protocol.parse_turn(protocol.repair_turn(text))
+            parsed = self.cfg.reader.read(text)
             await self.emit(
                 "model_output",
                 attempt=attempt,
@@ -372,7 +375,7 @@ class _QuestionRun:
         if not parsed.ok:
             self.parse_errors += 1
             return "parse_error", parsed.error
-        if parsed.tool_call is not None and parsed.tool_call.key() in self.seen_calls:
+        if parsed.tool_call is not None and parsed.dedup_key() in self.seen_calls:
             self.dedups += 1
             return "duplicate_tool_call", parsed.tool_call.to_json()
         return None
@@ -400,9 +403,9 @@ class _QuestionRun:
         else:
             await self.append("limit_notice", "user", wrapped, reason=reason, replace=False)
 
-    async def execute(self, call: ToolCall) -> None:
+    async def execute(self, call: ToolCall, key: str | None = None) -> None:
         self.tool_calls += 1
-        self.seen_calls.add(call.key())
+        self.seen_calls.add(key or call.key())
         await self.emit("tool_call", name=call.name, arguments=call.arguments)
         body = await self.agent.tools.call(call)
         if getattr(body, "unusable", False):  # the tool server is down or refuses us
@@ -447,7 +450,7 @@ class _QuestionRun:
                 await self.emit("answer", answer=parsed.answer, forced=False)
                 return self.record("answered", parsed.answer)
             if parsed.tool_call is not None:
-                await self.execute(parsed.tool_call)
+                await self.execute(parsed.tool_call, parsed.dedup_key())
                 if self.unusable_streak >= max(1, cfg.max_unusable_tool_calls):
                     return await self._tools_unusable()
             else:

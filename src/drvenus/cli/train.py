@@ -125,12 +125,11 @@ def _check_rl(config: RLConfig, dry_run: bool) -> None:
     the outcome judge when the reward asks for one (a verl dry run only writes the launch plan:
     the cluster may hold the judge settings and the files)."""
     check_paths(config, ("train", "model", "corpus", "system_prompt_file", "val"))
-    if config.protocol_name() == "dr-venus" and not (dry_run and config.trainer == "verl"):
-        from drvenus.reference.dr_venus_rl import rl_judge_texts, rl_texts
+    if not (dry_run and config.trainer == "verl"):
+        from drvenus.reference.profiles import profile
 
-        rl_texts()  # DR-Venus's RL texts: one line naming a missing or changed file
-        if config.reward_type == "llm":
-            rl_judge_texts()
+        # the profile's RL texts (DR-Venus's: one line naming a missing or changed file)
+        profile(config.protocol_name()).check_rl(judge=config.reward_type == "llm")
     if config.reward_type == "llm" and not (dry_run and config.trainer == "verl"):
         from drvenus.grading.judge import JudgeConfig
 

@@ -1,43 +1,53 @@
 """A BM25 search index over a corpus (tantivy), cached on disk, and the page store.
 
-``build_index`` builds the index on first use under the cache directory, in a folder keyed by
-the corpus content (file hash + field map + schema version), atomically: the index is written
-to a temporary folder and renamed into place, so a crashed build never leaves half an index.
-``CorpusIndex`` answers searches (title boosted; the snippet is the page's lead unless another
-window holds more of the query) and looks pages up by URL. It is cheap to open, shared per
-process by ``open_index``, and thread-safe, so async code can call it through ``asyncio.to_thread``.
+``build_index`` (:mod:`drvenus.corpus.build`) builds the index on first use under the cache
+directory, in a folder keyed by the corpus content, atomically. ``CorpusIndex`` answers
+searches (title boosted; the snippet is the page's lead unless another window holds more of the
+query) and looks pages up by URL. It is cheap to open, shared per process by ``open_index``,
+and thread-safe, so async code can call it through ``asyncio.to_thread``.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import logging
 import math
-import os
 import re
-import shutil
 import threading
-import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import tantivy
 
+from drvenus.corpus.build import (  # noqa: F401 - re-exported: the index's public names
+    IMPACT_DIR,
+    SCHEMA_VERSION,
+    TITLE_BOOST,
+    TOKENIZER,
+    IndexInfo,
+    ProgressFn,
+    _analyzer,
+    _read_meta,
+    _schema,
+    analyze,
+    build_index,
+    corpus_key,
+    default_cache_dir,
+    index_dir,
+)
 from drvenus.corpus.documents import (
-    BUILTIN_DOC_COUNT,
     CorpusError,
     CorpusSource,
-    CorpusSpec,
     Document,
-    LoadStats,
     corpus_spec,
-    iter_documents,
-    report,
+)
+from drvenus.corpus.snippets import (  # noqa: F401 - re-exported
+    SNIPPET_CHARS,
+    WORD,
+    char_span,
+    choose_snippet,
+    make_snippet,
 )
 from drvenus.corpus.urls import url_key
 
@@ -45,53 +55,12 @@ if TYPE_CHECKING:
     from drvenus.corpus.impact import Impacts
 
 log = logging.getLogger(__name__)
-
-SCHEMA_VERSION = 3  # 3: impact postings
-TOKENIZER = "drvenus_en"
-TITLE_BOOST = 2.5
-SNIPPET_CHARS = 420  # most leads whole (median 456 chars); see choose_snippet
 MAX_QUERY_TERMS = 48
-META_FILE = "drvenus_index.json"
-_STALE_TMP_SECONDS = 6 * 3600
 _SEARCH_FIELDS = ["title", "text"]
-WRITER_HEAP_BYTES = 512_000_000  # shared by the writer threads; bounds the build's memory
-PROGRESS_EVERY = 10_000
 BM25_K1 = 1.2  # tantivy's
 COMMON_FRACTION = 0.05  # a term in more than this share of the texts is "common" (see search)
 CANDIDATES = (250,)  # first-stage depths tried before the plain full query
 TWO_STAGE_MIN_DOCS = 500_000  # measured: slower than one pass at 200K passages, faster at 1M
-IMPACT_MIN_DOCS = 100_000  # by default, impact postings from this corpus size up
-IMPACT_DIR = "impact"  # drvenus.corpus.impact.IMPACT_DIR
-_BOOSTS = {"title": TITLE_BOOST, "text": 1.0}  # the clause boosts the impact postings store
-
-ProgressFn = Callable[[int, int | None], None]
-"""Called as ``fn(documents_indexed, expected_rows_or_None)`` during a build."""
-
-
-def default_cache_dir(cache_dir: str | Path | None = None) -> Path:
-    """``cache_dir``, else the settings' cache folder (``DRVENUS_CACHE_DIR`` or the user cache
-    dir of ``drvenus``)."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    from drvenus.config import load_settings
-
-    return load_settings().cache_root()
-
-
-@dataclass(frozen=True)
-class IndexInfo:
-    """An index on disk and how it was made."""
-
-    path: Path
-    doc_count: int
-    build_seconds: float
-    cache_hit: bool
-    corpus_path: str
-    corpus_name: str
-    corpus_key: str
-    rows: int
-    malformed: int
-    size_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,386 +78,24 @@ class Hit:
         return {"title": self.title, "url": self.url, "snippet": self.snippet}
 
 
-# --- schema ------------------------------------------------------------------------------------
-
-
-def _analyzer() -> tantivy.TextAnalyzer:
-    """Words, lowercased, accents folded, English-stemmed (queries and documents alike)."""
-    return (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-        .filter(tantivy.Filter.remove_long(40))
-        .filter(tantivy.Filter.lowercase())
-        .filter(tantivy.Filter.ascii_fold())
-        .filter(tantivy.Filter.stemmer("english"))
-        .build()
-    )
-
-
-@functools.cache
-def _shared_analyzer() -> tantivy.TextAnalyzer:
-    return _analyzer()
-
-
-def analyze(text: str) -> list[str]:
-    """The tokens an index makes of ``text`` (titles, texts and queries alike)."""
-    return list(_shared_analyzer().analyze(text))
-
-
-def _schema() -> tantivy.Schema:
-    builder = tantivy.SchemaBuilder()
-    builder.add_text_field("id", stored=True, tokenizer_name="raw")
-    builder.add_text_field("title", stored=True, tokenizer_name=TOKENIZER)
-    builder.add_text_field("url", stored=True, tokenizer_name="raw")
-    builder.add_text_field("text", stored=True, tokenizer_name=TOKENIZER)
-    builder.add_text_field("key", stored=False, tokenizer_name="raw")
-    builder.add_text_field("key_ci", stored=False, tokenizer_name="raw")
-    # the document's number, twice: a fast field (address -> row), an indexed one (row -> doc)
-    builder.add_unsigned_field("row", fast=True)
-    builder.add_unsigned_field("row_term", indexed=True)
-    return builder.build()
-
-
-# --- cache keys --------------------------------------------------------------------------------
-
-_DIGESTS: dict[tuple[str, int, int], tuple[str, int]] = {}
-
-
-def _file_digest(path: Path) -> tuple[str, int]:
-    """(sha256 of the file bytes, number of lines); memoised on path, size and mtime."""
-    stat = path.stat()
-    memo = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if memo in _DIGESTS:
-        return _DIGESTS[memo]
-    digest = hashlib.sha256()
-    lines = 0
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-            lines += chunk.count(b"\n")
-    _DIGESTS[memo] = (digest.hexdigest(), lines)
-    return _DIGESTS[memo]
-
-
-def corpus_key(spec: CorpusSpec) -> str:
-    """Hash of what determines the index: file bytes, format, field map, name, schema."""
-    material = {
-        "sha256": _file_digest(spec.path)[0],
-        "format": spec.format,
-        "field_map": sorted(spec.field_map.items()),
-        "name": spec.label,
-        "schema": SCHEMA_VERSION,
-        "tantivy": tantivy.__version__,
-    }
-    blob = json.dumps(material, sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:20]
-
-
-def index_dir(spec: CorpusSpec, cache_dir: str | Path | None = None) -> Path:
-    """The folder the index of ``spec`` lives in (whether built yet or not)."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.label).strip("-.")[:40] or "corpus"
-    return default_cache_dir(cache_dir) / "index" / f"{slug}-{corpus_key(spec)}"
-
-
-def _read_meta(path: Path) -> dict[str, Any] | None:
-    try:
-        meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(meta, dict) or meta.get("schema_version") != SCHEMA_VERSION:
-        return None
-    return meta
-
-
-def _dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def _info(path: Path, meta: Mapping[str, Any], cache_hit: bool) -> IndexInfo:
-    return IndexInfo(
-        path=path,
-        doc_count=int(meta["doc_count"]),
-        build_seconds=float(meta["build_seconds"]),
-        cache_hit=cache_hit,
-        corpus_path=str(meta.get("corpus_path", "")),
-        corpus_name=str(meta.get("corpus_name", "")),
-        corpus_key=str(meta.get("corpus_key", "")),
-        rows=int(meta.get("rows", 0)),
-        malformed=int(meta.get("malformed", 0)),
-        size_bytes=_dir_size(path),
-    )
-
-
-# --- building ----------------------------------------------------------------------------------
-
-
-def build_index(
-    source: CorpusSource = None,
-    *,
-    field_map: Mapping[str, str] | None = None,
-    cache_dir: str | Path | None = None,
-    force: bool = False,
-    progress: bool = False,
-    on_progress: ProgressFn | None = None,
-    threads: int | None = None,
-    impacts: bool | None = None,
-) -> IndexInfo:
-    """Build the index of a corpus unless a valid cached one exists; return where it is.
-
-    ``source``: None (the built-in corpus), a JSONL/parquet/TSV path, or a :class:`CorpusSpec`.
-    The corpus is streamed (memory is bounded by the writer heap, not the corpus size).
-    ``progress`` shows a progress bar on stderr; ``on_progress`` is called every
-    ``PROGRESS_EVERY`` documents and once at the end. ``threads``: indexing threads (default:
-    all cores, at most 8). ``impacts``: also store every term's BM25 scores for the fast search
-    path (:mod:`drvenus.corpus.impact`; needs numpy): None (default) for corpora of at least
-    ``IMPACT_MIN_DOCS`` documents, where tantivy alone gets slow. Raises :class:`CorpusError`
-    for a missing file or a corpus without usable rows.
-    """
-    spec = corpus_spec(source, field_map=field_map)
-    final = index_dir(spec, cache_dir)
-    meta = _read_meta(final)
-    if meta is not None and not force:
-        return _info(final, meta, cache_hit=True)
-
-    root = final.parent
-    root.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(root)
-    tmp = root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        from drvenus.corpus import impact  # numpy: imported when building
-
-        with_impacts = impacts if impact.can_build() else False
-        meta = _write_index(spec, tmp, progress, on_progress, threads, with_impacts)
-        _publish(tmp, final, replace=force)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    meta = _read_meta(final) or meta
-    info = _info(final, meta, cache_hit=False)
-    log.info(
-        "indexed %d documents of %s in %.1fs (%s)",
-        info.doc_count,
-        spec.path.name,
-        info.build_seconds,
-        final,
-    )
-    return info
-
-
-def _write_index(
-    spec: CorpusSpec,
-    path: Path,
-    progress: bool,
-    on_progress: ProgressFn | None,
-    threads: int | None,
-    impacts: bool | None,
-) -> dict[str, Any]:
-    start = time.perf_counter()
-    index = tantivy.Index(_schema(), path=str(path), reuse=False)
-    index.register_tokenizer(TOKENIZER, _analyzer())
-    threads = max(1, threads or min(8, os.cpu_count() or 1))
-    # tantivy needs at least ~15 MB of heap per thread
-    writer = index.writer(
-        heap_size=max(WRITER_HEAP_BYTES, threads * 32_000_000), num_threads=threads
-    )
-    stats = LoadStats()
-    docs = iter_documents(spec, stats)
-    add = writer.add_document
-    make = tantivy.Document
-    from drvenus.corpus import impact
-
-    ids = impact.IdWriter(path / IMPACT_DIR) if impacts is not False else None
-    for row, doc in enumerate(_with_progress(docs, spec, progress, on_progress)):
-        key = url_key(doc.url) or doc.url
-        page = make(
-            id=doc.id, title=doc.title, url=doc.url, text=doc.text, key=key, key_ci=key.lower()
-        )
-        page.add_unsigned("row", row)
-        page.add_unsigned("row_term", row)
-        add(page)
-        if ids is not None:
-            ids.add(doc.id)
-    report(spec, stats)  # raises CorpusError when nothing was usable
-    writer.commit()
-    writer.wait_merging_threads()
-    impact_meta = None
-    if ids is not None:
-        ids.close()
-        if impacts or stats.documents >= IMPACT_MIN_DOCS:
-            impact_meta = impact.write_impacts(index, path / IMPACT_DIR, _BOOSTS)
-        else:
-            shutil.rmtree(path / IMPACT_DIR)
-    meta = {
-        "schema_version": SCHEMA_VERSION,
-        "doc_count": stats.documents,
-        "rows": stats.rows,
-        "malformed": stats.malformed,
-        "build_seconds": round(time.perf_counter() - start, 3),
-        "corpus_path": str(spec.path),
-        "corpus_name": spec.label,
-        "corpus_format": spec.format,
-        "field_map": dict(spec.field_map),
-        "corpus_key": corpus_key(spec),
-        "tantivy": tantivy.__version__,
-        "impacts": impact_meta is not None,
-        "impact_seconds": impact_meta["seconds"] if impact_meta else None,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    # The meta file is written last: its presence marks a complete index.
-    (path / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
-    return meta
-
-
-def _with_progress(
-    docs: Iterator[Document], spec: CorpusSpec, bar: bool, on_progress: ProgressFn | None
-) -> Iterator[Document]:
-    """Pass the documents through, reporting every ``PROGRESS_EVERY`` and at the end."""
-    if not bar and on_progress is None:
-        yield from docs
-        return
-    total = _expected_rows(spec)
-    if bar:
-        docs = _with_bar(docs, spec, total)
-    done = 0
-    for done, doc in enumerate(docs, start=1):
-        yield doc
-        if on_progress is not None and done % PROGRESS_EVERY == 0:
-            on_progress(done, total)
-    if on_progress is not None and done % PROGRESS_EVERY:
-        on_progress(done, total)
-
-
-def _with_bar(docs: Iterator[Document], spec: CorpusSpec, total: int | None) -> Iterator[Document]:
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    columns = (
-        SpinnerColumn(),
-        TextColumn("[bold]indexing {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
-        task = bar.add_task(spec.label, total=total)
-        done = 0
-        for done, doc in enumerate(docs, start=1):
-            yield doc
-            if done % 1000 == 0:
-                bar.update(task, completed=done)
-        bar.update(task, completed=done, total=done)  # rows counted include malformed ones
-
-
-def _expected_rows(spec: CorpusSpec) -> int | None:
-    """Rough row count for the progress bar (None when unknown)."""
-    try:
-        if spec.format == "parquet":
-            import pyarrow.parquet as pq
-
-            return pq.ParquetFile(spec.path).metadata.num_rows
-        if spec.format == "wiki-summaries":
-            return BUILTIN_DOC_COUNT
-        if spec.format in ("jsonl", "tsv") and not spec.path.name.lower().endswith(".gz"):
-            lines = _file_digest(spec.path)[1] - (spec.format == "tsv")  # TSV: header row
-            return lines if lines > 0 else None
-    except Exception:  # only cosmetics depend on it
-        return None
-    return None
-
-
-def _publish(tmp: Path, final: Path, *, replace: bool) -> None:
-    """Rename the finished index into place; a concurrent builder's valid index wins."""
-    if final.exists():
-        if _read_meta(final) is not None and not replace:
-            return
-        old = final.parent / f".old-{final.name}-{uuid.uuid4().hex[:8]}"
-        try:
-            final.rename(old)
-        except OSError:
-            pass
-        else:
-            shutil.rmtree(old, ignore_errors=True)
-    try:
-        tmp.rename(final)
-    except OSError:
-        if _read_meta(final) is None:
-            raise
-
-
-def _remove_stale_tmp(root: Path) -> None:
-    now = time.time()
-    for entry in root.glob(".tmp-*"):
-        try:
-            if now - entry.stat().st_mtime > _STALE_TMP_SECONDS:
-                shutil.rmtree(entry, ignore_errors=True)
-        except OSError:
-            continue
-
-
 # --- querying ----------------------------------------------------------------------------------
 
-_WORD = re.compile(r"[^\W_]+")  # letters and digits; "_" separates words
 _PHRASE = re.compile(r'"([^"]+)"')
-# question words never locate an answer; the snippet choice ignores them
-_QUESTION_TOKENS = frozenset(
-    {"what", "who", "whom", "whose", "when", "where", "which", "why", "how"}
-)
-_MENTION_TOKENS = 4  # the rarest query tokens the lead lacks, each looked up in the page
-# where a sentence starts: after . ! ? and blanks, before a capital, a digit or a quote
-_SENTENCE_START = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\u201c])")
-_SENTENCE_WINDOWS = 12  # the first sentences of a page each tried as a snippet's start
 
 
 def sanitize_query(text: str) -> str:
     """A tantivy query string for free user text: plain terms (lowercased, so AND/OR/NOT are
     words, not operators) plus each quoted phrase of two or more words as a phrase clause.
     Empty when the text has no words."""
-    words = _WORD.findall(text.lower())[:MAX_QUERY_TERMS]
+    words = WORD.findall(text.lower())[:MAX_QUERY_TERMS]
     if not words:
         return ""
     parts = list(words)
     for phrase in _PHRASE.findall(text.lower())[:8]:
-        terms = _WORD.findall(phrase)[:MAX_QUERY_TERMS]
+        terms = WORD.findall(phrase)[:MAX_QUERY_TERMS]
         if len(terms) > 1:
             parts.append('"' + " ".join(terms) + '"')
     return " ".join(parts)
-
-
-def make_snippet(text: str, start: int, end: int, width: int = SNIPPET_CHARS) -> str:
-    """About ``width`` characters of ``text`` around ``text[start:end]``, cut at word
-    boundaries, with ``...`` where the text was cut and whitespace collapsed."""
-    n = len(text)
-    start, end = max(0, min(start, n)), max(0, min(end, n))
-    end = min(max(end, start), start + width)
-    pad = width - (end - start)
-    lo = start - pad // 3
-    hi = end + (pad - pad // 3)
-    if lo < 0:
-        hi, lo = min(n, hi - lo), 0
-    if hi > n:
-        lo, hi = max(0, lo - (hi - n)), n
-    if lo > 0:
-        space = text.find(" ", lo - 1, start + 1) if start >= lo else -1
-        lo = space + 1 if space != -1 else lo
-    if hi < n:
-        space = text.rfind(" ", end, hi + 1)
-        hi = space if space != -1 else hi
-    body = " ".join(text[lo:hi].split())
-    return ("..." if lo > 0 else "") + body + ("..." if hi < n else "")
-
-
-def _char_span(text: str, byte_start: int, byte_end: int) -> tuple[int, int]:
-    raw = text.encode("utf-8")
-    start = len(raw[:byte_start].decode("utf-8", errors="ignore"))
-    end = start + len(raw[byte_start:byte_end].decode("utf-8", errors="ignore"))
-    return start, end
 
 
 class CorpusIndex:
@@ -564,7 +171,7 @@ class CorpusIndex:
             snippet = snippets.snippet_from_doc(doc)
             if snippet.highlighted():
                 span = snippet.fragment_range()
-                start, end = _char_span(body, span.start, span.end)
+                start, end = char_span(body, span.start, span.end)
             else:  # matched in the title only: show the lead
                 start = end = 0
             title = doc.get_first("title") or ""
@@ -588,9 +195,10 @@ class CorpusIndex:
         words = self._words(text)
         if words is not None and self._impact_ready():
             assert self._impacts is not None
-            top = self._impact_top_k(words, k)
-            ids = self._impacts.doc_ids([number for _, number in top])
-            return [(doc_id, score) for doc_id, (score, _) in zip(ids, top, strict=True)]
+            return [
+                (self._impacts.doc_id(number), score)
+                for score, number in self._impact_top_k(words, k)
+            ]
         ranked = self._rank(text, k)
         if ranked is None:
             return []
@@ -700,58 +308,9 @@ class CorpusIndex:
     def choose_snippet(
         self, body: str, start: int, end: int, weights: Mapping[str, float], title: str = ""
     ) -> str:
-        """The window of ``body`` that holds the most of the query: the page's lead, the
-        best-matching fragment ``body[start:end]``, a window from the start of one of the
-        page's first sentences, or a window around the first mention of a query word the lead
-        lacks, by the idf of the distinct query tokens each holds. Tokens
-        of the page's ``title`` (the result shows it anyway) and question words do not count;
-        a tie goes to the lead, which says what the page is about (a novel's author, a city's
-        country). So "capital of Hungary" on the page "Hungary" shows the window that says
-        "capital", and "Dracula" on "Dracula" shows "1897 novel by Bram Stoker"."""
-        shown = set(self._analyzer.analyze(title)) if title else set()
-        wanted = {
-            t: w
-            for t, w in weights.items()
-            if t not in shown and t not in _QUESTION_TOKENS and w > 0
-        }
-        width = self.snippet_chars
-        lead = make_snippet(body, 0, 0, width)
-        candidates = [lead]
-        if start:
-            candidates.append(make_snippet(body, start, end, width))
-        for i, at in enumerate(_SENTENCE_START.finditer(body, 0, width * 8)):
-            if i == _SENTENCE_WINDOWS:
-                break
-            candidates.append(make_snippet(body, at.end(), at.end(), width))
-        lead_tokens = set(self._analyzer.analyze(lead))
-        folded = None
-        for token in sorted(wanted, key=wanted.__getitem__, reverse=True)[:_MENTION_TOKENS]:
-            if token in lead_tokens:
-                continue
-            folded = folded if folded is not None else body.lower()
-            at = self._first_mention(body, folded, token)
-            if at is not None:
-                candidates.append(make_snippet(body, *at, width))
-        if len(candidates) == 1:
-            return lead
-
-        def coverage(window: str) -> float:
-            return sum(wanted.get(t, 0.0) for t in set(self._analyzer.analyze(window)))
-
-        return max(candidates, key=coverage)  # the first of the best: the lead on a tie
-
-    def _first_mention(self, body: str, folded: str, token: str) -> tuple[int, int] | None:
-        """The span of the first word of ``body`` that analyses to ``token`` (a stem is the
-        lowercased word's prefix for nearly every English word, so only words starting with it
-        are analysed); None when no word does."""
-        at = folded.find(token)
-        while at != -1:
-            if at == 0 or not folded[at - 1].isalnum():
-                word = _WORD.match(folded, at)
-                if word and token in self._analyzer.analyze(word.group()):
-                    return word.start(), word.end()
-            at = folded.find(token, at + 1)
-        return None
+        """:func:`drvenus.corpus.snippets.choose_snippet` with this index's analyzer."""
+        return choose_snippet(self._analyzer.analyze, body, start, end, weights, title,
+                              self.snippet_chars)
 
     def _clauses(self, text: str) -> list[_Clause] | None:
         """The clauses the query parser makes of sanitised text: each distinct word, then each

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from drvenus.data.resample import ResamplePolicy
 from drvenus.flags import Cli
 from drvenus.grading.judge import JudgeConfig
+from drvenus.protocol.profiles import ProtocolName
 
 CORRECTNESS_MODES = ("off", "em", "f1", "judge")
 CorrectnessMode = Literal["off", "em", "f1", "judge"]
@@ -53,7 +54,7 @@ class CleanOptions(BaseModel):
         Path | None, Field(description="Use this file verbatim as the system prompt.")
     ] = None
     protocol: Annotated[
-        Literal["drvenus", "dr-venus"] | None,
+        ProtocolName | None,
         Field(description="Whose system prompt the template mode writes: drvenus (ours) or "
                           "dr-venus (DR-Venus's exact one, its own date unless --current-date "
                           "is given, read from its pinned files: drvenus reference pull, or "

@@ -21,6 +21,7 @@ from drvenus.data.reading import (
 from drvenus.data.rows import RowOptions
 from drvenus.data.writing import OUTPUT_NAMES
 from drvenus.protocol import build_system_prompt, load_system_prompt, prompt_date
+from drvenus.protocol.profiles import DEFAULT_PROTOCOL
 
 
 class NothingReadError(DataInputError):
@@ -42,18 +43,16 @@ class RunPlan:
     valid_schema: pa.Schema
     current_date: str | None
     workers: int
-    protocol: str = "drvenus"  # whose system prompt the template mode writes
+    protocol: str = DEFAULT_PROTOCOL  # whose system prompt the template mode writes
 
 
 def _system_prompt(opts: CleanOptions) -> tuple[str, str | None]:
     if opts.system_prompt_file is not None:
         return load_system_prompt(opts.system_prompt_file), opts.current_date
-    if protocol_of(opts) == "dr-venus":  # DR-Venus's prompt as its inference sends it
-        from drvenus.config import load_settings
-        from drvenus.reference import reference_store
-        from drvenus.reference.dr_venus import load_dr_venus_texts
+    from drvenus.reference.profiles import profile
 
-        texts = load_dr_venus_texts(reference_store(load_settings())).protocol_texts()
+    texts = profile(protocol_of(opts)).texts()
+    if texts.system_prompt is not None:  # a fixed prompt (DR-Venus's) as its inference sends it
         prompt = texts.prompt(opts.current_date)
         return prompt, opts.current_date or prompt_date(prompt)
     date = opts.current_date or time.strftime("%Y-%m-%d")

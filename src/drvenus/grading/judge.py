@@ -27,8 +27,8 @@ from pydantic.dataclasses import dataclass as options_dataclass
 
 from drvenus.flags import Cli
 from drvenus.llm.base import LLMError, SamplingParams
-from drvenus.llm.openai_compat import OpenAICompatModel, normalize_base_url
-from drvenus.net import with_retries
+from drvenus.llm.openai_compat import OpenAICompatModel
+from drvenus.net import normalize_base_url, with_retries
 from drvenus.protocol import ANSWER_SPLIT
 from drvenus.protocol.legacy import strip_thinking
 

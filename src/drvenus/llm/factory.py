@@ -23,6 +23,7 @@ from typing import Any
 
 from drvenus.llm.base import ChatModel, LLMError
 from drvenus.llm.openai_compat import OpenAICompatModel
+from drvenus.net import DEFAULT_REQUEST_TIMEOUT
 
 
 def is_checkpoint_dir(path: str | os.PathLike[str]) -> bool:
@@ -52,7 +53,7 @@ def make_model(
     window: int | None = None,
     parallel: int = 1,
     n_threads: int | None = None,
-    timeout: float = 600.0,
+    timeout: float = DEFAULT_REQUEST_TIMEOUT,
     models_dir: Path | None = None,
     notify: Callable[[str], None] | None = None,
     adapter: str | os.PathLike[str] | None = None,

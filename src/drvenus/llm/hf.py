@@ -44,6 +44,7 @@ from transformers import (
 )
 
 from drvenus.llm.base import Generation, GrammarKind, LLMError, SamplingParams
+from drvenus.net import DEFAULT_REQUEST_TIMEOUT
 from drvenus.protocol import assistant_text, template_prefills_think
 
 log = logging.getLogger(__name__)
@@ -249,7 +250,7 @@ class TransformersModel:
         name: str | None = None,
         window: int | None = None,
         slots: int = 1,
-        timeout: float = 600.0,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
         base_model: str | None = None,
     ) -> None:
         """``device``: "cuda" when available, else "cpu". ``dtype``: bf16 on an accelerator,
@@ -280,7 +281,7 @@ class TransformersModel:
         name: str = "policy",
         window: int | None = None,
         slots: int = 1,
-        timeout: float = 600.0,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> TransformersModel:
         """A backend over a model already in memory (the RL policy: rollouts sample from the
         very weights being trained). Call :meth:`clear_cache` after every weight update."""

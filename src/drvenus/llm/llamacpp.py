@@ -28,6 +28,7 @@ from typing import Any
 from drvenus.llm.base import LLMError
 from drvenus.llm.gguf import GGUFInfo, read_gguf_info
 from drvenus.llm.openai_compat import OpenAICompatModel, error_detail, status_error
+from drvenus.net import DEFAULT_REQUEST_TIMEOUT
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +341,7 @@ def llamacpp_model(
     parallel: int = 1,
     n_threads: int | None = None,
     grammar_options: dict[str, Any] | None = None,
-    timeout: float = 600.0,
+    timeout: float = DEFAULT_REQUEST_TIMEOUT,
     extra_body: dict[str, Any] | None = None,
     adapter: str | os.PathLike[str] | None = None,
 ) -> OpenAICompatModel:

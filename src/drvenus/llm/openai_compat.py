@@ -26,16 +26,17 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import httpx
 
 from drvenus.llm.base import Generation, GrammarKind, LLMError, SamplingParams
 from drvenus.net import (
+    DEFAULT_REQUEST_TIMEOUT,
     LoopClient,
     RetryPolicy,
     is_context_overflow,
     is_retryable_status,
+    normalize_base_url,
     parse_retry_after,
     redact_url,
     with_retries,
@@ -48,30 +49,6 @@ log = logging.getLogger(__name__)
 
 GRAMMAR_MODES: tuple[str, ...] = ("none", "gbnf-field", "vllm", "vllm-legacy", "sglang", "auto")
 
-
-
-def normalize_base_url(base_url: str) -> str:
-    """``http://host:port``, ``host:port``, ``.../v1`` or ``.../v1/`` -> ``http://host:port/v1``.
-    Raises ``ValueError`` with a readable message for anything that is not an HTTP(S) server."""
-    url = base_url.strip()
-    if not url:
-        raise ValueError("base_url is empty")
-    scheme, sep, _ = url.partition("://")
-    if not sep:
-        url = "http://" + url
-    elif scheme.lower() not in ("http", "https"):
-        raise ValueError(f"server URL must be http:// or https://: {redact_url(base_url)!r}")
-    url = url.rstrip("/")
-    for suffix in ("/chat/completions", "/completions"):
-        url = url.removesuffix(suffix)
-    parts = urlsplit(url)
-    if not parts.hostname:
-        raise ValueError(f"not a server URL: {redact_url(base_url)!r}")
-    try:
-        _ = parts.port  # raises ValueError for a malformed port
-    except ValueError:
-        raise ValueError(f"bad port in server URL: {redact_url(base_url)!r}") from None
-    return url if url.endswith("/v1") else url + "/v1"
 
 
 def grammar_fields(mode: str, grammar: str) -> dict[str, Any]:
@@ -145,7 +122,7 @@ class HttpTransport:
         base_url: str,
         api_key: str | None = None,
         *,
-        timeout: float = 600.0,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
         connect_timeout: float = 10.0,
     ) -> None:
         self.base_url = normalize_base_url(base_url)
@@ -222,7 +199,7 @@ class OpenAICompatModel:
         api_key: str | None = None,
         *,
         transport: Transport | None = None,
-        timeout: float = 600.0,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
         connect_timeout: float = 10.0,
         max_retries: int = 0,
         backoff_base: float = 0.5,

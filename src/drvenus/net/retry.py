@@ -31,6 +31,8 @@ T = TypeVar("T")
 # Detected, 510 Not Extended, 511 Network Authentication Required (a captive portal: a person
 # has to log in first).
 PERMANENT_SERVER_ERRORS = frozenset({501, 505, 506, 508, 510, 511})
+#: Seconds one model request (a whole generation) may take, unless the settings say otherwise.
+DEFAULT_REQUEST_TIMEOUT = 600.0
 #: The named retryable statuses (any other 5xx not in PERMANENT_SERVER_ERRORS is retryable too).
 RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -170,6 +172,7 @@ async def with_retries(
 
 
 __all__ = [
+    "DEFAULT_REQUEST_TIMEOUT",
     "PERMANENT_SERVER_ERRORS",
     "RETRYABLE_STATUSES",
     "Deadline",

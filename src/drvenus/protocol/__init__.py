@@ -30,12 +30,18 @@ from drvenus.protocol.prompt import (
     with_current_date,
 )
 from drvenus.protocol.render import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
     ANSWER_SPLIT,
     CONTEXT_LIMIT_MESSAGE,
     DRVENUS_TEXTS,
     FORMAT_ERROR_MESSAGE,
     IG_PSEUDO_ANSWER,
     STEP_LIMIT_MESSAGE,
+    THINK_CLOSE,
+    THINK_OPEN,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
     TOOL_RESPONSE_CLOSE,
     TOOL_RESPONSE_OPEN,
     TRAJECTORY_LAYOUT,
@@ -77,6 +83,8 @@ from drvenus.protocol.tools import (
 STOP_STRINGS: tuple[str, ...] = ("<tool_response>", "\n<tool_response>")
 
 __all__ = [
+    "ANSWER_CLOSE",
+    "ANSWER_OPEN",
     "ANSWER_SPLIT",
     "CONTEXT_LIMIT_MESSAGE",
     "DRVENUS_TEXTS",
@@ -88,6 +96,10 @@ __all__ = [
     "SEARCH",
     "STEP_LIMIT_MESSAGE",
     "STOP_STRINGS",
+    "THINK_CLOSE",
+    "THINK_OPEN",
+    "TOOL_CALL_CLOSE",
+    "TOOL_CALL_OPEN",
     "TOOL_RESPONSE_CLOSE",
     "TOOL_RESPONSE_OPEN",
     "TRAJECTORY_LAYOUT",

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Any
 
 from drvenus.protocol.spans import (
     PLAIN_SHAPE,
@@ -244,81 +246,100 @@ def _answer_spans(
     return None if body is None else rules.add("answer-span", body)
 
 
-@lru_cache(maxsize=64)
-def protocol_grammar(
-    prefilled_think: bool = False,
-    *,
-    allow_tool_call: bool = True,
-    allow_answer: bool = True,
-    tools: tuple[str, ...] = ("search", "visit"),
-    max_think_chars: int | None = DEFAULT_MAX_THINK_CHARS,
-    max_answer_chars: int | None = DEFAULT_MAX_ANSWER_CHARS,
-    max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
-    max_list_items: int = DEFAULT_MAX_LIST_ITEMS,
-    plain_queries: bool = False,
-    answer_think_chars: int | None = None,
-    plain_answer: bool = False,
-    capital_queries: bool = False,
-    max_answer_words: int | None = None,
-    plain_think: bool = False,
-    answer_spans: tuple[str, ...] | None = None,
-    answer_question: str = "",
-    answer_news: str = "",
-    answer_shape: AnswerShape = PLAIN_SHAPE,
-    answer_focus: tuple[int, str] = (0, ""),
-    visit_urls: tuple[str, ...] | None = None,
-    used_queries: tuple[str, ...] = (),
-    search_query: str | None = None,
-) -> str:
-    """The GBNF grammar of one well-formed assistant turn.
+@dataclass(frozen=True)
+class GrammarOptions:
+    """What one assistant turn may be (see :func:`protocol_grammar`).
 
-    ``prefilled_think``: the chat template already put ``<think>\\n`` in the generation prompt
-    (Qwen3-Thinking), so the sample starts inside the think block. ``allow_tool_call`` /
-    ``allow_answer`` restrict the turn kind (e.g. answer-only when the agent forces a final
-    answer); ``tools`` the tools a call may name. The ``max_*`` bounds count characters (a
-    tag-like ``<...`` run counts as one) and keep a small model from rambling forever; ``None``
-    leaves free text unbounded (then ``max_tokens`` is the only limit). ``plain_queries``:
-    search queries are words (letters of any script, digits, spaces, light punctuation), never
-    identifiers like ``the_book_2026-11-30``: what a tiny model needs to search like a person.
-    ``answer_think_chars``: the think bound of a turn that can only be an answer (a forced final
-    answer) in place of ``max_think_chars``, so that a small model gets to its answer long
-    before its token cap. ``plain_answer``: the answer is one line of plain text (no ``<`` or
-    ``>``, no control characters) that starts with a letter or a digit: never markup, a stray
-    tag, a quotation or a second paragraph. ``capital_queries`` (with ``plain_queries``): a
-    query starts with a capital letter or a digit, like a title or a question, never with a
-    lower-case fragment such as ``druc``. ``answer_spans``: the answer is one span of words of
-    these texts (the tool responses read so far, see :mod:`drvenus.protocol.spans`), of at most
-    ``max_answer_words`` words (default ``DEFAULT_MAX_SPAN_WORDS``): a grounded answer that can
-    never glue words together or stop inside a word (with no word in the texts, a plain
-    answer); ``answer_question``: the question, whose words a span answer leaves out;
-    ``answer_news``: the question, whose words a span answer may repeat but not only them.
-    ``answer_shape``: the kind of answer the question asks for, which a span answer keeps to
+    ``allow_tool_call`` / ``allow_answer`` restrict the turn kind (e.g. answer-only when the
+    agent forces a final answer); ``tools`` the tools a call may name. The ``max_*`` bounds
+    count characters (a tag-like ``<...`` run counts as one) and keep a small model from
+    rambling forever; ``None`` leaves free text unbounded (then ``max_tokens`` is the only
+    limit). ``plain_queries``: search queries are words (letters of any script, digits, spaces,
+    light punctuation), never identifiers like ``the_book_2026-11-30``: what a tiny model needs
+    to search like a person. ``answer_think_chars``: the think bound of a turn that can only be
+    an answer (a forced final answer) in place of ``max_think_chars``, so that a small model
+    gets to its answer long before its token cap. ``plain_answer``: the answer is one line of
+    plain text (no ``<`` or ``>``, no control characters) that starts with a letter or a digit:
+    never markup, a stray tag, a quotation or a second paragraph. ``capital_queries`` (with
+    ``plain_queries``): a query starts with a capital letter or a digit, like a title or a
+    question, never with a lower-case fragment such as ``druc``. ``answer_spans``: the answer is
+    one span of words of these texts (the tool responses read so far, see
+    :mod:`drvenus.protocol.spans`), of at most ``max_answer_words`` words (default
+    ``DEFAULT_MAX_SPAN_WORDS``): a grounded answer that can never glue words together or stop
+    inside a word (with no word in the texts, a plain answer); ``answer_question``: the
+    question, whose words a span answer leaves out; ``answer_news``: the question, whose words
+    a span answer may repeat but not only them. ``answer_shape``: the kind of answer the
+    question asks for, which a span answer keeps to
     (:class:`~drvenus.protocol.spans.AnswerShape`); ``answer_focus`` (k, question): a span
     answer comes from the k sentences that match the question most, when they hold one of the
-    shape.
-    ``visit_urls``: the URLs a visit may open (the search results read so far; None: any
+    shape. ``visit_urls``: the URLs a visit may open (the search results read so far; None: any
     ``http(s)://`` URL). ``used_queries`` (with ``plain_queries``): queries already searched,
     which a search may not ask again. ``search_query``: the one query a search may ask (the
-    question's own words for the first search).
-    ``max_answer_words`` needs ``answer_spans``: a word bound on free text cannot be
-    kept without gluing words (when the bound is reached a model that wants a space can only go
-    on with the word). ``plain_think``: the think block
-    has no ``<`` at all, so each of its characters is at least one token and its bound is a
-    token bound too (a tag-like ``<...`` run counts as one character otherwise).
+    question's own words for the first search). ``max_answer_words`` needs ``answer_spans``: a
+    word bound on free text cannot be kept without gluing words (when the bound is reached a
+    model that wants a space can only go on with the word). ``plain_think``: the think block has
+    no ``<`` at all, so each of its characters is at least one token and its bound is a token
+    bound too (a tag-like ``<...`` run counts as one character otherwise).
     """
-    if not (allow_tool_call or allow_answer):
-        raise ValueError("the grammar must allow a tool call, an answer, or both")
-    if allow_tool_call and (not tools or set(tools) - {"search", "visit"}):
-        raise ValueError("tools must be a non-empty subset of ('search', 'visit')")
-    if max_list_items < 1 or max_string_chars < 1:
-        raise ValueError("max_list_items and max_string_chars must be at least 1")
-    if max_answer_words is not None and (max_answer_words < 1 or answer_spans is None):
-        raise ValueError("max_answer_words must be at least 1, and needs answer_spans")
+
+    allow_tool_call: bool = True
+    allow_answer: bool = True
+    tools: tuple[str, ...] = ("search", "visit")
+    max_think_chars: int | None = DEFAULT_MAX_THINK_CHARS
+    max_answer_chars: int | None = DEFAULT_MAX_ANSWER_CHARS
+    max_string_chars: int = DEFAULT_MAX_STRING_CHARS
+    max_list_items: int = DEFAULT_MAX_LIST_ITEMS
+    plain_queries: bool = False
+    answer_think_chars: int | None = None
+    plain_answer: bool = False
+    capital_queries: bool = False
+    max_answer_words: int | None = None
+    plain_think: bool = False
+    answer_spans: tuple[str, ...] | None = None
+    answer_question: str = ""
+    answer_news: str = ""
+    answer_shape: AnswerShape = PLAIN_SHAPE
+    answer_focus: tuple[int, str] = (0, "")
+    visit_urls: tuple[str, ...] | None = None
+    used_queries: tuple[str, ...] = ()
+    search_query: str | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.allow_tool_call or self.allow_answer):
+            raise ValueError("the grammar must allow a tool call, an answer, or both")
+        if self.allow_tool_call and (not self.tools or set(self.tools) - {"search", "visit"}):
+            raise ValueError("tools must be a non-empty subset of ('search', 'visit')")
+        if self.max_list_items < 1 or self.max_string_chars < 1:
+            raise ValueError("max_list_items and max_string_chars must be at least 1")
+        if self.max_answer_words is not None and (
+                self.max_answer_words < 1 or self.answer_spans is None):
+            raise ValueError("max_answer_words must be at least 1, and needs answer_spans")
+
+
+_DEFAULT_OPTIONS = GrammarOptions()
+
+
+def protocol_grammar(prefilled_think: bool = False, options: GrammarOptions | None = None,
+                     **changes: Any) -> str:
+    """The GBNF grammar of one well-formed assistant turn: ``options`` (default
+    :class:`GrammarOptions`'s) with ``changes`` (its field names) on top.
+
+    ``prefilled_think``: the chat template already put ``<think>\\n`` in the generation prompt
+    (Qwen3-Thinking), so the sample starts inside the think block. Raises ValueError for
+    options that contradict each other, TypeError for a name that is not an option.
+    """
+    chosen = replace(options or _DEFAULT_OPTIONS, **changes) if changes else \
+        (options or _DEFAULT_OPTIONS)
+    return _grammar(prefilled_think, chosen)
+
+
+@lru_cache(maxsize=64)
+def _grammar(prefilled_think: bool, o: GrammarOptions) -> str:
     r = _Rules()
     kinds = []
-    if allow_tool_call:
+    if o.allow_tool_call:
         kinds.append("tool-call")
-    if allow_answer:
+    if o.allow_answer:
         kinds.append("answer")
     opening = "" if prefilled_think else _literal("<think>\n") + " "
     r.add(
@@ -327,23 +348,24 @@ def protocol_grammar(
     )
 
     text_item = _tag_free_text(r, "text", excluded="")
-    think_chars = max_think_chars
-    if not allow_tool_call and answer_think_chars is not None:
-        think_chars = answer_think_chars
-    think_item = r.add("think-item", "[^<]") if plain_think else text_item
+    think_chars = o.max_think_chars
+    if not o.allow_tool_call and o.answer_think_chars is not None:
+        think_chars = o.answer_think_chars
+    think_item = r.add("think-item", "[^<]") if o.plain_think else text_item
     r.add("think", _repeat(think_item, think_chars))
 
-    if allow_answer:
+    if o.allow_answer:
         spans = None
-        if answer_spans is not None:
-            bound = max_answer_words or DEFAULT_MAX_SPAN_WORDS
-            spans = _answer_spans(r, answer_spans, bound, answer_question, answer_news,
-                                  answer_shape, answer_focus)
-        _answer_rules(r, text_item, plain_answer or spans is not None, max_answer_chars, spans)
-    if allow_tool_call:
+        if o.answer_spans is not None:
+            bound = o.max_answer_words or DEFAULT_MAX_SPAN_WORDS
+            spans = _answer_spans(r, o.answer_spans, bound, o.answer_question, o.answer_news,
+                                  o.answer_shape, o.answer_focus)
+        _answer_rules(r, text_item, o.plain_answer or spans is not None, o.max_answer_chars,
+                      spans)
+    if o.allow_tool_call:
         _tool_call_rules(
-            r, tools, max_list_items, max_string_chars, plain_queries, capital_queries,
-            visit_urls, used_queries, search_query,
+            r, o.tools, o.max_list_items, o.max_string_chars, o.plain_queries,
+            o.capital_queries, o.visit_urls, o.used_queries, o.search_query,
         )
     return r.render()
 
@@ -589,4 +611,4 @@ def grammar_for_kind(
     )
 
 
-__all__ = ["PROTOCOL_TAGS", "grammar_for_kind", "protocol_grammar"]
+__all__ = ["PROTOCOL_TAGS", "GrammarOptions", "grammar_for_kind", "protocol_grammar"]

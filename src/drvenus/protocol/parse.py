@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -27,10 +28,17 @@ class ParsedTurn:
     tool_call: ToolCall | None = None
     answer: str | None = None
     error: str | None = None
+    call_key: str | None = None  # the call's identity for duplicates when not tool_call.key()
 
     @property
     def ok(self) -> bool:
         return self.kind != "error"
+
+    def dedup_key(self) -> str | None:
+        """What identifies the tool call among the calls already made (None: no call)."""
+        if self.tool_call is None:
+            return None
+        return self.call_key or self.tool_call.key()
 
 
 def assistant_text(
@@ -129,3 +137,18 @@ def parse_turn(content: str) -> ParsedTurn:
     return ParsedTurn(
         "error", content, thinking, error="no <tool_call> or <answer> after the think block"
     )
+
+
+@dataclass(frozen=True)
+class TurnReader:
+    """How a profile reads a sampled assistant turn: ``repair`` the text, then ``parse`` it."""
+
+    repair: Callable[[str], str] = repair_turn
+    parse: Callable[[str], ParsedTurn] = parse_turn
+
+    def read(self, text: str) -> ParsedTurn:
+        return self.parse(self.repair(text))
+
+
+DRVENUS_READER = TurnReader()
+

@@ -28,6 +28,9 @@ from drvenus.protocol.prompt import build_system_prompt, with_current_date
 ANSWER_SPLIT = "<|answer_split|>"
 TOOL_RESPONSE_OPEN = "<tool_response>"
 TOOL_RESPONSE_CLOSE = "</tool_response>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 VISIT_SEPARATOR = "\n=======\n"
 
 # One sentence describing a trajectory's message layout, for dataset cards and docs.

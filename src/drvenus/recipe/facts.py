@@ -271,25 +271,39 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def lead_facts(article: Article) -> Iterator[Fact]:
-    """Every fact the patterns find in ``article``'s description and first sentences."""
-    t, desc = article.title, article.description
-    lead = _first(article.extract, 2)
-    first = _first(article.extract, 1)
-    cat = _category(article)
+@dataclass(frozen=True)
+class _Lead:
+    """What the patterns read of one article: its title, description, first two sentences
+    (``lead``) and first sentence, its category, and whether it is about a person."""
 
-    def fact(kind, answer, templates, evidence, bridge=None, aliases=(), phrase_ok=True,
-             phrase_templates=()):
-        return Fact(t, kind, answer.strip(), tuple(templates), evidence, cat, bridge,
-                    tuple(aliases), phrase_ok, tuple(phrase_templates))
+    article: Article
+    title: str
+    desc: str
+    lead: str
+    first: str
+    cat: str
+    person: bool
 
-    # people: life years from the description, birth date/place, nationality, occupation
+    def fact(self, kind, answer, templates, evidence, bridge=None, aliases=(),  # type: ignore[no-untyped-def]
+             phrase_ok=True, phrase_templates=()) -> Fact:
+        return Fact(self.title, kind, answer.strip(), tuple(templates), evidence, self.cat,
+                    bridge, tuple(aliases), phrase_ok, tuple(phrase_templates))
+
+
+def _lead_of(article: Article) -> _Lead:
+    desc, first = article.description, _first(article.extract, 1)
     life = _LIFE.search(desc)
     is_a = _IS_A.search(first)
     nat_word = first[is_a.end():].split(" ", 1)[0].split("-")[0] if is_a else ""
     person = article.topic == "People" or (life is not None and nat_word in DEMONYMS)
-    if not person:
-        life = None
+    return _Lead(article, article.title, desc, _first(article.extract, 2), first,
+                 _category(article), person)
+
+
+def _people_facts(c: _Lead) -> Iterator[Fact]:
+    """Life years, birth date and place, nationality, occupation."""
+    desc, lead, first, person, fact = c.desc, c.lead, c.first, c.person, c.fact
+    life = _LIFE.search(desc) if person else None
     if life and "BC" not in desc:
         yield fact("birth_year", life.group(1),
                    ("In what year was {s} born?", "What year was {s} born in?",
@@ -344,7 +358,12 @@ def lead_facts(article: Article) -> Iterator[Fact]:
                                 "a living?",
                                 f"What kind of work {'was' if tense == 'was' else 'is'} {{s}} "
                                 "known for? Give the profession."), first, phrase_ok=False)
-    # works: creators, year of a work
+
+
+def _work_facts(c: _Lead) -> Iterator[Fact]:
+    """Creators and the year of a work, event and history years."""
+    t, desc, lead = c.title, c.desc, c.lead
+    first, person, fact, article = c.first, c.person, c.fact, c.article
     for m in _CREATOR.finditer("" if person else first):
         who = name_after(first, m.end())
         if m.group(1) == "produced" and article.topic != "Arts":
@@ -384,7 +403,11 @@ def lead_facts(article: Article) -> Iterator[Fact]:
         q = _HISTORY_VERBS[m.group(1)]
         yield fact("history_year", m.group(2), (q, q.replace("In what year", "What year")),
                    lead, phrase_ok=False)
-    # places: capital, country/region, population, location
+
+
+def _place_facts(c: _Lead) -> Iterator[Fact]:
+    """Capitals, the country or region of a place."""
+    desc, lead, first, person, fact, article = c.desc, c.lead, c.first, c.person, c.fact, c.article
     if not person and (m := _CAPITAL_IS.search(lead)) is not None:
         city = name_after(lead, m.end(), skip=0)
         if city:
@@ -428,6 +451,11 @@ def lead_facts(article: Article) -> Iterator[Fact]:
                        (f"{{s}} is a {noun_l} in which part of the world?",
                         f"Where is {the_s}?"), desc,
                        "the country or region where {s} lies", phrase_ok=False)
+
+
+def _population_facts(c: _Lead) -> Iterator[Fact]:
+    """Population and location."""
+    first, fact, article = c.first, c.fact, c.article
     pop_sentence = next((s for s in sentences(article.extract) if _POPULATION.search(s)
                          and not _NOT_OWN_POPULATION.search(s)), "")
     if (m := _POPULATION.search(pop_sentence)) is not None:
@@ -444,7 +472,11 @@ def lead_facts(article: Article) -> Iterator[Fact]:
             yield fact("located", where,
                        ("Where is {s} located?", "In what place is {s} located?"), first,
                        phrase_ok=False)
-    # science
+
+
+def _science_facts(c: _Lead) -> Iterator[Fact]:
+    """Atomic number and chemical symbol."""
+    lead, fact, article = c.lead, c.fact, c.article
     if (m := _ATOMIC.search(lead)) is not None:
         yield fact("atomic_number", m.group(1),
                    ("What is the atomic number of {s}?", "{s} has which atomic number?",
@@ -453,7 +485,11 @@ def lead_facts(article: Article) -> Iterator[Fact]:
         yield fact("chemical_symbol", m.group(1),
                    ("What is the chemical symbol of {s}?",
                     "Which chemical symbol stands for {s}?"), lead, phrase_ok=False)
-    # names
+
+
+def _name_facts(c: _Lead) -> Iterator[Fact]:
+    """Namesakes, other names, counts."""
+    lead, first, fact = c.lead, c.first, c.fact
     if (m := _NAMED_AFTER.search(lead)) is not None:
         who = name_after(lead, m.end())
         if who:
@@ -474,6 +510,13 @@ def lead_facts(article: Article) -> Iterator[Fact]:
                        (f"How many {noun} does {{s}} have?",
                         f"What is the number of {noun} of {{s}}?"), lead, phrase_ok=False)
 
+
+def lead_facts(article: Article) -> Iterator[Fact]:
+    """Every fact the patterns find in ``article``'s description and first sentences."""
+    c = _lead_of(article)
+    for part in (_people_facts, _work_facts, _place_facts, _population_facts, _science_facts,
+                 _name_facts):
+        yield from part(c)
 
 __all__ = ["DEMONYMS", "Fact", "contains_answer", "find_span", "lead_facts", "name_after",
            "sentences"]

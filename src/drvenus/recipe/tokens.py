@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from drvenus.text import MESSAGE_OVERHEAD_TOKENS
 from drvenus.tools.tokens import ScriptEstimate
 
 log = logging.getLogger(__name__)
 
-MESSAGE_OVERHEAD = 5  # ChatML: <|im_start|>role\n ... <|im_end|>\n
 
 
 class ChatTokenCounter:
@@ -34,7 +34,7 @@ class ChatTokenCounter:
             if isinstance(ids, Mapping):  # a BatchEncoding
                 ids = ids["input_ids"]
             return len(ids)
-        return sum(self._estimate.count(m["content"]) + MESSAGE_OVERHEAD for m in messages)
+        return sum(self._estimate.count(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in messages)
 
 
 def load_tokenizer(path: str | Path) -> Any:

@@ -34,7 +34,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from drvenus.protocol import ProtocolTexts, unwrap_tool_response, wrap_tool_response
+from drvenus.protocol import (
+    TOOL_RESPONSE_OPEN,
+    ProtocolTexts,
+    unwrap_tool_response,
+    wrap_tool_response,
+)
 from drvenus.reference.extract import (
     ExtractError,
     assigned_string,
@@ -47,7 +52,7 @@ from drvenus.reference.extract import (
 from drvenus.reference.store import PinnedFiles, ReferenceStore
 
 SOURCE = "DR-Venus"
-PROFILE = "dr-venus"  # the --protocol value
+PROFILE = "dr-venus"  # its name in the registry (drvenus.reference.profiles)
 RUN_DEMO = "Inference/run_demo.py"
 TOOL_PROMPT = "Inference/tool_server/tool_prompt.py"
 TOOL_VISIT = "Inference/tool_server/tool_visit.py"
@@ -105,7 +110,7 @@ class DrVenusTexts:
 def _body(message: str, what: str) -> str:
     body = unwrap_tool_response(message)
     if body is None or wrap_tool_response(body) != message:
-        raise ExtractError(f"{SOURCE}/{RUN_DEMO}: {what} is not one <tool_response> message")
+        raise ExtractError(f"{SOURCE}/{RUN_DEMO}: {what} is not one {TOOL_RESPONSE_OPEN} message")
     return body
 
 

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from drvenus.protocol import TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
 from drvenus.reference.extract import (
     ExtractError,
     assigned_string,
@@ -51,13 +52,15 @@ from drvenus.reference.store import PinnedFiles, ReferenceStore
 log = logging.getLogger(__name__)
 
 SOURCE = "DR-Venus"
-PROFILE = "dr-venus"  # the --protocol value
 AGENT_LOOP = "RL/scrl/llm_agent/dr_agent_loop.py"
 TOOL_PROMPT = "RL/tool_server/tool_prompt.py"
 LLM_JUDGE = "RL/verl/utils/reward_score/llm_judge.py"
-RL_FILES = (AGENT_LOOP, TOOL_PROMPT, LLM_JUDGE)
+EXECUTE_TOOLS = "RL/tool_server/execute_tools.py"
+SEARCH_TOOL = "RL/tool_server/tool_search.py"
+VISIT_TOOL = "RL/tool_server/tool_visit.py"
+TOOL_FILES = (EXECUTE_TOOLS, SEARCH_TOOL, VISIT_TOOL)
+RL_FILES = (AGENT_LOOP, TOOL_PROMPT, LLM_JUDGE, *TOOL_FILES)
 
-_TOOL_RESPONSE = ("<tool_response>", "</tool_response>")  # the protocol's frame (PROTOCOL.md)
 _JUDGE_FIELDS = {"question", "response", "correct_answer"}
 
 
@@ -78,6 +81,12 @@ class RLTexts:
     cutoff: str
     tool_timeout: str
     tool_error: str
+    unknown_tool: str  # custom_call_tool's answer to a name it does not route ({name})
+    # what each tool answers a call without its fields (its ``call``'s bare except)
+    bad_arguments: Mapping[str, str]
+
+    def unknown_tool_text(self, name: object) -> str:
+        return self.unknown_tool.format(name=name)
 
     def timeout_text(self, seconds: float) -> str:
         return self.tool_timeout.format(seconds=seconds)
@@ -171,8 +180,8 @@ def _loop_notices(files: PinnedFiles) -> dict[str, str]:
                     continue
     malformed = assigned_string(files.text(AGENT_LOOP), "error_msg", within="DRAgentLoop.run",
                                 where=where)
-    if not (malformed.startswith(_TOOL_RESPONSE[0]) and malformed.endswith(_TOOL_RESPONSE[1])):
-        raise ExtractError(f"{where}: error_msg is not one <tool_response> message")
+    if not (malformed.startswith(TOOL_RESPONSE_OPEN) and malformed.endswith(TOOL_RESPONSE_CLOSE)):
+        raise ExtractError(f"{where}: error_msg is not one {TOOL_RESPONSE_OPEN} message")
     return {
         "malformed": malformed,
         "context_limit": _one(context, "context limit message (if ... self.max_len ...)", where),
@@ -227,6 +236,25 @@ def _tool_texts(files: PinnedFiles) -> dict[str, str]:
     errors = [_template(f, "error", where) for f in _handler_fstrings(call, "Exception")]
     return {"tool_timeout": _one(timeouts, "tool timeout message", where),
             "tool_error": _one(errors, "tool error message", where)}
+
+
+def _tool_server_texts(files: PinnedFiles) -> dict[str, Any]:
+    """The tool server's own texts: an unknown tool (the f-string ``custom_call_tool`` returns
+    for a name it does not route) and each tool's answer to a call without its fields (the
+    string its ``call`` returns from a bare ``except``)."""
+    where = files.where(EXECUTE_TOOLS)
+    route = scope(files.tree(EXECUTE_TOOLS), "custom_call_tool")
+    unknown = [_template(n.value, "name", where) for n in ast.walk(route)
+               if isinstance(n, ast.Return) and isinstance(n.value, ast.JoinedStr)]
+    bad: dict[str, str] = {}
+    for tool, path, cls in (("search", SEARCH_TOOL, "Search"), ("visit", VISIT_TOOL, "Visit")):
+        here = files.where(path)
+        call = scope(files.tree(path), f"{cls}.call")
+        found = [literal_text(n.value, here) for h in ast.walk(call)
+                 if isinstance(h, ast.ExceptHandler) and h.type is None
+                 for n in h.body if isinstance(n, ast.Return) and n.value is not None]
+        bad[tool] = _one(found, f"{cls}.call's invalid request text", here)
+    return {"unknown_tool": _one(unknown, "the unknown tool text", where), "bad_arguments": bad}
 
 
 def _system_prompt(files: PinnedFiles) -> str:
@@ -303,6 +331,7 @@ def load_rl_texts(store: ReferenceStore) -> RLTexts:
     values: dict[str, Any] = {"system_prompt": _system_prompt(files)}
     values.update(_loop_notices(files))
     values.update(_tool_texts(files))
+    values.update(_tool_server_texts(files))
     return RLTexts(source=files.source.short, files=dict(files.hashes), **values)
 
 
@@ -345,6 +374,7 @@ def rl_judge_texts(store: ReferenceStore | None = None) -> RLJudgeTexts:
     return _cached("judge", load_rl_judge, store)  # type: ignore[no-any-return]
 
 
-__all__ = ["AGENT_LOOP", "LLM_JUDGE", "PROFILE", "RL_FILES", "SOURCE", "TOOL_PROMPT",
+__all__ = ["AGENT_LOOP", "EXECUTE_TOOLS", "LLM_JUDGE", "RL_FILES", "SEARCH_TOOL", "SOURCE",
+           "TOOL_FILES", "TOOL_PROMPT", "VISIT_TOOL",
            "RLJudgeTexts", "RLTexts", "load_rl_judge", "load_rl_texts", "rl_judge_texts",
            "rl_texts"]

@@ -216,28 +216,41 @@ def build_mcp(registry: RunRegistry, *, quick_answer_seconds: float = QUICK_ANSW
     ``quick_answer_seconds``: how long ``deep_research`` waits for the answer when the client
     sent no progress token."""
     require_mcp()
+    from drvenus import __version__
+
+    server = _server_class()("drvenus", version=__version__, instructions=INSTRUCTIONS,
+                             log_level="WARNING")
+    tool = _tool_registrar(server)
+    _research_tools(tool, registry, quick_answer_seconds)
+    _web_tools(tool, registry)
+    return server
+
+
+def _server_class() -> type[MCPServer]:
+    """The SDK's server, its argument check answered on one plain line (no pydantic dump)."""
     from mcp.server import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
-    from mcp.types import ToolAnnotations
-
-    from drvenus import __version__
 
     class _Server(MCPServer):
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None
                             ) -> Any:
             try:
                 return await super().call_tool(name, arguments, context)
-            except ToolError as exc:  # the SDK's argument check: one plain line, no pydantic dump
+            except ToolError as exc:
                 if isinstance(exc.__cause__, ValidationError):
                     raise ToolError(argument_problem(name, exc.__cause__)) from None
                 raise
 
-    server = _Server("drvenus", version=__version__, instructions=INSTRUCTIONS,
-                     log_level="WARNING")
+    return _Server
+
+
+def _tool_registrar(server: MCPServer) -> Callable[..., Callable[[Any], Any]]:
+    """``tool(title, ...)``: registers a tool with its docstring, on one line, as the
+    description, and its hints."""
+    from mcp.types import ToolAnnotations
 
     def tool(title: str, *, read_only: bool = True, open_world: bool = True,
              structured: bool = True) -> Callable[[Any], Any]:
-        """Register a tool: its docstring, on one line, as the description; its hints."""
         hints = ToolAnnotations(title=title, read_only_hint=read_only, destructive_hint=False,
                                 open_world_hint=open_world)
 
@@ -245,6 +258,14 @@ def build_mcp(registry: RunRegistry, *, quick_answer_seconds: float = QUICK_ANSW
             return server.tool(title=title, description=" ".join((fn.__doc__ or "").split()),
                                annotations=hints, structured_output=structured)(fn)
         return register
+
+    return tool
+
+
+def _research_tools(tool: Callable[..., Callable[[Any], Any]], registry: RunRegistry,
+                    quick_answer_seconds: float) -> None:
+    """deep_research, start_research, research_status."""
+    from mcp.server.mcpserver.exceptions import ToolError
 
     @tool("Deep research", structured=False)
     async def deep_research(question: Annotated[str, QUESTION], ctx: Context) -> str:
@@ -288,6 +309,9 @@ def build_mcp(registry: RunRegistry, *, quick_answer_seconds: float = QUICK_ANSW
                 await asyncio.wait_for(run.wait(), wait_seconds)
         return _status(run)
 
+
+def _web_tools(tool: Callable[..., Callable[[Any], Any]], registry: RunRegistry) -> None:
+    """search, fetch (the connector pair) and visit (what the agent reads)."""
     @tool("Search")
     async def search(
         query: Annotated[str, Field(description="What to search for.")],
@@ -312,8 +336,6 @@ def build_mcp(registry: RunRegistry, *, quick_answer_seconds: float = QUICK_ANSW
         """Read a web page and extract the evidence and a summary for a goal: exactly what
         the research agent reads."""
         return await _tool_text(registry, protocol.VISIT, {"url": [url], "goal": goal})
-
-    return server
 
 
 async def serve_stdio(registry: RunRegistry) -> None:

@@ -27,7 +27,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from drvenus.corpus import Hit
@@ -119,8 +119,11 @@ class Search:
         cache: ToolCache | None = None,
         cache_ttl: float | None = None,
         metrics: Metrics | None = None,
+        render: Callable[[Sequence[tuple[str, Sequence[Result]]]], str] = render_search,
     ) -> None:
+        """``render``: the profile's search renderer (drvenus's JSON by default)."""
         self.providers = list(providers)
+        self.render = render
         self.top_k = top_k
         self.cache = cache
         self.cache_ttl = cache_ttl
@@ -138,7 +141,7 @@ class Search:
             return tool_error_message(SEARCH, MISSING_ARGUMENT[SEARCH])
         texts = [str(q) for q in queries]
         results = await asyncio.gather(*(self.search_one(q) for q in texts))
-        return render_search(list(zip(texts, results, strict=True)))
+        return self.render(list(zip(texts, results, strict=True)))
 
     async def search_one(self, query: str) -> list[Result]:
         """The results for one query: the first provider that answers, else a failure note."""

@@ -162,14 +162,19 @@ def _text(value: Any) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
-def _result(title: Any, url: Any, snippet: Any, date: Any) -> Result | None:
-    """A result dict, or None without a URL."""
+def _result(title: Any, url: Any, snippet: Any, date: Any, source: Any = None) -> Result | None:
+    """A result dict, or None without a URL (no ``snippet`` key when the provider gave none;
+    ``source``, the publisher, where it names one)."""
     link = _text(url)
     if not link:
         return None
-    out: Result = {"title": _text(title), "url": link, "snippet": _text(snippet)}
+    out: Result = {"title": _text(title), "url": link}
+    if isinstance(snippet, str):
+        out["snippet"] = _text(snippet)
     if _text(date):
         out["date"] = _text(date)
+    if _text(source):
+        out["source"] = _text(source)
     return out
 
 
@@ -213,9 +218,8 @@ class SerperSearch(_HttpProvider):
         results = []
         for item in organic:
             if isinstance(item, dict):
-                hit = _result(
-                    item.get("title"), item.get("link"), item.get("snippet"), item.get("date")
-                )
+                hit = _result(item.get("title"), item.get("link"), item.get("snippet"),
+                              item.get("date"), item.get("source"))
                 if hit is not None:
                     results.append(hit)
         return results[:k]

@@ -334,6 +334,116 @@ def _pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
     return default
 
 
+def _adapter_base(folder: Path, base_gguf: str | os.PathLike[str] | None) -> Any:
+    """The base model the adapter is checked against; ExportError when there is none or it is
+    not a supported architecture."""
+    from drvenus.llm.base import LLMError
+
+    try:
+        base = _base_shape(folder, base_gguf)
+    except LLMError as exc:  # the embedded model's lookup, or an unreadable adapter config
+        raise ExportError(f"no base model to check the adapter against: {exc}; or pass the "
+                          "base's GGUF (--base)") from None
+    if base.architecture not in ADAPTER_ARCHITECTURES:
+        raise ExportError(f"cannot export a LoRA for a {base.architecture or 'unknown'} base to "
+                          f"llama.cpp: only {', '.join(ADAPTER_ARCHITECTURES)} is supported")
+    return base
+
+
+def _lora_pairs(folder: Path, weights: dict[str, Any]) -> dict[tuple[int, str], dict[str, Any]]:
+    """``(layer, module) -> {"A": tensor, "B": tensor}`` of the adapter's weights."""
+    pairs: dict[tuple[int, str], dict[str, Any]] = {}
+    for key, tensor in weights.items():
+        match = _LORA_KEY.match(key)
+        if match is None:
+            raise ExportError(f"cannot export {key} to a llama.cpp adapter: only LoRA A/B "
+                              f"weights of {', '.join(LLAMA_LORA_TENSORS)} are supported")
+        layer, module, side = int(match[1]), match[2], match[3]
+        lora_tensor_name(layer, module)  # refuses a module llama.cpp cannot adapt
+        pairs.setdefault((layer, module), {})[side] = tensor
+    if not pairs:
+        raise ExportError(f"{folder} holds no LoRA weights")
+    return pairs
+
+
+@dataclass
+class _Scaling:
+    """peft's scaling of each pair, folded into llama.cpp's one alpha (set by the first pair;
+    a pair whose scaling differs has the ratio folded into its lora_B)."""
+
+    config: dict[str, Any]
+    alpha: float | None = None
+
+    def ratio(self, name: str, rank: int) -> float:
+        default_r = int(self.config.get("r") or 8)
+        default_alpha = float(self.config.get("lora_alpha") or default_r)
+        if rank != _pattern_value(self.config.get("rank_pattern"), name, default_r):
+            log.debug("%s: rank %d (the config says otherwise)", name, rank)
+        module_alpha = float(_pattern_value(self.config.get("alpha_pattern"), name,
+                                            default_alpha))
+        use_rslora = bool(self.config.get("use_rslora"))
+        scaling = module_alpha / (math.sqrt(rank) if use_rslora else rank)
+        if self.alpha is None:
+            self.alpha = scaling * rank
+        return scaling * rank / self.alpha
+
+
+def _pair_tensors(layer: int, module: str, pair: dict[str, Any], base: Any, scaling: _Scaling,
+                  dtype: Any) -> list[tuple[str, Any]]:
+    """The two llama.cpp tensors of one LoRA pair, checked against the base's shapes."""
+    import numpy as np
+    import torch
+
+    if set(pair) != {"A", "B"}:
+        raise ExportError(f"layer {layer} {module}: lora_A or lora_B is missing")
+    a = pair["A"].detach().to(torch.float32).numpy()
+    b = pair["B"].detach().to(torch.float32).numpy()
+    rank = a.shape[0]
+    if a.ndim != 2 or b.ndim != 2 or b.shape[1] != rank:
+        raise ExportError(f"layer {layer} {module}: lora_A {tuple(a.shape)} and lora_B "
+                          f"{tuple(b.shape)} are not a LoRA pair")
+    name = f"model.layers.{layer}.{module}"
+    ratio = scaling.ratio(name, rank)
+    if ratio != 1.0:
+        b = b * ratio
+    if module == "self_attn.q_proj":
+        b = _permute_rows(b, base.n_head)
+    elif module == "self_attn.k_proj":
+        b = _permute_rows(b, base.n_head_kv)
+    target = lora_tensor_name(layer, module)
+    if base.tensors is not None:
+        shape = base.tensors.get(target)
+        if shape is None:
+            raise ExportError(f"the base {base.source} has no tensor {target}")
+        if shape != (a.shape[1], b.shape[0]):
+            raise ExportError(
+                f"{name}: LoRA for a [{a.shape[1]}, {b.shape[0]}] weight, but {target} of "
+                f"the base {base.source} is {list(shape)}: an adapter for another model?"
+            )
+    return [(f"{target}.lora_a", np.ascontiguousarray(a, dtype=dtype)),
+            (f"{target}.lora_b", np.ascontiguousarray(b, dtype=dtype))]
+
+
+def _write_adapter(out: Path, architecture: str, alpha: float, name: str,
+                   tensors: list[tuple[str, Any]]) -> None:
+    import gguf
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(out), arch=architecture)
+    writer.add_type(gguf.GGUFType.ADAPTER)
+    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha)
+    writer.add_name(name)
+    for tensor_name, tensor in tensors:
+        writer.add_tensor(tensor_name, tensor)
+    try:
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+
+
 def export_lora_gguf(
     adapter_dir: str | os.PathLike[str],
     output: str | os.PathLike[str],
@@ -350,97 +460,21 @@ def export_lora_gguf(
     attention and MLP projections are supported; anything else raises :class:`ExportError`.
     """
     import numpy as np
-    import torch
-
-    from drvenus.llm.base import LLMError
 
     if outtype not in ADAPTER_OUTTYPES:
         raise ExportError(f"adapter outtype must be one of {', '.join(ADAPTER_OUTTYPES)}")
     folder = Path(adapter_dir)
     config, weights = _read_adapter(folder)
     _check_adapter_config(config)
-    try:
-        base = _base_shape(folder, base_gguf)
-    except LLMError as exc:  # the embedded model's lookup, or an unreadable adapter config
-        raise ExportError(f"no base model to check the adapter against: {exc}; or pass the "
-                          "base's GGUF (--base)") from None
-    if base.architecture not in ADAPTER_ARCHITECTURES:
-        raise ExportError(f"cannot export a LoRA for a {base.architecture or 'unknown'} base to "
-                          f"llama.cpp: only {', '.join(ADAPTER_ARCHITECTURES)} is supported")
-
-    pairs: dict[tuple[int, str], dict[str, Any]] = {}
-    for key, tensor in weights.items():
-        match = _LORA_KEY.match(key)
-        if match is None:
-            raise ExportError(f"cannot export {key} to a llama.cpp adapter: only LoRA A/B "
-                              f"weights of {', '.join(LLAMA_LORA_TENSORS)} are supported")
-        layer, module, side = int(match[1]), match[2], match[3]
-        lora_tensor_name(layer, module)  # refuses a module llama.cpp cannot adapt
-        pairs.setdefault((layer, module), {})[side] = tensor
-    if not pairs:
-        raise ExportError(f"{folder} holds no LoRA weights")
-
-    use_rslora = bool(config.get("use_rslora"))
-    default_r = int(config.get("r") or 8)
-    default_alpha = float(config.get("lora_alpha") or default_r)
+    base = _adapter_base(folder, base_gguf)
+    pairs = _lora_pairs(folder, weights)
     dtype = np.float16 if outtype == "f16" else np.float32
-    tensors: list[tuple[str, Any]] = []
-    alpha: float | None = None
-    for (layer, module), pair in sorted(pairs.items()):
-        if set(pair) != {"A", "B"}:
-            raise ExportError(f"layer {layer} {module}: lora_A or lora_B is missing")
-        a = pair["A"].detach().to(torch.float32).numpy()
-        b = pair["B"].detach().to(torch.float32).numpy()
-        rank = a.shape[0]
-        if a.ndim != 2 or b.ndim != 2 or b.shape[1] != rank:
-            raise ExportError(f"layer {layer} {module}: lora_A {tuple(a.shape)} and lora_B "
-                              f"{tuple(b.shape)} are not a LoRA pair")
-        name = f"model.layers.{layer}.{module}"
-        if rank != _pattern_value(config.get("rank_pattern"), name, default_r):
-            log.debug("%s: rank %d (the config says otherwise)", name, rank)
-        module_alpha = float(_pattern_value(config.get("alpha_pattern"), name, default_alpha))
-        scaling = module_alpha / (math.sqrt(rank) if use_rslora else rank)
-        # llama.cpp scales every pair by one alpha / its own rank: the first pair's sets alpha,
-        # and a pair whose peft scaling differs has the ratio folded into its lora_B
-        if alpha is None:
-            alpha = scaling * rank
-        ratio = scaling * rank / alpha
-        if ratio != 1.0:
-            b = b * ratio
-        if module == "self_attn.q_proj":
-            b = _permute_rows(b, base.n_head)
-        elif module == "self_attn.k_proj":
-            b = _permute_rows(b, base.n_head_kv)
-        target = lora_tensor_name(layer, module)
-        if base.tensors is not None:
-            shape = base.tensors.get(target)
-            if shape is None:
-                raise ExportError(f"the base {base.source} has no tensor {target}")
-            if shape != (a.shape[1], b.shape[0]):
-                raise ExportError(
-                    f"{name}: LoRA for a [{a.shape[1]}, {b.shape[0]}] weight, but {target} of "
-                    f"the base {base.source} is {list(shape)}: an adapter for another model?"
-                )
-        tensors.append((f"{target}.lora_a", np.ascontiguousarray(a, dtype=dtype)))
-        tensors.append((f"{target}.lora_b", np.ascontiguousarray(b, dtype=dtype)))
-
-    import gguf
-
+    scaling = _Scaling(config)
+    tensors = [t for (layer, module), pair in sorted(pairs.items())
+               for t in _pair_tensors(layer, module, pair, base, scaling, dtype)]
     out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf.GGUFWriter(str(out), arch=base.architecture)
-    writer.add_type(gguf.GGUFType.ADAPTER)
-    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
-    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(alpha or 1.0))
-    writer.add_name(folder.resolve().name)
-    for name, tensor in tensors:
-        writer.add_tensor(name, tensor)
-    try:
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-    finally:
-        writer.close()
+    alpha = scaling.alpha
+    _write_adapter(out, base.architecture, float(alpha or 1.0), folder.resolve().name, tensors)
     log.info("wrote %s: %d LoRA pairs, alpha %g, %s", out, len(pairs), alpha, outtype)
     return out
 

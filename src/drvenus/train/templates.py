@@ -23,10 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from drvenus.protocol import THINK_OPEN
+
 # Tokens that end an assistant turn in common templates (besides the tokenizer's eos token):
 # ChatML (Qwen, SmolLM), Llama 3, Phi-3, Gemma, Mistral / Llama 2.
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "</s>")
-THINK_OPEN = "<think>"
 _PLACEHOLDER = "\x00drvenus-placeholder\x00"
 
 

@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 from drvenus.agent import AgentConfig, ResearchAgent
 from drvenus.agent.record import ResultRecord
 from drvenus.llm.base import SamplingParams
-from drvenus.train.rl.config import PROTOCOLS, ROLLOUT_MODES, RLConfig
+from drvenus.protocol.profiles import DEFAULT_PROTOCOL
+from drvenus.reference.profiles import profile
+from drvenus.train.rl.config import ROLLOUT_MODES, RLConfig
 from drvenus.train.rl.engine import TokenEngine
 from drvenus.train.rl.environment import (
     CompletionCutoff,
@@ -75,7 +77,7 @@ class RolloutConfig:
     seed: int | None
     system_prompt: str | None
     current_date: str | None
-    protocol: str = PROTOCOLS[0]
+    protocol: str = DEFAULT_PROTOCOL
     texts: RLTexts | None = None
     max_model_len: int = 0
     tool_timeout: float = 0.0
@@ -103,10 +105,8 @@ class RolloutConfig:
         }
         if "system_prompt" not in overrides and c.system_prompt_file:
             values["system_prompt"] = load_system_prompt(c.system_prompt_file)
-        if protocol == "dr-venus" and "texts" not in overrides:
-            from drvenus.reference.dr_venus_rl import rl_texts
-
-            values["texts"] = rl_texts()
+        if "texts" not in overrides:
+            values["texts"] = profile(protocol).rl_texts()
         return cls(**{**values, **overrides})
 
     def __post_init__(self) -> None:
@@ -114,10 +114,8 @@ class RolloutConfig:
             raise ValueError(f"rollout mode {self.mode!r}: expected one of {ROLLOUT_MODES}")
         if self.n < 1 or self.max_turns < 1 or self.concurrency < 1:
             raise ValueError("n, max_turns and concurrency must be at least 1")
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol {self.protocol!r}: expected one of {PROTOCOLS}")
-        if self.protocol == "dr-venus" and self.texts is None:
-            raise ValueError("protocol dr-venus needs DR-Venus's RL texts")
+        if profile(self.protocol).rl_environment and self.texts is None:
+            raise ValueError(f"protocol {self.protocol} needs its RL texts")
 
     @property
     def attempts(self) -> int:
@@ -196,7 +194,7 @@ async def run_rollouts(
     """``config.n`` trajectories for each ``(question, ground_truth)``, at most
     ``config.concurrency`` at once; ordered by question, then rollout index."""
     parts = ChatTemplateParts(engine.tokenizer)
-    dr_venus = config.protocol == "dr-venus"
+    dr_venus = profile(config.protocol).rl_environment
     env = config.environment() if dr_venus else None
     gate = asyncio.Semaphore(config.concurrency)
     total = len(items) * config.n

@@ -19,12 +19,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from drvenus.protocol.profiles import DEFAULT_PROTOCOL, PROTOCOLS
 from drvenus.train import options
 from drvenus.train.options import ConfigError, flag
 
 ENGINES = ("transformers", "vllm", "sglang")
-# whose words and loop the rollouts use (the names of drvenus.config's ``protocol`` setting)
-PROTOCOLS = ("drvenus", "dr-venus")
 # the choices of the IGPO knobs (their modules import these names)
 NORM_MODES = ("joint", "separate", "scaled_separate", "raw_ig")
 INFO_GAIN_TYPES = ("log_prob_diff", "prob_diff")
@@ -160,15 +159,15 @@ class RLConfig:
         from drvenus.config import load_settings
 
         try:
-            return str(getattr(load_settings(), "protocol", None) or PROTOCOLS[0])
+            return str(getattr(load_settings(), "protocol", None) or DEFAULT_PROTOCOL)
         except ValidationError as exc:  # a bad protocol is refused (as ask and data clean do)
             bad = [e for e in exc.errors() if tuple(e["loc"]) == ("protocol",)]
             if bad:
                 raise RLConfigError(f"DRVENUS_PROTOCOL {bad[0].get('input')!r}: choose one of "
                                     f"{', '.join(PROTOCOLS)}") from None
-            return PROTOCOLS[0]  # other bad settings: the loaders report them where they matter
+            return DEFAULT_PROTOCOL  # other bad settings: reported where they matter
         except Exception:  # unreadable settings (.env): reported where they matter, too
-            return PROTOCOLS[0]
+            return DEFAULT_PROTOCOL
 
     def loggers(self) -> list[str]:
         return [n.strip() for n in self.logger.split(",") if n.strip() and n.strip() != "none"]

@@ -27,10 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx
-
 from drvenus.llm.base import LLMError, SamplingParams
-from drvenus.net import LoopClient, is_context_overflow, is_retryable_status, redact_url
+from drvenus.llm.openai_compat import HttpTransport
+from drvenus.net import DEFAULT_REQUEST_TIMEOUT, redact_url, server_root
 from drvenus.train.templates import end_of_turn_ids
 
 log = logging.getLogger(__name__)
@@ -169,11 +168,11 @@ class ServerEngine:
         model: str | None = None,
         api_key: str | None = None,
         window: int | None = None,
-        timeout: float = 600.0,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
         if flavor not in SERVER_FLAVORS:
             raise ValueError(f"unknown server flavor {flavor!r}; expected one of {SERVER_FLAVORS}")
-        self.base = base_url.rstrip("/").removesuffix("/v1")
+        self.base = server_root(base_url)
         self.tokenizer = tokenizer
         self.flavor = flavor
         self.model = model
@@ -181,8 +180,7 @@ class ServerEngine:
         self.name = model or self.where
         self.window = window
         self.timeout = timeout
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._clients = LoopClient(lambda: httpx.AsyncClient(headers=headers, timeout=timeout))
+        self.transport = HttpTransport(base_url, api_key, timeout=timeout)
         self.eos_ids = end_of_turn_ids(tokenizer)
 
     async def _model_name(self) -> str:
@@ -196,24 +194,10 @@ class ServerEngine:
 
     async def _post_json(self, method: str, path: str, body: dict | None,
                          timeout: float | None) -> Any:
-        try:
-            resp = await self._clients.get().request(method, self.base + path, json=body,
-                                                     timeout=timeout or self.timeout)
-        except httpx.TimeoutException:
-            raise LLMError(f"{self.where}{path}: timed out", retryable=True) from None
-        except httpx.HTTPError as exc:
-            raise LLMError(f"{self.where}{path}: {exc}", retryable=True) from None
-        if resp.status_code >= 400:
-            text = resp.text[:300]
-            raise LLMError(
-                f"{self.where}{path}: HTTP {resp.status_code}: {text}",
-                retryable=is_retryable_status(resp.status_code),
-                context_overflow=is_context_overflow(resp.status_code, resp.text),
-            )
-        try:
-            return resp.json()
-        except ValueError:
-            raise LLMError(f"{self.where}{path}: the reply is not JSON") from None
+        """One request to the server's ``path`` (under its root) through the one HTTP
+        transport: its errors (retryable or not, context overflow) are every model client's."""
+        route = path.removeprefix("/v1") if path.startswith("/v1/") else "/.." + path
+        return await self.transport.request(method, route, body, timeout or self.timeout)
 
     async def generate_tokens(
         self, prompt_ids: list[int], params: SamplingParams, *, timeout: float | None = None
@@ -338,7 +322,7 @@ class ServerEngine:
         return self.window
 
     async def aclose(self) -> None:
-        await self._clients.aclose()
+        await self.transport.aclose()
 
 
 __all__ = [

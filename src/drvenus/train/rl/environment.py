@@ -33,34 +33,28 @@ DR-Venus's timeout text; a tool that raises gives its error text) and its result
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
-
-import json5
+from typing import Any
 
 from drvenus import protocol
 from drvenus.agent.loop import ToolExecutor, is_repetitive
 from drvenus.agent.record import ResultRecord, Termination
 from drvenus.llm.base import ChatModel, LLMError, SamplingParams
-from drvenus.protocol import ToolCall, ToolCallError, wrap_tool_response
-from drvenus.protocol.tools import normalize_tool_call
+from drvenus.protocol import wrap_tool_response
+from drvenus.protocol.dr_venus import EnvTurn, classify_turn, first_answer, fix_tags
 from drvenus.reference.dr_venus_rl import RLTexts
+from drvenus.text import MESSAGE_OVERHEAD_TOKENS
 
 log = logging.getLogger(__name__)
 
 # DR-Venus's numbers (the 0.9 cut-off, the 150 s tool timeout) are RLConfig's defaults
 CUTOFF_JOIN = "\n\n"  # between the question and the cut-off notice on the first turn
-MESSAGE_OVERHEAD_TOKENS = 4  # per message, when a model cannot count a prompt exactly
 
-_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _DATE_LINE = re.compile(r"^Current date: (\d{4}-\d{2}-\d{2})[ \t]*$", re.MULTILINE)
 
 
@@ -118,66 +112,17 @@ class CompletionCutoff:
                      "answer now", self.done, total, 100 * self.ratio, total - self.done)
 
 
-def fix_tags(text: str, prefilled_think: bool) -> str:
-    """DR-Venus's tag fixing of a sampled turn: the ``<think>`` a template wrote into the prompt
-    put back, the text cut at a ``<tool_response>`` the model began, a missing ``</think>``
-    appended, a missing ``<think>`` prepended."""
-    if prefilled_think and "<think>" not in text:
-        text = "<think>\n" + text
-    cut = text.find(protocol.TOOL_RESPONSE_OPEN)
-    if cut != -1:
-        text = text[:cut]
-    if "<think>" in text and "</think>" not in text:
-        text += "\n</think>"
-    if "<think>" not in text and "</think>" in text:
-        text = "<think>\n" + text
-    return text
-
-
-TurnKind = Literal["answer", "tool_call", "malformed"]
-
-
-@dataclass(frozen=True)
-class EnvTurn:
-    """A turn as DR-Venus's RL loop reads it. ``call``: the normalised call; ``call_error``: why
-    a well-formed call object cannot run (unknown tool, bad arguments), sent back as its result;
-    ``reason``: why a turn is malformed."""
-
-    kind: TurnKind
-    content: str
-    call: ToolCall | None = None
-    call_name: str | None = None
-    call_error: str | None = None
-    reason: str | None = None
-
-
-def classify_turn(content: str) -> EnvTurn:
-    """DR-Venus's reading of a (tag-fixed) turn: a think block is required; then one
-    ``<answer>`` and no ``<tool_call>`` anywhere in the turn is an answer (empty or not), one
-    ``<tool_call>`` and no ``<answer>`` is a call when its body decodes (JSON, else JSON5) to an
-    object with ``name`` and ``arguments``; anything else is malformed."""
-    if not _THINK.search(content):
-        return EnvTurn("malformed", content, reason="missing <think></think>")
-    answer, call = _ANSWER.search(content), _TOOL_CALL.search(content)
-    if answer and not call:
-        return EnvTurn("answer", content)
-    if not call or answer:
-        return EnvTurn("malformed", content, reason="no single answer or tool call")
-    raw = call.group(1).strip()
-    try:
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            obj = json5.loads(raw)
-    except Exception as exc:  # json5 raises several types
-        return EnvTurn("malformed", content, reason=f"tool call is not JSON: {exc}")
-    if not isinstance(obj, dict) or "name" not in obj or "arguments" not in obj:
-        return EnvTurn("malformed", content, reason="a tool call needs 'name' and 'arguments'")
-    name = str(obj["name"])
-    try:
-        return EnvTurn("tool_call", content, call=normalize_tool_call(obj), call_name=name)
-    except ToolCallError as exc:
-        return EnvTurn("tool_call", content, call_name=name, call_error=str(exc))
+def refusal_text(texts: RLTexts, turn: EnvTurn) -> str | None:
+    """What a call that cannot run gets back: DR-Venus's tool server's own texts for a tool it
+    does not route and for a call without a tool's fields; drvenus's reason for a value our
+    tools cannot take; None for a call that runs."""
+    if turn.problem == "unknown_tool":
+        return texts.unknown_tool_text(turn.call_name)
+    if turn.problem == "missing_arguments" and turn.call_name in texts.bad_arguments:
+        return texts.bad_arguments[turn.call_name]
+    if turn.kind == "tool_call" and turn.call is None:
+        return str(turn.call_error)
+    return None
 
 
 @dataclass(frozen=True)
@@ -195,11 +140,13 @@ class EnvConfig:
 
 class _Trajectory:
     def __init__(self, model: ChatModel, tools: ToolExecutor, cfg: EnvConfig, question: str,
-                 max_turns: int, cutoff: CompletionCutoff | None) -> None:
+                 max_turns: int, cutoff: CompletionCutoff | None,
+                 prompt: Sequence[Mapping[str, Any]] | None = None) -> None:
         self.model, self.tools, self.cfg = model, tools, cfg
         self.question, self.max_turns, self.cutoff = question, max_turns, cutoff
-        self.messages: list[dict[str, str]] = protocol.initial_messages(question,
-                                                                         cfg.system_prompt)
+        self.messages: list[dict[str, str]] = (
+            protocol.initial_messages(question, cfg.system_prompt) if prompt is None
+            else row_messages(prompt, cfg.system_prompt))
         self.start = time.monotonic()
         self.turns = self.parse_errors = self.tool_calls = self.dedups = 0
         self.calls_made = 0
@@ -267,16 +214,18 @@ class _Trajectory:
             if not last and turn.kind == "malformed":
                 self.retries["parse"] += 1
                 continue
-            if not last and turn.call is not None and turn.call.key() in self.seen:
+            if not last and turn.call_key is not None and turn.call_key in self.seen:
                 self.retries["dedup"] += 1
                 continue
             break
         return turn
 
     async def execute(self, turn: EnvTurn) -> str:
-        if turn.call is None:  # an object with name and arguments that our tools cannot run
-            return str(turn.call_error)
-        self.seen.add(turn.call.key())
+        if turn.call_key is not None:
+            self.seen.add(turn.call_key)
+        refused = refusal_text(self.cfg.texts, turn)
+        if refused is not None:
+            return refused
         try:
             return str(await asyncio.wait_for(self.tools.call(turn.call),
                                               timeout=self.cfg.tool_timeout))
@@ -315,8 +264,8 @@ class _Trajectory:
             self.messages.append({"role": "assistant", "content": turn.content})
             self.turns += 1
             if turn.kind == "answer" or is_last:
-                answer = _ANSWER.search(turn.content)
-                prediction = answer.group(1).strip() if answer else None
+                answer = first_answer(turn.content)
+                prediction = answer.strip() if answer is not None else None
                 if reason == "context":
                     termination = "answered_token_limit" if answer else "token_limit_no_answer"
                 elif reason in ("steps", "cutoff"):
@@ -334,14 +283,26 @@ class _Trajectory:
         return self.record(termination)  # max_turns < 1 cannot happen (turn_limit >= 1)
 
 
+def row_messages(prompt: Sequence[Mapping[str, Any]], system_prompt: str) -> list[dict[str, Any]]:
+    """A data row's own prompt messages, as DR-Venus's RL loop starts from them: all kept (its
+    system message and extra messages too), the environment's system prompt put first only when
+    the row has no system message."""
+    messages = [dict(m) for m in prompt]
+    if not any(m.get("role") == "system" for m in messages):
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return messages
+
+
 async def run_trajectory(model: ChatModel, tools: ToolExecutor, cfg: EnvConfig, question: str,
-                         *, max_turns: int, cutoff: CompletionCutoff | None = None
-                         ) -> ResultRecord:
-    """One trajectory in DR-Venus's RL environment (see the module doc). Never raises for run-time
-    failures: they end as a termination (``llm_error``, ``timeout``, ``exception``)."""
+                         *, max_turns: int, cutoff: CompletionCutoff | None = None,
+                         prompt: Sequence[Mapping[str, Any]] | None = None) -> ResultRecord:
+    """One trajectory in DR-Venus's RL environment (see the module doc). ``prompt``: the data
+    row's own messages (verl's ``raw_prompt``, :func:`row_messages`), else the system prompt and
+    ``question``. Never raises for run-time failures: they end as a termination
+    (``llm_error``, ``timeout``, ``exception``)."""
     if not question or not question.strip():
         raise ValueError("the question is empty")
-    state = _Trajectory(model, tools, cfg, question, max(1, max_turns), cutoff)
+    state = _Trajectory(model, tools, cfg, question, max(1, max_turns), cutoff, prompt)
     try:
         return await asyncio.wait_for(state.run(), timeout=cfg.time_limit)
     except TimeoutError:
@@ -376,6 +337,6 @@ def is_plain_user(message: Mapping[str, Any]) -> bool:
         content.startswith(protocol.TOOL_RESPONSE_OPEN)
         and content.endswith(protocol.TOOL_RESPONSE_CLOSE))
 
-__all__ = ["CUTOFF_JOIN", "CompletionCutoff", "EnvConfig",
-           "EnvTurn", "classify_turn", "env_config", "fix_tags", "is_plain_user", "run_trajectory",
-           "turn_limit", "with_prompt_date"]
+__all__ = ["CUTOFF_JOIN", "CompletionCutoff", "EnvConfig", "EnvTurn", "classify_turn",
+           "env_config", "fix_tags", "is_plain_user", "refusal_text", "row_messages",
+           "run_trajectory", "turn_limit", "with_prompt_date"]

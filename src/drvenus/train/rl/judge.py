@@ -7,7 +7,7 @@ it, with its prompt, verdict pattern and short answers read from the pinned file
 * the question is read off the decoded prompt, as DR-Venus reads it: the text after the first
   ``user\\n`` and before the next ``assistant\\n`` (with a ChatML template the question followed
   by the template's end-of-turn and start tokens, which the judge sees too);
-* the answer is the first ``<answer>...</answer>`` (stripped) in the decoded response after its
+* the answer is the first answer block (stripped) in the decoded response after its
   last ``assistant\\n`` (the final turn), empty when there is none;
 * the literal short-cut: an answer equal (both stripped) to the whole ground-truth string scores
   1 and the judge is not asked; one of DR-Venus's short answers (the empty one included) scores
@@ -15,7 +15,9 @@ it, with its prompt, verdict pattern and short answers read from the pinned file
 * otherwise the judge gets the prompt with ``correct_answer`` the whole ground-truth string, as
   one user message with temperature 0.1, top_p 0.95, n 1, thinking on
   (``chat_template_kwargs.enable_thinking``), no token cap, a 300 s timeout and up to 3
-  attempts (an empty reply is asked again); the first match of the verdict pattern decides; no
+  attempts (an empty reply is asked again; the request goes to the endpoint's ``/v1`` under the
+  one base-URL rule and is retried under the one retry policy, so a 4xx is not asked again);
+  the first match of the verdict pattern decides; no
   verdict (or no reply) scores 0, and is counted as a judge failure.
 
 No cache: DR-Venus asks its (sampling) judge every time.
@@ -30,8 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
+from drvenus.llm.base import LLMError
+from drvenus.llm.openai_compat import HttpTransport
+from drvenus.net import RetryPolicy, with_retries
+from drvenus.protocol.dr_venus import first_answer
 from drvenus.reference.dr_venus_rl import RLJudgeTexts
 from drvenus.train.rl.rewards import JudgeStats
 
@@ -44,7 +48,6 @@ JUDGE_TIMEOUT = 300.0
 JUDGE_ATTEMPTS = 3
 ENABLE_THINKING = True  # DR-Venus: ENABLE_JUDGE_THINKING, default true
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _USER, _ASSISTANT = "user\n", "assistant\n"
 
 
@@ -58,13 +61,8 @@ def judge_question(prompt_text: str, fallback: str) -> str:
 
 def judge_answer(response_text: str) -> str:
     """The first answer block of the final turn of the decoded response, stripped ('' if none)."""
-    m = _ANSWER.search(response_text.split(_ASSISTANT)[-1])
-    return m.group(1).strip() if m else ""
-
-
-def chat_url(base_url: str) -> str:
-    base = base_url.rstrip("/")
-    return base if base.endswith("/chat/completions") else base + "/chat/completions"
+    answer = first_answer(response_text.split(_ASSISTANT)[-1])
+    return answer.strip() if answer is not None else ""
 
 
 @dataclass(frozen=True)
@@ -96,25 +94,33 @@ class DrVenusJudge:
         return self.texts.prompt.format(question=question, correct_answer=ground_truth,
                                               response=answer)
 
-    async def ask(self, client: httpx.AsyncClient, prompt: str) -> str | None:
-        """The judge's reply (stripped), None when none came after every attempt."""
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        last = "no attempt"
-        for _ in range(JUDGE_ATTEMPTS):
+    def transport(self) -> HttpTransport:
+        """The judge's endpoint under the one base-URL rule (``http://host:8000`` and
+        ``http://host:8000/v1`` are the same server, as for ``eval``'s judge)."""
+        return HttpTransport(self.base_url, self.api_key, timeout=self.timeout)
+
+    async def ask(self, transport: HttpTransport, prompt: str) -> str | None:
+        """The judge's reply (stripped), None when none came after every attempt. HTTP failures
+        and empty replies are tried again under the one retry policy (an error that says the
+        request itself is wrong, a 4xx, is not)."""
+        body = self.payload(prompt)
+
+        async def attempt(seconds: float | None) -> str:
+            data = await transport.request("POST", "/chat/completions", body, seconds)
             try:
-                reply = await client.post(chat_url(self.base_url), json=self.payload(prompt),
-                                          headers=headers, timeout=self.timeout)
-                reply.raise_for_status()
-                content = reply.json()["choices"][0]["message"]["content"]
-                if content and content.strip():
-                    return str(content).strip()
-                last = "an empty reply"
-            except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-        log.warning("outcome judge: no reply after %d attempts (%s)", JUDGE_ATTEMPTS, last)
-        return None
+                content = data["choices"][0]["message"]["content"]
+            except (KeyError, IndexError, TypeError):
+                raise LLMError(f"{transport.where}: a reply without choices") from None
+            if not content or not str(content).strip():
+                raise LLMError(f"{transport.where}: an empty reply", retryable=True)
+            return str(content).strip()
+
+        try:
+            return await with_retries(attempt, RetryPolicy(JUDGE_ATTEMPTS), timeout=self.timeout,
+                                      what="outcome judge")
+        except LLMError as exc:
+            log.warning("outcome judge: no reply (%s)", exc)
+            return None
 
     async def score(self, items: Sequence[tuple[str, str, str, str]]
                     ) -> tuple[list[float], JudgeStats]:
@@ -125,7 +131,7 @@ class DrVenusJudge:
         gate = asyncio.Semaphore(max(1, self.concurrency))
         zero = set(self.texts.zero_answers)
 
-        async def one(client: httpx.AsyncClient, prompt_text: str, response_text: str, gt: str,
+        async def one(transport: HttpTransport, prompt_text: str, response_text: str, gt: str,
                       question: str) -> float:
             answer = judge_answer(response_text)
             if answer == gt.strip():
@@ -135,7 +141,7 @@ class DrVenusJudge:
                 return 0.0
             prompt = self.prompt(judge_question(prompt_text, question), answer, gt)
             async with gate:
-                reply = await self.ask(client, prompt)
+                reply = await self.ask(transport, prompt)
             verdict = None if reply is None else self.verdict(reply)
             if verdict is None:
                 stats.failures += 1
@@ -145,8 +151,11 @@ class DrVenusJudge:
             stats.judged += 1
             return 1.0 if verdict else 0.0
 
-        async with httpx.AsyncClient() as client:
-            scores = await asyncio.gather(*(one(client, *it) for it in items))
+        transport = self.transport()
+        try:
+            scores = await asyncio.gather(*(one(transport, *it) for it in items))
+        finally:
+            await transport.aclose()
         return list(scores), stats
 
 

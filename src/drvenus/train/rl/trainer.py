@@ -426,11 +426,13 @@ def build_judge(config: RLConfig) -> Any | None:
     the pinned files, its sampling; :mod:`drvenus.train.rl.judge`)."""
     if config.reward_type != "llm":
         return None
-    if config.protocol_name() == "dr-venus":
-        from drvenus.reference.dr_venus_rl import rl_judge_texts
+    from drvenus.reference.profiles import profile
+
+    texts = profile(config.protocol_name()).rl_judge_texts()
+    if texts is not None:
         from drvenus.train.rl.judge import make_dr_venus_judge
 
-        judge = make_dr_venus_judge(rl_judge_texts(), config.judge_url, config.judge_model,
+        judge = make_dr_venus_judge(texts, config.judge_url, config.judge_model,
                                     config.judge_concurrency)
         if judge is None:
             raise RLConfigError(NO_JUDGE)

@@ -34,6 +34,7 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 
 from drvenus.llm.base import LLMError, SamplingParams
+from drvenus.reference.profiles import profile
 from drvenus.train.rl.engine import TokenGeneration, sampled_turn
 from drvenus.train.rl.environment import CompletionCutoff
 from drvenus.train.rl.verl_plugin.convert import (
@@ -117,7 +118,7 @@ class DrVenusAgentLoop(AgentLoopBase):
                                   int(rollout.max_model_len), uuid4().hex)
         limit = cfg.turn_limit(0)  # unseeded: a fresh draw per trajectory
         question = question_of(kwargs.get("raw_prompt"))
-        if cfg.protocol == "dr-venus":
+        if profile(cfg.protocol).rl_environment:
             from drvenus.train.rl.environment import run_trajectory
 
             cls = type(self)
@@ -126,8 +127,10 @@ class DrVenusAgentLoop(AgentLoopBase):
             recorder = TokenRecorder(engine, rerender_queries=True)
             cls.cutoff.start()
             try:
-                result = await run_trajectory(recorder, self.tools, cfg.environment(), question,
-                                              max_turns=limit, cutoff=cls.cutoff)
+                raw = kwargs.get("raw_prompt")  # the row's own messages, as DR-Venus keeps them
+                result = await run_trajectory(
+                    recorder, self.tools, cfg.environment(), question, max_turns=limit,
+                    cutoff=cls.cutoff, prompt=None if isinstance(raw, str) else raw)
             finally:
                 cls.cutoff.finish()
         else:

@@ -1,0 +1,83 @@
+"""The protocol profiles' names and what every profile does by default (drvenus's own words).
+
+A *profile* is whose words and habits the agent, its tools and the RL environment use: the
+system prompt, the loop's notices, the visit failure frame, the agent's and the page
+extractor's sampling, the RL environment's texts and the outcome judge. :class:`Profile` is
+drvenus's own (``drvenus``); the registry of every profile, looked up by name, is
+:mod:`drvenus.reference.profiles` (one of them reproduces DR-Venus's pinned files). Only the
+names live here, so that :mod:`drvenus.config` can declare the setting without loading a
+reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, get_args
+
+from drvenus.protocol.parse import DRVENUS_READER, TurnReader
+from drvenus.protocol.render import DRVENUS_TEXTS, ProtocolTexts, render_search
+
+#: every profile's name, the default first (the ``--protocol`` / DRVENUS_PROTOCOL values)
+ProtocolName = Literal["drvenus", "dr-venus"]
+PROTOCOLS: tuple[str, ...] = get_args(ProtocolName)
+DEFAULT_PROTOCOL = PROTOCOLS[0]
+#: writes the search tool's body for ``[(query, [hit, ...]), ...]``
+SearchRenderer = Callable[[Sequence[tuple[str, Sequence[Mapping[str, Any]]]]], str]
+
+
+class Profile:
+    """drvenus's own profile; another profile overrides what it does differently. ``settings``
+    is a :class:`drvenus.config.Settings` (where a profile's pinned files are read from)."""
+
+    name: str = DEFAULT_PROTOCOL
+    #: choosing it is said to the user (a departure from the default), not only logged
+    chosen: bool = False
+    #: the RL rollouts run its environment (RL texts, re-rendered queries, completion cut-off)
+    rl_environment: bool = False
+
+    def texts(self, settings: Any = None) -> ProtocolTexts:
+        """The words of the agent loop and the visit tool."""
+        return DRVENUS_TEXTS
+
+    def reader(self) -> TurnReader:
+        """How the agent loop repairs and reads a sampled turn."""
+        return DRVENUS_READER
+
+    def search_renderer(self) -> SearchRenderer:
+        """How the search tool writes its results (drvenus's JSON)."""
+        return render_search
+
+    def agent_sampling(self, settings: Any = None) -> Mapping[str, Any]:
+        """Sampling keywords on top of a real model's preset (none: the preset's)."""
+        return {}
+
+    def extractor(self, settings: Any = None) -> tuple[str, Mapping[str, Any]] | None:
+        """(prompt, sampling keywords) of the page extractor; None: ours, with the offline
+        method as fallback."""
+        return None
+
+    def note(self, settings: Any = None) -> str | None:
+        """One line on the prompt a run uses (None: nothing to say of this profile)."""
+        return None
+
+    def no_extractor_warning(self) -> str | None:
+        """What to warn of when no extractor model is configured."""
+        return None
+
+    def remote_tools_note(self) -> str | None:
+        """What to say when the tools run on a tool server."""
+        return None
+
+    def rl_texts(self) -> Any:
+        """The RL environment's texts (None: the agent loop's own)."""
+        return None
+
+    def rl_judge_texts(self) -> Any:
+        """The RL outcome judge's texts (None: drvenus's judge)."""
+        return None
+
+    def check_rl(self, judge: bool) -> None:
+        """Load what ``rl`` needs of this profile now, raising one line when it cannot."""
+
+
+__all__ = ["DEFAULT_PROTOCOL", "PROTOCOLS", "Profile", "ProtocolName", "SearchRenderer"]

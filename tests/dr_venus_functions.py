@@ -1,0 +1,132 @@
+"""DR-Venus's own functions, loaded for comparison from its pinned files (hash checked through
+the reference store, as drvenus.reference reads them): nothing of DR-Venus is in the repository.
+The tests that use them skip, with a reason, where DRVENUS_REFERENCE_DIR is not set."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import json5
+import pytest
+
+from drvenus.reference.store import ReferenceError, ReferenceStore
+
+NEEDS_REFERENCE = pytest.mark.skipif(
+    not os.environ.get("DRVENUS_REFERENCE_DIR"),
+    reason="compares with DR-Venus's own functions: set DRVENUS_REFERENCE_DIR to checkouts of "
+           "the pinned sources (CI: ../shared/reference)")
+
+
+def pinned_source(path: str, tmp_path: Path) -> str:
+    root = Path(os.environ["DRVENUS_REFERENCE_DIR"]).expanduser()
+    store = ReferenceStore(cache_dir=tmp_path / "cache", local_dir=root, download=False)
+    try:
+        return store.read_bytes("DR-Venus", path).decode("utf-8")
+    except ReferenceError as exc:
+        pytest.skip(str(exc))
+
+
+def load_functions(source: str, names: set[str], namespace: dict[str, Any]) -> dict[str, Any]:
+    """The top-level assignments and functions of ``source`` called ``names`` (methods of its
+    classes too, decorators dropped), executed in ``namespace``."""
+    body: list[ast.stmt] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in names:
+            node.decorator_list = []
+            body.append(node)
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id in names for t in node.targets):
+            body.append(node)
+    found = {n.targets[0].id if isinstance(n, ast.Assign) else n.name  # type: ignore
+             for n in body}
+    assert found == names, f"not found in the pinned file: {names - found}"
+    body.sort(key=lambda n: isinstance(n, ast.FunctionDef))  # constants and classes first
+    module = ast.Module(body=body, type_ignores=[])
+    exec(compile(module, "<pinned DR-Venus>", "exec"), namespace)  # noqa: S102 - test only
+    return namespace
+
+
+def run_demo_functions(tmp_path: Path) -> SimpleNamespace:
+    """``_sanitize_content``, ``parse_llm_response`` (bound to a quiet solver) and
+    ``_tool_call_key`` of Inference/run_demo.py."""
+    ns = load_functions(
+        pinned_source("Inference/run_demo.py", tmp_path),
+        {"ALLOWED_ARGS", "ALLOWED_TOOLS", "_filter_args", "_sanitize_content",
+         "parse_llm_response", "_tool_call_key"},
+        {"re": re, "json": json, "json5": json5})
+    solver = SimpleNamespace(log=lambda message: None)
+    return SimpleNamespace(
+        sanitize=ns["_sanitize_content"],
+        parse=lambda content: ns["parse_llm_response"](solver, content, 0),
+        key=ns["_tool_call_key"])
+
+
+class _SerperConnection:
+    """``http.client.HTTPSConnection`` for DR-Venus's search tool: answers ``reply``."""
+
+    reply: Any = None
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+
+    def request(self, *args: Any) -> None:
+        pass
+
+    def getresponse(self) -> Any:
+        body = json.dumps(type(self).reply).encode("utf-8")
+        return SimpleNamespace(read=lambda: body)
+
+
+def search_function(tmp_path: Path) -> Any:
+    """DR-Venus's ``google_search_with_serp`` (Inference/tool_server/tool_search.py) as
+    ``search(query, serper_reply) -> text``, Serper answered by ``serper_reply``."""
+    http = SimpleNamespace(client=SimpleNamespace(HTTPSConnection=_SerperConnection))
+    ns = load_functions(pinned_source("Inference/tool_server/tool_search.py", tmp_path),
+                        {"google_search_with_serp"},
+                        {"json": json, "http": http, "SERPER_KEY": "key"})
+
+    def search(query: str, reply: Any) -> str:
+        _SerperConnection.reply = reply
+        return ns["google_search_with_serp"](None, query)
+
+    return search
+
+
+def rl_functions(tmp_path: Path) -> SimpleNamespace:
+    """DR-Venus's RL turn reading (``_parse_single_response``, ``_tool_call_key`` of
+    dr_agent_loop.py) and its tool server's answer to a call (``custom_call_tool`` routing to
+    the search and visit tools' ``call``; a call that would reach the web answers None)."""
+    loop = load_functions(
+        pinned_source("RL/scrl/llm_agent/dr_agent_loop.py", tmp_path),
+        {"ALLOWED_ARGS", "THINK_RE", "ANSWER_RE", "TOOL_RE", "_Flag", "_filter_args",
+         "_tool_call_key", "_parse_single_response"},
+        {"re": re, "json": json, "json5": json5, "Tuple": tuple, "Any": Any})
+    reached: list[str] = []
+    tools = {}
+    for name, path, web in (("Search", "RL/tool_server/tool_search.py", "search_with_serp"),
+                            ("Visit", "RL/tool_server/tool_visit.py", "readpage_jina")):
+        ns = load_functions(pinned_source(path, tmp_path), {"call"},
+                            {"List": list, "Union": Any, "time": __import__("time"),
+                             "os": SimpleNamespace(makedirs=lambda *a, **k: None)})
+        tools[name] = type(name, (), {"call": ns["call"],
+                                      web: lambda self, *a, w=web: reached.append(w) or w})
+    route = load_functions(pinned_source("RL/tool_server/execute_tools.py", tmp_path),
+                           {"custom_call_tool"},
+                           {**tools, "parse_search_results": lambda text: text})
+
+    def call_tool(tool_call: dict) -> str | None:
+        reached.clear()
+        text = route["custom_call_tool"](json.loads(json.dumps(tool_call)))
+        return None if reached else text
+
+    flags = {loop["_Flag"].END: "answer", loop["_Flag"].CALL: "tool_call",
+             loop["_Flag"].ERROR: "malformed"}
+    return SimpleNamespace(
+        parse=lambda content: loop["_parse_single_response"](content, think=False),
+        kind=flags, key=loop["_tool_call_key"], call_tool=call_tool)
