@@ -109,6 +109,8 @@ def test_version_prints_and_exits_0():
         (["nosuchcommand"], "drvenus:", "nosuchcommand"),
         (["data", "clean"], "drvenus data clean:", "--input"),
         (["ask", "q?", "--base-url", "ftp://host/v1"], "error:", "http://"),
+        (["ask", "q?", "--context-strategy", "bogus"], "error:", "--context-strategy"),
+        (["ask", "q?", "--keep-last", "-1"], "error:", "--keep-last"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(args, where, message):

@@ -22,6 +22,9 @@ VISIT_READERS = ("jina", "fetch", "local")
 # whose words the agent and its tools use: ours, or DR-Venus's read from its pinned files
 PROTOCOLS = ("drvenus", "dr-venus")
 ProtocolName = Literal["drvenus", "dr-venus"]
+# what the agent does when its context nears the budget (drvenus.agent.context)
+ContextStrategyName = Literal["none", "keep-last-k", "summarise"]
+CONTEXT_STRATEGIES: tuple[str, ...] = ContextStrategyName.__args__  # type: ignore[attr-defined]
 
 
 def _secret(value: SecretStr | None) -> str | None:
@@ -121,6 +124,11 @@ class Settings(BaseSettings):
     max_context: int | None = Field(default=None, ge=1024)
     time_limit: float | None = Field(default=None, gt=0)
     max_attempts: int | None = Field(default=None, ge=1)
+    # context management (drvenus.agent.context): none (end with the forced answer when the
+    # budget fills, as DR-Venus does), keep-last-k (older tool responses become a one-line
+    # stub; keep_last of them stay whole) or summarise (a report, then a restart from it)
+    context_strategy: ContextStrategyName | None = None
+    keep_last: int | None = Field(default=None, ge=0)
 
     @field_validator("search", "visit")
     @classmethod

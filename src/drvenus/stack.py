@@ -180,6 +180,12 @@ def agent_config(settings: Settings, system_prompt_file: str | None = None) -> A
         changes["max_context_tokens"] = settings.max_context
     if settings.time_limit is not None:
         changes["time_limit"] = settings.time_limit
+    if settings.context_strategy is not None or settings.keep_last is not None:
+        changes["context"] = replace(
+            cfg.context,
+            **{k: v for k, v in (("strategy", settings.context_strategy),
+                                  ("keep_last", settings.keep_last)) if v is not None},
+        )
     if settings.constrained is not None:  # else the preset's: on for the embedded model only
         changes["constrained"] = settings.constrained
     if system_prompt_file:

@@ -1,5 +1,6 @@
 """The research agent loop, its result record and its trace events."""
 
+from drvenus.agent.context import ContextPolicy
 from drvenus.agent.events import (
     EventCallback,
     TraceEvent,
@@ -20,6 +21,7 @@ __all__ = [
     "FAILED_TERMINATIONS",
     "TERMINATIONS",
     "AgentConfig",
+    "ContextPolicy",
     "EventCallback",
     "ResearchAgent",
     "ResultRecord",

@@ -95,6 +95,18 @@ class LiveTrace:
         for frame in frames:
             self.console.print(f"    [dim]summary:[/] {escape(_short(frame['summary'], 200))}")
 
+    def _on_compaction(self, e: TraceEvent) -> None:
+        d = e.data
+        how = ("restarted from a report" if d.get("report") is not None
+               else f"{counted(len(d.get('elided', [])), 'older tool result')} stubbed"
+               + (f", {counted(d.get('dropped', 0), 'round')} dropped" if d.get("dropped") else ""))
+        self.console.print(
+            f"  [blue]context compacted[/] [dim]({escape(str(d.get('strategy')))}: {how}; "
+            f"{d.get('tokens_before')} → {d.get('tokens_after')} tokens)[/]"
+        )
+        if self.show_thinking and d.get("report"):
+            self.console.print(f"  [dim italic]{escape(_short(d['report'], 300))}[/]")
+
     def _on_answer(self, e: TraceEvent) -> None:
         label = "Answer (forced)" if e.data.get("forced") else "Answer"
         if not e.data.get("answer"):
@@ -192,6 +204,8 @@ class BatchProgress:
             doing = f"retrying ({event.data.get('kind', 'error')})"
         elif event.type == "limit_notice":
             doing = "answering (limit reached)"
+        elif event.type == "compaction":
+            doing = f"context compacted ({event.data.get('strategy')})"
         elif event.type == "answer":
             doing = "answered"
         self.active[item.id] = (label, step, doing)

@@ -79,6 +79,12 @@ class AgentOptions:
     max_steps: int | None = option("Tool-call step limit.")
     max_context: int | None = option("Context budget in tokens.")
     time_limit: float | None = option("Wall-clock limit per question (seconds).")
+    context_strategy: str | None = option(
+        "What to do when the context nears its budget: none (answer with what was found; the "
+        "default), keep-last-k (older tool results become a one-line stub) or summarise (write "
+        "a report and restart from it).")
+    keep_last: int | None = option(
+        "With --context-strategy keep-last-k: the tool results kept whole (default 3).")
     system_prompt_file: Path | None = option(
         "Replace the system prompt with this file's text, or with the system message of the "
         "first trajectory in a .json / .jsonl / .parquet file.")

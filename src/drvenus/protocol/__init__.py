@@ -9,6 +9,15 @@ REDSearcher data (``legacy``). Callers: the agent parses turns with ``repair_tur
 RL scores format with ``check_turn_format``.
 """
 
+from drvenus.protocol.compaction import (
+    ELIDED_TOOL_RESPONSE,
+    SUMMARY_REQUEST,
+    elided_tool_response,
+    is_elided,
+    report_text,
+    summary_message,
+    summary_request,
+)
 from drvenus.protocol.format import check_turn_format
 from drvenus.protocol.grammar import grammar_for_kind, protocol_grammar
 from drvenus.protocol.parse import (
@@ -80,6 +89,7 @@ __all__ = [
     "ANSWER_SPLIT",
     "CONTEXT_LIMIT_MESSAGE",
     "DRVENUS_TEXTS",
+    "ELIDED_TOOL_RESPONSE",
     "FORMAT_ERROR_MESSAGE",
     "IG_PSEUDO_ANSWER",
     "MISSING_ARGUMENT",
@@ -88,6 +98,7 @@ __all__ = [
     "SEARCH",
     "STEP_LIMIT_MESSAGE",
     "STOP_STRINGS",
+    "SUMMARY_REQUEST",
     "TOOL_RESPONSE_CLOSE",
     "TOOL_RESPONSE_OPEN",
     "TRAJECTORY_LAYOUT",
@@ -103,10 +114,12 @@ __all__ = [
     "build_system_prompt",
     "check_turn_format",
     "classify_tool_response",
+    "elided_tool_response",
     "extract_answer",
     "first_answer_block",
     "grammar_for_kind",
     "initial_messages",
+    "is_elided",
     "is_visit_failure",
     "join_visits",
     "load_system_prompt",
@@ -126,7 +139,10 @@ __all__ = [
     "render_visit",
     "render_visit_failure",
     "repair_turn",
+    "report_text",
     "search_entry",
+    "summary_message",
+    "summary_request",
     "template_prefills_think",
     "tool_error_message",
     "tools_section",
