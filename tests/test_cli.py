@@ -108,6 +108,7 @@ def test_version_prints_and_exits_0():
         (["run"], "drvenus run:", "Missing argument"),
         (["nosuchcommand"], "drvenus:", "nosuchcommand"),
         (["data", "clean"], "drvenus data clean:", "--input"),
+        (["data", "from-runs", "runs.jsonl"], "drvenus data from-runs:", "--output"),
         (["ask", "q?", "--base-url", "ftp://host/v1"], "error:", "http://"),
         (["ask", "q?", "--context-strategy", "bogus"], "error:", "--context-strategy"),
         (["ask", "q?", "--keep-last", "-1"], "error:", "--keep-last"),
