@@ -109,3 +109,17 @@ def test_bad_input_is_one_line_exit_2(runs, tmp_path, args, message):
     assert res.exit_code == 2
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], res.output
+
+
+def test_a_heavy_record_counts_as_its_runs(tmp_path):
+    from drvenus.agent import HeavyPolicy
+
+    model = ScriptedModel([call("search", query=["dracula author"]), answer("Bram Stoker")])
+    config = AgentConfig(max_steps=3, max_attempts=1, backoff_base=0.0, system_prompt=PROMPT,
+                         heavy=HeavyPolicy(runs=2, mode="vote"))
+    record = asyncio.run(ResearchAgent(model, ScriptedTools(HITS), config).run("Who?"))
+    results = write_jsonl(tmp_path / "heavy.jsonl", [{**record.to_dict(), "answer": "x"}])
+    res = runner.invoke(app, ["data", "from-runs", str(results), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    rows = (tmp_path / "out" / TRAJECTORIES).read_text().splitlines()
+    assert len(rows) == 2 and all(json.loads(r)["gt"] == "x" for r in rows)

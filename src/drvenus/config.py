@@ -25,6 +25,9 @@ ProtocolName = Literal["drvenus", "dr-venus"]
 # what the agent does when its context nears the budget (drvenus.agent.context)
 ContextStrategyName = Literal["none", "keep-last-k", "summarise"]
 CONTEXT_STRATEGIES: tuple[str, ...] = ContextStrategyName.__args__  # type: ignore[attr-defined]
+# how Heavy mode's runs become one answer (drvenus.agent.heavy)
+HeavyModeName = Literal["synthesise", "vote"]
+HEAVY_MODES: tuple[str, ...] = HeavyModeName.__args__  # type: ignore[attr-defined]
 
 
 def _secret(value: SecretStr | None) -> str | None:
@@ -129,6 +132,10 @@ class Settings(BaseSettings):
     # stub; keep_last of them stay whole) or summarise (a report, then a restart from it)
     context_strategy: ContextStrategyName | None = None
     keep_last: int | None = Field(default=None, ge=0)
+    # Heavy mode (drvenus.agent.heavy): heavy runs of each question in parallel, then one
+    # answer by a synthesis turn (falling back to a majority vote) or by the vote alone
+    heavy: int | None = Field(default=None, ge=1, le=64)
+    heavy_mode: HeavyModeName | None = None
 
     @field_validator("search", "visit")
     @classmethod

@@ -186,6 +186,12 @@ def agent_config(settings: Settings, system_prompt_file: str | None = None) -> A
             **{k: v for k, v in (("strategy", settings.context_strategy),
                                   ("keep_last", settings.keep_last)) if v is not None},
         )
+    if settings.heavy is not None or settings.heavy_mode is not None:
+        changes["heavy"] = replace(
+            cfg.heavy,
+            **{k: v for k, v in (("runs", settings.heavy), ("mode", settings.heavy_mode))
+               if v is not None},
+        )
     if settings.constrained is not None:  # else the preset's: on for the embedded model only
         changes["constrained"] = settings.constrained
     if system_prompt_file:
@@ -324,7 +330,8 @@ def build_stack(
 
     tools = build_toolbox(settings, progress=progress)
     try:
-        model = build_model(settings, parallel=parallel, notify=notify)
+        # Heavy mode's runs of one question share the model's slots with the other questions
+        model = build_model(settings, parallel=parallel * config.heavy.runs, notify=notify)
     except BaseException:
         close_quietly(tools)
         raise

@@ -8,6 +8,7 @@ from drvenus.agent.events import (
     read_trace,
     replay_messages,
 )
+from drvenus.agent.heavy import HeavyPolicy
 from drvenus.agent.loop import (
     AgentConfig,
     ResearchAgent,
@@ -23,6 +24,7 @@ __all__ = [
     "AgentConfig",
     "ContextPolicy",
     "EventCallback",
+    "HeavyPolicy",
     "ResearchAgent",
     "ResultRecord",
     "Termination",

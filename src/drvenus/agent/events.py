@@ -86,12 +86,16 @@ def replay_messages(events: Iterable[TraceEvent | Mapping[str, Any]]) -> list[di
 
 
 def split_runs(events: Iterable[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Event dicts grouped into runs: each ``started`` event opens one."""
+    """Event dicts grouped into runs: each ``started`` event opens one. Heavy mode's runs
+    interleave; their events carry ``heavy_run`` (the run's index) and are grouped by it."""
     runs: list[list[dict[str, Any]]] = []
+    current: dict[Any, list[dict[str, Any]]] = {}  # the open run of each heavy_run tag
     for event in events:
-        if event.get("type") == "started" or not runs:
+        tag = (event.get("data") or {}).get("heavy_run")
+        if event.get("type") == "started" or tag not in current:
             runs.append([])
-        runs[-1].append(event)
+            current[tag] = runs[-1]
+        current[tag].append(event)
     return runs
 
 

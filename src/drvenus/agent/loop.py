@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from drvenus import protocol
 from drvenus.agent.context import ContextManager, ContextPolicy, Messages
 from drvenus.agent.events import EventCallback, TraceEvent
+from drvenus.agent.heavy import HeavyPolicy, run_heavy
 from drvenus.agent.record import ResultRecord, Termination
 from drvenus.llm.base import ChatModel, Generation, GrammarKind, LLMError, SamplingParams
 from drvenus.net.retry import RetryPolicy
@@ -80,6 +81,7 @@ class AgentConfig:
     # DR-Venus's read from its pinned source (drvenus.reference.dr_venus)
     texts: ProtocolTexts = DRVENUS_TEXTS
     context: ContextPolicy = field(default_factory=ContextPolicy)  # what to do near the budget
+    heavy: HeavyPolicy = field(default_factory=HeavyPolicy)  # runs per question, and how joined
 
     @property
     def retry(self) -> RetryPolicy:
@@ -560,6 +562,19 @@ class ResearchAgent:
         if not question or not question.strip():
             raise ValueError("the question is empty")
         config = await self.effective_config()
+        if config.heavy.runs > 1:  # Heavy mode: several runs, then one answer
+            return await run_heavy(self, config, question, on_event)
+        return await self.run_one(question, on_event)
+
+    async def run_one(
+        self, question: str, on_event: EventCallback | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> ResultRecord:
+        """One research run of ``question``, whatever ``heavy`` says (each of Heavy mode's
+        runs is one, with its own ``sampling``)."""
+        config = await self.effective_config()
+        if sampling is not None:
+            config = replace(config, sampling=sampling)
         state = _QuestionRun(self, config, question, on_event)
         try:
             record = await asyncio.wait_for(state.run(), timeout=config.time_limit)

@@ -32,11 +32,32 @@ class LiveTrace:
         self.show_thinking = show_thinking
 
     def __call__(self, event: TraceEvent) -> None:
+        run = event.data.get("heavy_run")
+        if run is not None:  # one of Heavy mode's parallel runs: one line per tool call
+            self._heavy_member(int(run), event)
+            return
         handler = getattr(self, f"_on_{event.type}", None)
         if handler is not None:
             handler(event)
 
+    def _heavy_member(self, run: int, e: TraceEvent) -> None:
+        label = f"[bold cyan]run {run + 1}[/]"
+        if e.type == "started" and run == 0:
+            self.console.print(Panel(escape(e.data["question"]), title="Question", expand=False))
+        elif e.type == "tool_call":
+            args: dict[str, Any] = e.data["arguments"]
+            what = "; ".join(map(str, args.get("query") or args.get("url") or []))
+            self.console.print(f"  {label} [green]{escape(e.data['name'])}[/] "
+                               f"{escape(_short(what, 100))}")
+        elif e.type == "finished":
+            r = e.data["record"]
+            self.console.print(f"  {label} {r['termination']}: "
+                               f"{escape(_short(str(r.get('prediction')), 120))}")
+
     def _on_started(self, e: TraceEvent) -> None:
+        if e.data.get("heavy"):
+            self.console.print(f"[bold]Final answer from {e.data['heavy']} runs[/]")
+            return
         self.console.print(Panel(escape(e.data["question"]), title="Question", expand=False))
         model, window = e.data.get("model"), e.data.get("context_window")
         if model:

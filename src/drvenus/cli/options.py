@@ -85,6 +85,12 @@ class AgentOptions:
         "a report and restart from it).")
     keep_last: int | None = option(
         "With --context-strategy keep-last-k: the tool results kept whole (default 3).")
+    heavy: int | None = option(
+        "Heavy mode: research each question this many times in parallel, then write one "
+        "answer from the runs' answers and evidence (default 1: one run).")
+    heavy_mode: str | None = option(
+        "How Heavy mode's runs become one answer: synthesise (a synthesis turn; a majority "
+        "vote if it fails; the default) or vote (the majority vote alone).")
     system_prompt_file: Path | None = option(
         "Replace the system prompt with this file's text, or with the system message of the "
         "first trajectory in a .json / .jsonl / .parquet file.")

@@ -9,6 +9,8 @@ Reads what drvenus writes and what DR-Venus's inference writes:
 - trace files (``drvenus ask --trace``, the traces of ``drvenus serve``): each run's
   ``finished`` record.
 
+A Heavy mode record (``--heavy N``) counts as its N runs.
+
 Each run that ended with the model's own answer becomes one clean-format row (``question``,
 ``messages``, ``gt``) for ``data clean``, whose validation and correctness filter then keep
 the well-formed, right ones (rejection sampling). The gold answer comes from the row itself
@@ -102,6 +104,17 @@ class GoldAnswers:
         return self.by_question.get(question.strip()) or self.by_id.get(str(run_id), [])
 
 
+def heavy_members(run: Any) -> list[Any]:
+    """A Heavy mode record's runs (each with the record's id and gold answer; the synthesis
+    turn itself is not a research trajectory), or the run itself."""
+    heavy = (run.get("extra") or {}).get("heavy") if isinstance(run, dict) else None
+    members = heavy.get("runs") if isinstance(heavy, dict) else None
+    if not isinstance(members, list):
+        return [run]
+    inherited = {k: run[k] for k in ("id", *ANSWER_KEYS) if k in run}
+    return [{**m, **inherited} if isinstance(m, dict) else m for m in members]
+
+
 def _messages(value: Any) -> list[dict[str, str]] | None:
     if not isinstance(value, list) or not value:
         return None
@@ -173,7 +186,7 @@ def from_runs(paths: Iterable[Path], output: Path, *, gold: Path | None = None,
     try:
         with tmp.open("w", encoding="utf-8") as fh:
             for path in files:
-                for run in runs_in(path):
+                for run in (m for r in runs_in(path) for m in heavy_members(r)):
                     report.runs += 1
                     row, reason = trajectory_row(run, answers, forced=forced)
                     if row is None:

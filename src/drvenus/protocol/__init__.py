@@ -69,6 +69,7 @@ from drvenus.protocol.render import (
     visit_failure_marks,
     wrap_tool_response,
 )
+from drvenus.protocol.synthesis import SYNTHESIS_PROMPT, Candidate, synthesis_messages
 from drvenus.protocol.tools import (
     MISSING_ARGUMENT,
     SEARCH,
@@ -99,6 +100,8 @@ __all__ = [
     "STEP_LIMIT_MESSAGE",
     "STOP_STRINGS",
     "SUMMARY_REQUEST",
+    "SYNTHESIS_PROMPT",
+    "Candidate",
     "TOOL_RESPONSE_CLOSE",
     "TOOL_RESPONSE_OPEN",
     "TRAJECTORY_LAYOUT",
@@ -143,6 +146,7 @@ __all__ = [
     "search_entry",
     "summary_message",
     "summary_request",
+    "synthesis_messages",
     "template_prefills_think",
     "tool_error_message",
     "tools_section",
