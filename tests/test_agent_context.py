@@ -165,3 +165,26 @@ def test_compactions_are_shown_in_the_terminal_and_the_web_views(strategy):
     console = Console(record=True, width=200)
     LiveTrace(console)(event)
     assert "context compacted" in console.export_text()
+
+
+def test_a_window_far_below_the_budget_is_warned_about(caplog):
+    from drvenus.agent.context import small_window_warning
+
+    assert small_window_warning(None, 230_000) is None
+    assert small_window_warning(32_768, 230_000) is None  # small machines' usual window
+    assert small_window_warning(4096, 6500) is None  # the embedded preset: budget fits
+    model = ScriptedModel([answer("x")])
+    model.window = 2048
+    with caplog.at_level("WARNING"):
+        asyncio.run(ResearchAgent(model, ScriptedTools(), AgentConfig()).run("q?"))
+    assert "2048 tokens, far below the 230000-token budget" in caplog.text
+
+
+def test_ollama_is_told_to_raise_its_window(caplog):
+    from drvenus.llm.openai_compat import OpenAICompatModel
+    from stub_server import StubServer
+
+    with StubServer([answer("x")], owned_by="library") as server, caplog.at_level("WARNING"):
+        model = OpenAICompatModel(server.base_url, None, None)
+        assert asyncio.run(model.context_window()) is None
+    assert "OLLAMA_CONTEXT_LENGTH" in caplog.text

@@ -115,6 +115,9 @@ def test_version_prints_and_exits_0():
         (["ask", "q?", "--heavy", "0"], "error:", "--heavy"),
         (["ask", "q?", "--heavy-mode", "mean"], "error:", "--heavy-mode"),
         (["serve", "--heavy", "2"], "error:", "--heavy"),
+        (["ask", "q?", "--kv-cache", "q3"], "error:", "--kv-cache"),
+        (["ask", "q?", "--kv-cache", "q8_0", "--base-url", "http://127.0.0.1:9/v1",
+          "--model-name", "m"], "error:", "--kv-cache applies"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(args, where, message):

@@ -25,6 +25,8 @@ ProtocolName = Literal["drvenus", "dr-venus"]
 # what the agent does when its context nears the budget (drvenus.agent.context)
 ContextStrategyName = Literal["none", "keep-last-k", "summarise"]
 CONTEXT_STRATEGIES: tuple[str, ...] = ContextStrategyName.__args__  # type: ignore[attr-defined]
+# the KV cache type of a GGUF run in process (drvenus.llm.llamacpp)
+KvCacheName = Literal["f16", "q8_0", "q4_0"]
 # how Heavy mode's runs become one answer (drvenus.agent.heavy)
 HeavyModeName = Literal["synthesise", "vote"]
 HEAVY_MODES: tuple[str, ...] = HeavyModeName.__args__  # type: ignore[attr-defined]
@@ -59,6 +61,7 @@ class Settings(BaseSettings):
     constrained: bool | None = None
     n_ctx: int | None = Field(default=None, ge=256)  # a GGUF's window per conversation
     n_threads: int | None = Field(default=None, ge=1)
+    kv_cache: KvCacheName | None = None  # a GGUF's KV cache type (None: f16)
     request_timeout: float = Field(default=600.0, gt=0)
 
     # where the index and the embedded model are cached

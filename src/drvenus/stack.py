@@ -217,6 +217,7 @@ def build_model(
         models_dir=settings.models_root(),
         notify=notify,
         adapter=adapter_file(settings),
+        kv_cache=settings.kv_cache,
     )
 
 
@@ -326,7 +327,10 @@ def build_stack(
     """Model, tools and agent for ``settings``; raises LLMError / CorpusError / ValueError.
     ``parallel``: how many questions will run at once (a local GGUF gets that many slots)."""
     config = agent_config(settings, system_prompt_file)
+    from drvenus.llm.factory import check_kv_cache
     from drvenus.tools.toolbox import close_quietly
+
+    check_kv_cache(settings.kv_cache, settings.model_path, settings.base_url)  # fail fast
 
     tools = build_toolbox(settings, progress=progress)
     try:

@@ -30,6 +30,9 @@ from drvenus.config import CONTEXT_STRATEGIES, ContextStrategyName
 DEFAULT_KEEP_LAST = 3
 # Share of the context budget past which a strategy compacts.
 DEFAULT_COMPACT_AT = 0.75
+# A model window below this, and a quarter of the budget asked for or less, gets a warning:
+# research fills it after a page or two (Ollama's default 2-4K context, a small -c).
+SMALL_WINDOW = 8192
 
 Messages = list[dict[str, str]]
 # Writes the report of a conversation (the summary request already appended): the report, or
@@ -164,6 +167,18 @@ class ContextManager:
         if not self.count:
             return {}
         return {"context_strategy": self.policy.strategy, "compactions": self.count}
+
+
+def small_window_warning(window: int | None, budget: int) -> str | None:
+    """The warning for a model window far smaller than the context budget, or None."""
+    if not window or window >= SMALL_WINDOW or window * 4 > budget:
+        return None
+    return (
+        f"the model's context window is {window} tokens, far below the {budget}-token budget: "
+        "a research run will end after a page or two. Give the server a larger context "
+        "(Ollama: OLLAMA_CONTEXT_LENGTH or num_ctx; llama-server: -c; vLLM: --max-model-len), "
+        "or use --context-strategy summarise"
+    )
 
 
 def apply_compaction(messages: Messages, data: dict[str, Any]) -> Messages:

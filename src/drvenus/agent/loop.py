@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from drvenus import protocol
-from drvenus.agent.context import ContextManager, ContextPolicy, Messages
+from drvenus.agent.context import ContextManager, ContextPolicy, Messages, small_window_warning
 from drvenus.agent.events import EventCallback, TraceEvent
 from drvenus.agent.heavy import HeavyPolicy, run_heavy
 from drvenus.agent.record import ResultRecord, Termination
@@ -545,6 +545,9 @@ class ResearchAgent:
         """The config with its budgets fitted to the model's context window (asked once)."""
         if self._fitted is None:
             self.window = await self.model.context_window()
+            warning = small_window_warning(self.window, self.config.max_context_tokens)
+            if warning:
+                log.warning("%s", warning)
             fitted = fit_to_window(self.config, self.window)
             if fitted != self.config:
                 log.info(

@@ -69,6 +69,9 @@ class AgentOptions:
         "process (default: the embedded model's shipped adapter, if one ships).")
     no_adapter: Annotated[bool | None, Cli(flags=("--no-adapter",))] = option(
         "Run the GGUF model without any adapter, not even the shipped one.")
+    kv_cache: str | None = option(
+        "KV cache type of the GGUF model run in process: f16 (default), q8_0 (about half the "
+        "memory, so twice the window fits), q4_0.")
     base_url: str | None = option(
         "OpenAI-compatible server (vLLM, SGLang, llama-server, Ollama).")
     model_name: str | None = option("Model served at --base-url (default: its first).")
