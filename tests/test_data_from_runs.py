@@ -105,6 +105,7 @@ def test_clean_keeps_the_right_ones_and_sft_trains_on_them(runs, tmp_path, tiny_
 ])
 def test_bad_input_is_one_line_exit_2(runs, tmp_path, args, message):
     args = [a.format(results=runs["results"], trace=runs["trace"]) for a in args]
+    args = [str(tmp_path / a) if a == "out" else a for a in args]
     res = runner.invoke(app, ["data", "from-runs", *args])
     assert res.exit_code == 2
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
