@@ -208,8 +208,8 @@ class BatchProgress:
         return Group(self.overall, lines) if self.active else self.overall
 
     def event(self, item: Any, event: TraceEvent) -> None:
-        """One trace event of ``item``'s run."""
-        if event.type == "finished":
+        """One trace event of ``item``'s run (Heavy mode's runs share its line)."""
+        if event.type == "finished" and "heavy_run" not in event.data:
             self.active.pop(item.id, None)
             return
         label, step, doing = self.active.get(item.id) or (self.label_of(item), 0, "starting")
