@@ -137,3 +137,19 @@ def test_runs_after_the_first_sample_differently():
     second, third = member_sampling(greedy, 1), member_sampling(greedy, 2)
     assert second.temperature == MEMBER_TEMPERATURE and len({0, second.seed, third.seed}) == 3
     assert member_sampling(SamplingParams(temperature=0.6), 1).temperature == 0.6
+
+
+def test_a_constrained_synthesis_must_pick_one_of_the_answers():
+    from dataclasses import replace
+
+    researchers = Researchers(synthesis=answer("Researcher 1"))
+    config = AgentConfig(max_steps=3, max_attempts=1, backoff_base=0.0, constrained=True,
+                         heavy=HeavyPolicy(runs=4))
+    agent = ResearchAgent(ScriptedModel([researchers]), ScriptedTools("[]"), config)
+    record = asyncio.run(agent.run("Who wrote Dracula?"))
+    assert record.prediction == "Bram Stoker" and record.extra["heavy"]["chosen_by"] == "vote"
+    assert "none of the runs' answers" in record.extra["heavy"]["note"]
+    unconstrained = replace(config, constrained=False)
+    agent = ResearchAgent(ScriptedModel([Researchers(synthesis=answer("Researcher 1"))]),
+                          ScriptedTools("[]"), unconstrained)
+    assert asyncio.run(agent.run("Who wrote Dracula?")).prediction == "Researcher 1"

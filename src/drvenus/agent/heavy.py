@@ -9,7 +9,8 @@ model), :data:`MEMBER_TEMPERATURE`: N greedy runs would all be the same run. The
 - ``synthesise`` (default): the model reads each run's answer, its final reasoning and the
   sources it read (:func:`drvenus.protocol.synthesis_messages`) and writes the final answer in
   one answer turn (under the answer grammar when the run is constrained). If that turn fails
-  (no answer, the model unreachable), the vote decides.
+  (no answer, the model unreachable; under a grammar, an answer that is none of the runs'
+  answers: a small constrained model copies spans of the prompt), the vote decides.
 - ``vote``: a deterministic majority over the normalised answers of the runs that answered
   (:func:`drvenus.grading.match.normalize_answer`); a tie goes to the earliest run.
 
@@ -177,8 +178,14 @@ async def _synthesise(
         "completion_tokens": gen.completion_tokens, "prompt_tokens": gen.prompt_tokens,
         "cached_tokens": gen.cached_tokens,
     }))
+    reason = None
     if turn.kind != "answer" or not (turn.answer or "").strip():
         reason = turn.error or "the synthesis turn gave no answer"
+    elif config.constrained and normalize_answer(str(turn.answer)) not in votes(records):
+        # a grammar-bound small model copies spans of the prompt ("Researcher 1"): it may only
+        # pick one of the runs' answers
+        reason = f"the synthesis answer {turn.answer!r} is none of the runs' answers"
+    if reason:
         await emit(TraceEvent("error", 0, {"kind": "synthesis_failed", "attempt": 0,
                                            "message": reason, "last": True}))
         return None, f"synthesis failed: {reason}"
