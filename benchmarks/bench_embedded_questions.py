@@ -124,14 +124,20 @@ def current_variant(name: str = "ours") -> Variant:
 
 
 def _ours_with(name: str, steps: int | None = None, snippet_chars: int | None = None,
-               max_tokens: int | None = None, **grammar: Any) -> Callable[[], Variant]:
-    """Ablations: the current preset with a few values changed (``None`` drops an option)."""
+               max_tokens: int | None = None, heavy: int | None = None,
+               heavy_mode: str = "synthesise", **grammar: Any) -> Callable[[], Variant]:
+    """Ablations: the current preset with a few values changed (``None`` drops an option);
+    ``heavy``: Heavy mode's runs per question (drvenus.agent.heavy)."""
 
     def make() -> Variant:
+        from drvenus.agent import HeavyPolicy
+
         v = current_variant(name)
         options = {**v.grammar_options, **grammar}
         options = {k: x for k, x in options.items() if x is not None}
         agent = v.agent if steps is None else replace(v.agent, max_steps=steps)
+        if heavy is not None:
+            agent = replace(agent, heavy=HeavyPolicy(runs=heavy, mode=heavy_mode))  # type: ignore[arg-type]
         if max_tokens is not None:
             agent = replace(agent, sampling=replace(agent.sampling, max_tokens=max_tokens))
         return Variant(name, agent, v.search_top_k, MappingProxyType(options), snippet_chars)
@@ -177,6 +183,9 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
     "ours-ownquery": _ours_with("ours-ownquery", question_first_search=None),
     "ours-thoughts": _ours_with("ours-thoughts", answer_spans_thinking=True),
     "ours-snip260": _ours_with("ours-snip260", snippet_chars=260),
+    # Heavy mode (issue 33): four runs per question, then a synthesis turn / a majority vote
+    "heavy4": _ours_with("heavy4", heavy=4),
+    "heavy4-vote": _ours_with("heavy4-vote", heavy=4, heavy_mode="vote"),
 }
 
 

@@ -53,6 +53,7 @@ def _has(module: str) -> bool:
 CASES = (
     Case("bench_agent_overhead.py", ("--steps", "10", "--tokens-per-result", "100"),
          expect="ratio baseline / ours (server usage)"),
+    Case("bench_context_strategies.py", ("--steps", "30"), expect="re-prefilled per step"),
     Case("bench_data_clean.py", ("--rows", "20", "--variants", "ours", "--workers", "1",
                                  "--dir", "{tmp}/data_clean"),
          expect="| variant |", shared=True),

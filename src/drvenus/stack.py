@@ -159,6 +159,18 @@ def agent_config(settings: Settings, system_prompt_file: str | None = None) -> A
         changes["max_context_tokens"] = settings.max_context
     if settings.time_limit is not None:
         changes["time_limit"] = settings.time_limit
+    if settings.context_strategy is not None or settings.keep_last is not None:
+        changes["context"] = replace(
+            cfg.context,
+            **{k: v for k, v in (("strategy", settings.context_strategy),
+                                  ("keep_last", settings.keep_last)) if v is not None},
+        )
+    if settings.heavy is not None or settings.heavy_mode is not None:
+        changes["heavy"] = replace(
+            cfg.heavy,
+            **{k: v for k, v in (("runs", settings.heavy), ("mode", settings.heavy_mode))
+               if v is not None},
+        )
     if settings.constrained is not None:  # else the preset's: on for the embedded model only
         changes["constrained"] = settings.constrained
     if system_prompt_file:
@@ -184,6 +196,7 @@ def build_model(
         models_dir=settings.models_root(),
         notify=notify,
         adapter=adapter_file(settings),
+        kv_cache=settings.kv_cache,
     )
 
 
@@ -293,11 +306,15 @@ def build_stack(
     """Model, tools and agent for ``settings``; raises LLMError / CorpusError / ValueError.
     ``parallel``: how many questions will run at once (a local GGUF gets that many slots)."""
     config = agent_config(settings, system_prompt_file)
+    from drvenus.llm.factory import check_kv_cache
     from drvenus.tools.toolbox import close_quietly
+
+    check_kv_cache(settings.kv_cache, settings.model_path, settings.base_url)  # fail fast
 
     tools = build_toolbox(settings, progress=progress)
     try:
-        model = build_model(settings, parallel=parallel, notify=notify)
+        # Heavy mode's runs of one question share the model's slots with the other questions
+        model = build_model(settings, parallel=parallel * config.heavy.runs, notify=notify)
     except BaseException:
         close_quietly(tools)
         raise

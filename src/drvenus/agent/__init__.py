@@ -1,5 +1,6 @@
 """The research agent loop, its result record and its trace events."""
 
+from drvenus.agent.context import ContextPolicy
 from drvenus.agent.events import (
     EventCallback,
     TraceEvent,
@@ -7,6 +8,7 @@ from drvenus.agent.events import (
     read_trace,
     replay_messages,
 )
+from drvenus.agent.heavy import HeavyPolicy
 from drvenus.agent.loop import (
     AgentConfig,
     ResearchAgent,
@@ -20,7 +22,9 @@ __all__ = [
     "FAILED_TERMINATIONS",
     "TERMINATIONS",
     "AgentConfig",
+    "ContextPolicy",
     "EventCallback",
+    "HeavyPolicy",
     "ResearchAgent",
     "ResultRecord",
     "Termination",

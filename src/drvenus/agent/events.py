@@ -9,6 +9,9 @@ message it adds (``data["message"]``):
 - ``format_error``: the error reply appended after a turn that could not be used
 - ``limit_notice``: the step or context limit notice; ``replace`` says whether it took the
   place of the last message (the newest tool response) or was appended
+- ``compaction``: the context strategy freed room (:mod:`drvenus.agent.context`): ``strategy``,
+  ``tokens_before`` / ``tokens_after``, and either the restarted conversation in ``messages``
+  (with the ``report``) or the indices in ``elided`` that now hold the stub ``message``
 
 and :func:`replay_messages` rebuilds the final ``messages`` from them. The other events say
 what happened without changing the conversation: ``step_started``, ``model_output`` (one per
@@ -27,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from drvenus.agent.context import apply_compaction
 from drvenus.jsonl import read_jsonl
 
 EventType = Literal[
@@ -38,6 +42,7 @@ EventType = Literal[
     "tool_result",
     "format_error",
     "limit_notice",
+    "compaction",
     "answer",
     "error",
     "finished",
@@ -69,6 +74,8 @@ def replay_messages(events: Iterable[TraceEvent | Mapping[str, Any]]) -> list[di
         data = event.data if isinstance(event, TraceEvent) else event["data"]
         if kind == "started":
             messages = [dict(m) for m in data["messages"]]
+        elif kind == "compaction":
+            messages = apply_compaction(messages, data)
         elif kind in MESSAGE_EVENTS:
             message = dict(data["message"])
             if kind == "limit_notice" and data.get("replace"):
@@ -79,12 +86,16 @@ def replay_messages(events: Iterable[TraceEvent | Mapping[str, Any]]) -> list[di
 
 
 def split_runs(events: Iterable[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Event dicts grouped into runs: each ``started`` event opens one."""
+    """Event dicts grouped into runs: each ``started`` event opens one. Heavy mode's runs
+    interleave; their events carry ``heavy_run`` (the run's index) and are grouped by it."""
     runs: list[list[dict[str, Any]]] = []
+    current: dict[Any, list[dict[str, Any]]] = {}  # the open run of each heavy_run tag
     for event in events:
-        if event.get("type") == "started" or not runs:
+        tag = (event.get("data") or {}).get("heavy_run")
+        if event.get("type") == "started" or tag not in current:
             runs.append([])
-        runs[-1].append(event)
+            current[tag] = runs[-1]
+        current[tag].append(event)
     return runs
 
 

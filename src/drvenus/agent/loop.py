@@ -14,6 +14,9 @@ forced final answers at the limits, and the result record, as DR-Venus inference
 - Tools that cannot be used at all (the tool server down, or refusing our token) end the run as
   ``tool_error`` after ``max_unusable_tool_calls`` such calls in a row, instead of spending the
   rest of the step budget on calls that cannot succeed.
+- A context strategy (:mod:`drvenus.agent.context`) may compact the conversation when it nears
+  the budget, or when the server says it no longer fits; the forced answer comes when nothing
+  more can be freed. Compactions are counted in the record's ``extra``.
 - Every change to the conversation is a trace event (see :mod:`drvenus.agent.events`), so a
   trace replays to the exact final ``messages``.
 """
@@ -30,7 +33,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from drvenus import protocol
+from drvenus.agent.context import ContextManager, ContextPolicy, Messages, small_window_warning
 from drvenus.agent.events import EventCallback, TraceEvent
+from drvenus.agent.heavy import HeavyPolicy, run_heavy
 from drvenus.agent.record import ResultRecord, Termination
 from drvenus.llm.base import ChatModel, Generation, GrammarKind, LLMError, SamplingParams
 from drvenus.net.retry import RetryPolicy
@@ -78,6 +83,8 @@ class AgentConfig:
     texts: ProtocolTexts = DRVENUS_TEXTS
     # how a sampled turn is repaired and read (the profile's: drvenus.reference.profiles)
     reader: TurnReader = DRVENUS_READER
+    context: ContextPolicy = field(default_factory=ContextPolicy)  # what to do near the budget
+    heavy: HeavyPolicy = field(default_factory=HeavyPolicy)  # runs per question, and how joined
 
     @property
     def retry(self) -> RetryPolicy:
@@ -133,6 +140,11 @@ class ContextMeter:
         n = self.measure(content) if tokens is None else tokens
         self.tokens += n + MESSAGE_OVERHEAD_TOKENS
         self.chars += len(content)
+
+    def reset(self, contents: list[str]) -> None:
+        """Count a new conversation (after a compaction) at the ratio observed so far."""
+        self.tokens = sum(self.measure(c) + MESSAGE_OVERHEAD_TOKENS for c in contents)
+        self.chars = sum(len(c) for c in contents)
 
     def replace(self, old: str, new: str) -> None:
         self.tokens += self.measure(new) - self.measure(old)
@@ -192,6 +204,8 @@ class _QuestionRun:
         self._emit_cb = emit
         system = self.cfg.system_prompt or self.cfg.texts.prompt(self.cfg.current_date)
         self.messages = protocol.initial_messages(question, system)
+        self.head = len(self.messages)  # messages a limit notice never replaces
+        self.context = ContextManager(config.context, config.max_context_tokens)
         self.start = time.monotonic()
         self.step = 0
         self.turns = self.parse_errors = self.tool_calls = self.dedups = 0
@@ -262,6 +276,7 @@ class _QuestionRun:
             elapsed_seconds=round(self.elapsed(), 3),
             error=self.last_error if not termination.startswith("answered") else None,
             usage=self.usage.to_dict(),
+            extra=self.context.extra(),
         )
 
     def _last_prediction(self) -> str:
@@ -297,14 +312,15 @@ class _QuestionRun:
             await asyncio.sleep(wait)
         return True
 
-    async def _call_model(self, forced: bool) -> Generation:
+    async def _call_model(self, forced: bool, messages: Messages | None = None) -> Generation:
+        """One model call on the conversation (or on ``messages``, free text: a report)."""
         self.calls_made += 1
         self.failing = False  # a call in flight when time runs out is a timeout, not an error
         try:
             gen = await self.model.generate(
-                self.messages,
+                self.messages if messages is None else messages,
                 self._params(),
-                grammar=self._grammar(forced),
+                grammar=self._grammar(forced) if messages is None else None,
                 # a little past the run's own limit, so that a slow model ends as "timeout"
                 timeout=self.remaining() + REQUEST_GRACE,
             )
@@ -398,7 +414,7 @@ class _QuestionRun:
     async def limit_reached(self, reason: str, notice: str) -> None:
         """Put the limit notice in place of the last tool response (or after the question)."""
         wrapped = protocol.wrap_tool_response(notice)
-        if self.messages[-1]["role"] == "user" and len(self.messages) > 2:
+        if self.messages[-1]["role"] == "user" and len(self.messages) > self.head:
             await self.replace_last(wrapped, reason=reason)
         else:
             await self.append("limit_notice", "user", wrapped, reason=reason, replace=False)
@@ -437,6 +453,8 @@ class _QuestionRun:
             await self.emit("step_started", context_tokens=self.context_tokens)
             outcome = await self.generate()
             if outcome.overflow:
+                if await self.compact():  # the server's window is smaller than we thought
+                    continue
                 return await self._context_limit()
             parsed = outcome.parsed
             if parsed is None:  # unreachable, failing, or empty output every time
@@ -456,11 +474,45 @@ class _QuestionRun:
             else:
                 wrapped = protocol.wrap_tool_response(cfg.texts.format_error)
                 await self.append("format_error", "user", wrapped)
+            if self.context.due(self.context_tokens):
+                await self.compact()
             if self.context_tokens > cfg.max_context_tokens:
                 return await self._context_limit()
         self.step = cfg.max_steps
         await self.limit_reached("steps", cfg.texts.step_limit)
         return await self.force_answer("answered_max_steps", "max_steps")
+
+    # ---- context management ----
+    async def compact(self) -> bool:
+        """Free context with the run's strategy; False when nothing could be freed."""
+        before = self.context_tokens
+        done = await self.context.compact(self.messages, self.head, self._report, self._count)
+        if done is None:
+            return False
+        self.messages, self.head = done.messages, done.head
+        self.meter.reset([m["content"] for m in self.messages])
+        await self.emit(
+            "compaction", **done.event_data(), tokens_before=before,
+            tokens_after=self.context_tokens,
+        )
+        return True
+
+    def _count(self, messages: Messages) -> int:
+        return sum(self.meter.measure(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+
+    async def _report(self, messages: Messages) -> str | None:
+        """The model's report of the research so far (summarise), or None."""
+        try:
+            gen = await self._call_model(False, messages)
+        except LLMError as exc:
+            await self.emit("error", kind="compaction_failed", attempt=0, message=str(exc),
+                            last=True)
+            return None
+        report = protocol.report_text(gen.text or "")
+        if not report:
+            await self.emit("error", kind="compaction_failed", attempt=0,
+                            message="the model wrote an empty report", last=True)
+        return report or None
 
     async def _tools_unusable(self) -> ResultRecord:
         """The circuit breaker: the tools failed as unusable too many times in a row."""
@@ -496,6 +548,9 @@ class ResearchAgent:
         """The config with its budgets fitted to the model's context window (asked once)."""
         if self._fitted is None:
             self.window = await self.model.context_window()
+            warning = small_window_warning(self.window, self.config.max_context_tokens)
+            if warning:
+                log.warning("%s", warning)
             fitted = fit_to_window(self.config, self.window)
             if fitted != self.config:
                 log.info(
@@ -513,6 +568,19 @@ class ResearchAgent:
         if not question or not question.strip():
             raise ValueError("the question is empty")
         config = await self.effective_config()
+        if config.heavy.runs > 1:  # Heavy mode: several runs, then one answer
+            return await run_heavy(self, config, question, on_event)
+        return await self.run_one(question, on_event)
+
+    async def run_one(
+        self, question: str, on_event: EventCallback | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> ResultRecord:
+        """One research run of ``question``, whatever ``heavy`` says (each of Heavy mode's
+        runs is one, with its own ``sampling``)."""
+        config = await self.effective_config()
+        if sampling is not None:
+            config = replace(config, sampling=sampling)
         state = _QuestionRun(self, config, question, on_event)
         try:
             record = await asyncio.wait_for(state.run(), timeout=config.time_limit)

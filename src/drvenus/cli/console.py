@@ -32,11 +32,32 @@ class LiveTrace:
         self.show_thinking = show_thinking
 
     def __call__(self, event: TraceEvent) -> None:
+        run = event.data.get("heavy_run")
+        if run is not None:  # one of Heavy mode's parallel runs: one line per tool call
+            self._heavy_member(int(run), event)
+            return
         handler = getattr(self, f"_on_{event.type}", None)
         if handler is not None:
             handler(event)
 
+    def _heavy_member(self, run: int, e: TraceEvent) -> None:
+        label = f"[bold cyan]run {run + 1}[/]"
+        if e.type == "started" and run == 0:
+            self.console.print(Panel(escape(e.data["question"]), title="Question", expand=False))
+        elif e.type == "tool_call":
+            args: dict[str, Any] = e.data["arguments"]
+            what = "; ".join(map(str, args.get("query") or args.get("url") or []))
+            self.console.print(f"  {label} [green]{escape(e.data['name'])}[/] "
+                               f"{escape(_short(what, 100))}")
+        elif e.type == "finished":
+            r = e.data["record"]
+            self.console.print(f"  {label} {r['termination']}: "
+                               f"{escape(_short(str(r.get('prediction')), 120))}")
+
     def _on_started(self, e: TraceEvent) -> None:
+        if e.data.get("heavy"):
+            self.console.print(f"[bold]Final answer from {e.data['heavy']} runs[/]")
+            return
         self.console.print(Panel(escape(e.data["question"]), title="Question", expand=False))
         model, window = e.data.get("model"), e.data.get("context_window")
         if model:
@@ -94,6 +115,18 @@ class LiveTrace:
             return
         for frame in frames:
             self.console.print(f"    [dim]summary:[/] {escape(_short(frame['summary'], 200))}")
+
+    def _on_compaction(self, e: TraceEvent) -> None:
+        d = e.data
+        how = ("restarted from a report" if d.get("report") is not None
+               else f"{counted(len(d.get('elided', [])), 'older tool result')} stubbed"
+               + (f", {counted(d.get('dropped', 0), 'round')} dropped" if d.get("dropped") else ""))
+        self.console.print(
+            f"  [blue]context compacted[/] [dim]({escape(str(d.get('strategy')))}: {how}; "
+            f"{d.get('tokens_before')} → {d.get('tokens_after')} tokens)[/]"
+        )
+        if self.show_thinking and d.get("report"):
+            self.console.print(f"  [dim italic]{escape(_short(d['report'], 300))}[/]")
 
     def _on_answer(self, e: TraceEvent) -> None:
         label = "Answer (forced)" if e.data.get("forced") else "Answer"
@@ -175,8 +208,8 @@ class BatchProgress:
         return Group(self.overall, lines) if self.active else self.overall
 
     def event(self, item: Any, event: TraceEvent) -> None:
-        """One trace event of ``item``'s run."""
-        if event.type == "finished":
+        """One trace event of ``item``'s run (Heavy mode's runs share its line)."""
+        if event.type == "finished" and "heavy_run" not in event.data:
             self.active.pop(item.id, None)
             return
         label, step, doing = self.active.get(item.id) or (self.label_of(item), 0, "starting")
@@ -192,6 +225,8 @@ class BatchProgress:
             doing = f"retrying ({event.data.get('kind', 'error')})"
         elif event.type == "limit_notice":
             doing = "answering (limit reached)"
+        elif event.type == "compaction":
+            doing = f"context compacted ({event.data.get('strategy')})"
         elif event.type == "answer":
             doing = "answered"
         self.active[item.id] = (label, step, doing)

@@ -1,4 +1,4 @@
-"""``drvenus data``: clean, export and inspect SFT trajectory data.
+"""``drvenus data``: turn runs into trajectories, clean, export and inspect SFT data.
 
 The options of ``data clean`` are the fields of :class:`~drvenus.data.options.CleanOptions` (and
 of its nested :class:`~drvenus.data.resample.ResamplePolicy` and
@@ -27,7 +27,7 @@ from drvenus.grading.judge import JudgeConfig
 data_app = typer.Typer(
     cls=CheckedGroup,
     name="data",
-    help="SFT data pipeline: clean (DR-Venus compatible), export, stats.",
+    help="SFT data pipeline: from-runs, clean (DR-Venus compatible), export, stats.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -101,6 +101,34 @@ def clean(*, opts: CleanOptions) -> None:
     except (ValueError, OSError) as exc:
         raise fail(exc) from None
     _print_clean_summary(stats)
+
+
+@data_app.command("from-runs")
+def from_runs(
+    results: Annotated[list[Path], typer.Argument(
+        help="Results of drvenus run / eval (results.jsonl), DR-Venus's inference output, "
+             "or trace files (--trace); folders: their .jsonl / .json files.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Output folder.")],
+    gold: Annotated[Path | None, typer.Option(
+        help="A question file with answers (as drvenus run reads), for runs whose rows have "
+             "no gold answer; matched by question text or id.")] = None,
+    forced: Annotated[bool, typer.Option(
+        help="Keep answers forced by the step or context limit too.")] = False,
+) -> None:
+    """Your own runs as raw SFT trajectories for data clean (rejection sampling)."""
+    from drvenus.data.from_runs import TRAJECTORIES
+    from drvenus.data.from_runs import from_runs as convert
+
+    try:
+        report = convert(results, output, gold=gold, forced=forced)
+    except (ValueError, OSError) as exc:
+        raise fail(exc) from None
+    skipped = ", ".join(f"{k}={v}" for k, v in sorted(report.skipped.items())) or "none"
+    err.print(f"{report.runs} runs in {report.files} file(s): wrote {report.written} "
+              f"trajectories to {output / TRAJECTORIES}; skipped: {skipped}")
+    if not report.written:
+        err.print("[yellow]no trajectory written[/yellow]: runs need their own final answer "
+                  "and a gold answer (in the row, or --gold)")
 
 
 @data_app.command()

@@ -69,6 +69,9 @@ class AgentOptions:
         "process (default: the embedded model's shipped adapter, if one ships).")
     no_adapter: Annotated[bool | None, Cli(flags=("--no-adapter",))] = option(
         "Run the GGUF model without any adapter, not even the shipped one.")
+    kv_cache: str | None = option(
+        "KV cache type of the GGUF model run in process: f16 (default), q8_0 (about half the "
+        "memory, so twice the window fits), q4_0.")
     base_url: str | None = option(
         "OpenAI-compatible server (vLLM, SGLang, llama-server, Ollama).")
     model_name: str | None = option("Model served at --base-url (default: its first).")
@@ -79,6 +82,18 @@ class AgentOptions:
     max_steps: int | None = option("Tool-call step limit.")
     max_context: int | None = option("Context budget in tokens.")
     time_limit: float | None = option("Wall-clock limit per question (seconds).")
+    context_strategy: str | None = option(
+        "What to do when the context nears its budget: none (answer with what was found; the "
+        "default), keep-last-k (older tool results become a one-line stub) or summarise (write "
+        "a report and restart from it).")
+    keep_last: int | None = option(
+        "With --context-strategy keep-last-k: the tool results kept whole (default 3).")
+    heavy: int | None = option(
+        "Heavy mode: research each question this many times in parallel, then write one "
+        "answer from the runs' answers and evidence (default 1: one run).")
+    heavy_mode: str | None = option(
+        "How Heavy mode's runs become one answer: synthesise (a synthesis turn; a majority "
+        "vote if it fails; the default) or vote (the majority vote alone).")
     system_prompt_file: Path | None = option(
         "Replace the system prompt with this file's text, or with the system message of the "
         "first trajectory in a .json / .jsonl / .parquet file.")

@@ -15,6 +15,7 @@ import typer
 from rich.markup import escape
 
 from drvenus.cli.common import (
+    CliError,
     HostOption,
     PortOption,
     err,
@@ -47,6 +48,9 @@ def _pool(agent: AgentOptions, max_runs: int) -> tuple[Settings, AgentPool]:
     from drvenus.stack import announce_protocol
 
     settings = agent.settings()
+    if (settings.heavy or 1) > 1:  # its parallel runs would interleave in one page / stream
+        raise CliError("--heavy is for ask, run and eval; serve and mcp run one research per "
+                       "request (send N requests to compare runs)")
     pool = pool_from_settings(
         settings, system_prompt_file=agent.prompt_file, parallel=max_runs, notify=notice
     )

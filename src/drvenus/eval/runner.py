@@ -157,14 +157,33 @@ class EvalBatchRun(BatchRun):
             record = exception_record(item.question, exc)
         if self.redact:
             placeholder = REDACTED.format(id=item.meta.get("item", item.id))
-            record.messages = [
-                {**m, "content": placeholder} if m.get("content") == item.question else m
-                for m in record.messages
-            ]
+            heavy = record.extra.get("heavy")
+            record.messages = _redacted(record.messages, item.question, placeholder,
+                                        anywhere=heavy is not None)  # the synthesis quotes it
             record.question = placeholder
             record.error = None if record.error is None else record.error.replace(
                 item.question, placeholder)
+            for run in (heavy or {}).get("runs", []):  # Heavy mode keeps each run's record
+                run["messages"] = _redacted(run["messages"], item.question, placeholder)
+                run["question"] = placeholder
+                if run.get("error"):
+                    run["error"] = run["error"].replace(item.question, placeholder)
         return record
+
+
+def _redacted(messages: list[dict[str, str]], question: str, placeholder: str,
+              anywhere: bool = False) -> list[dict[str, str]]:
+    """``messages`` with the question message replaced by ``placeholder`` (``anywhere``: the
+    question's text replaced wherever it occurs)."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if content == question:
+            m = {**m, "content": placeholder}
+        elif anywhere and isinstance(content, str) and question in content:
+            m = {**m, "content": content.replace(question, placeholder)}
+        out.append(m)
+    return out
 
 
 def pending(setup: EvalSetup, results: ResultsFile) -> Plan:

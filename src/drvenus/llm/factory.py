@@ -44,6 +44,18 @@ def transformers_model(path: str | os.PathLike[str], **kwargs: Any) -> ChatModel
     return TransformersModel(path, **kwargs)
 
 
+def check_kv_cache(kv_cache: str | None, model_path: str | os.PathLike[str] | None,
+                   base_url: str | None) -> None:
+    """:class:`LLMError` when a KV cache type is asked of a model that is not a GGUF run in
+    process (a cheap check, before anything is built)."""
+    if kv_cache is not None and (base_url is not None or (
+            model_path is not None and is_checkpoint_dir(model_path))):
+        raise LLMError(
+            "--kv-cache applies to a GGUF model run in process; a server sets its own "
+            "(llama-server: -ctk q8_0 -ctv q8_0; vLLM: --kv-cache-dtype fp8)"
+        )
+
+
 def make_model(
     *,
     model_path: str | os.PathLike[str] | None = None,
@@ -57,6 +69,7 @@ def make_model(
     models_dir: Path | None = None,
     notify: Callable[[str], None] | None = None,
     adapter: str | os.PathLike[str] | None = None,
+    kv_cache: str | None = None,
 ) -> ChatModel:
     """Build the backend the arguments select (see the module docstring).
 
@@ -68,6 +81,7 @@ def make_model(
     config's), ``parallel`` (how many conversations keep their KV caches), ``model_name`` and
     ``timeout``; nothing else. ``adapter``: a LoRA adapter GGUF applied to a GGUF model (the
     embedded one or ``model_path``); :class:`LLMError` with a server or a checkpoint folder.
+    ``kv_cache``: the KV cache type of a GGUF model (f16, q8_0, q4_0); the same error elsewhere.
     """
     if model_path is not None and base_url is not None:
         raise ValueError(
@@ -81,6 +95,7 @@ def make_model(
             f"an adapter GGUF applies to a GGUF model run in process, not to {where} "
             "(load a peft adapter folder with --model instead)"
         )
+    check_kv_cache(kv_cache, model_path, base_url)
     if base_url is not None:
         return OpenAICompatModel(base_url, model_name, api_key, timeout=timeout)
 
@@ -100,6 +115,7 @@ def make_model(
             n_threads=n_threads,
             timeout=timeout,
             adapter=adapter,
+            kv_cache=kv_cache,
         )
     if models_dir is None:
         raise ValueError("the embedded model needs a models_dir to cache it in")
@@ -113,7 +129,8 @@ def make_model(
         grammar_options=dict(embedded.EMBEDDED_GRAMMAR_OPTIONS),
         timeout=timeout,
         adapter=adapter,
+        kv_cache=kv_cache,
     )
 
 
-__all__ = ["is_checkpoint_dir", "make_model", "transformers_model"]
+__all__ = ["check_kv_cache", "is_checkpoint_dir", "make_model", "transformers_model"]

@@ -35,6 +35,13 @@ log = logging.getLogger(__name__)
 MIN_WINDOW = 2048
 FALLBACK_WINDOW = 32768  # when neither the GGUF nor the machine says more
 KV_MEMORY_SHARE = 0.5  # of the memory left after the weights, at most, for the KV cache
+# KV cache types (``--kv-cache``): llama.cpp's ggml type, and bytes per element relative to
+# f16 (q8_0: 34 bytes per block of 32, q4_0: 18), so a quantised cache fits a longer window
+KV_CACHE_TYPES: dict[str, tuple[str, float]] = {
+    "f16": ("GGML_TYPE_F16", 1.0),
+    "q8_0": ("GGML_TYPE_Q8_0", 34 / 64),
+    "q4_0": ("GGML_TYPE_Q4_0", 18 / 64),
+}
 
 
 # The x86-64 wheels of xllamacpp are built for a fixed baseline (no -march=native, no AVX-512):
@@ -123,14 +130,17 @@ def available_memory() -> int | None:
 
 
 def choose_window(
-    info: GGUFInfo, parallel: int, requested: int | None = None, memory: int | None = None
+    info: GGUFInfo, parallel: int, requested: int | None = None, memory: int | None = None,
+    kv_cache: str = "f16",
 ) -> int:
     """Tokens of context per slot: ``requested``, else the GGUF's trained length, capped so the
-    KV cache of all slots fits in part of the memory left after the weights."""
+    KV cache of all slots (of type ``kv_cache``) fits in part of the memory left after the
+    weights."""
     if requested:
         return max(256, int(requested))
     window = info.context_length or FALLBACK_WINDOW
-    per_token = info.kv_bytes_per_token
+    f16 = info.kv_bytes_per_token
+    per_token = max(1, int(f16 * KV_CACHE_TYPES[kv_cache][1])) if f16 else None
     if per_token and memory:
         free = memory - info.path.stat().st_size
         fits = int(free * KV_MEMORY_SHARE) // (per_token * max(1, parallel))
@@ -181,13 +191,19 @@ class LlamaCppServer:
         parallel: int = 1,
         n_threads: int | None = None,
         adapter: str | os.PathLike[str] | None = None,
+        kv_cache: str | None = None,
     ) -> None:
         xlc = _import_xllamacpp()
+        self.kv_cache = kv_cache or "f16"
+        if self.kv_cache not in KV_CACHE_TYPES:
+            raise LLMError(f"unknown KV cache type {kv_cache!r}; choose from "
+                           + ", ".join(KV_CACHE_TYPES))
         self.info = read_gguf_info(path)
         self.path = self.info.path
         self.adapter = check_adapter(adapter, self.info) if adapter is not None else None
         self.parallel = max(1, int(parallel))
-        self.window = choose_window(self.info, self.parallel, window, available_memory())
+        self.window = choose_window(self.info, self.parallel, window, available_memory(),
+                                    self.kv_cache)
         self.n_threads = n_threads or default_threads()
         params = xlc.CommonParams()
         params.model.path = str(self.path)
@@ -201,6 +217,10 @@ class LlamaCppServer:
         _set(params, "verbosity", -1)
         _set(params, "kv_unified", False)  # each slot owns its window
         _set(params, "cache_ram_mib", 0)  # no extra host-memory prompt cache
+        if self.kv_cache != "f16":  # a quantised V cache needs flash attention (auto: on)
+            ggml = getattr(xlc.ggml_type, KV_CACHE_TYPES[self.kv_cache][0])
+            _set(params, "cache_type_k", ggml)
+            _set(params, "cache_type_v", ggml)
         _set(params, "reasoning_format", xlc.common_reasoning_format.COMMON_REASONING_FORMAT_NONE)
         # The engine also listens on a random loopback port; a random key keeps it closed.
         self.api_key = secrets.token_urlsafe(24)
@@ -344,11 +364,14 @@ def llamacpp_model(
     timeout: float = DEFAULT_REQUEST_TIMEOUT,
     extra_body: dict[str, Any] | None = None,
     adapter: str | os.PathLike[str] | None = None,
+    kv_cache: str | None = None,
 ) -> OpenAICompatModel:
     """An :class:`OpenAICompatModel` over a GGUF loaded in this process (see module doc),
-    with ``adapter`` (a LoRA adapter GGUF) applied when given."""
+    with ``adapter`` (a LoRA adapter GGUF) applied when given and a ``kv_cache`` of that type
+    (f16, q8_0, q4_0; None: f16)."""
     server = LlamaCppServer(
-        path, window=window, parallel=parallel, n_threads=n_threads, adapter=adapter
+        path, window=window, parallel=parallel, n_threads=n_threads, adapter=adapter,
+        kv_cache=kv_cache,
     )
     label = name or server.info.name or Path(path).stem
     return OpenAICompatModel(

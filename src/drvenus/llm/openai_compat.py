@@ -189,6 +189,15 @@ class HttpTransport:
         await self._clients.aclose()
 
 
+# what Ollama's /v1/models says owns a model; its window is not listed there
+OLLAMA_OWNERS = ("library", "ollama")
+OLLAMA_WINDOW_NOTE = (
+    "Ollama does not report its context window, which is 2-4K tokens unless set: a research "
+    "run needs 32K or more (OLLAMA_CONTEXT_LENGTH=32768, or num_ctx in a Modelfile), and "
+    "--max-context to match"
+)
+
+
 class OpenAICompatModel:
     """A :class:`~drvenus.llm.base.ChatModel` over the OpenAI chat-completions API."""
 
@@ -411,6 +420,8 @@ class OpenAICompatModel:
             if not window and "llamacpp" in self._owned_by.lower():
                 window = await self._llama_server_window(timeout)
             self._window = int(window) if window else None
+            if self._window is None and self._owned_by.lower() in OLLAMA_OWNERS:
+                log.warning(OLLAMA_WINDOW_NOTE)
             self._probed = True
 
     async def _llama_server_window(self, timeout: float | None) -> int | None:

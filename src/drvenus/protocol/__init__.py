@@ -9,6 +9,15 @@ REDSearcher data (``legacy``). Callers: the agent parses turns with ``repair_tur
 RL scores format with ``check_turn_format``.
 """
 
+from drvenus.protocol.compaction import (
+    ELIDED_TOOL_RESPONSE,
+    SUMMARY_REQUEST,
+    elided_tool_response,
+    is_elided,
+    report_text,
+    summary_message,
+    summary_request,
+)
 from drvenus.protocol.format import check_turn_format
 from drvenus.protocol.grammar import grammar_for_kind, protocol_grammar
 from drvenus.protocol.parse import (
@@ -66,6 +75,7 @@ from drvenus.protocol.render import (
     visit_failure_marks,
     wrap_tool_response,
 )
+from drvenus.protocol.synthesis import SYNTHESIS_PROMPT, Candidate, synthesis_messages
 from drvenus.protocol.tools import (
     MISSING_ARGUMENT,
     SEARCH,
@@ -88,6 +98,7 @@ __all__ = [
     "ANSWER_SPLIT",
     "CONTEXT_LIMIT_MESSAGE",
     "DRVENUS_TEXTS",
+    "ELIDED_TOOL_RESPONSE",
     "FORMAT_ERROR_MESSAGE",
     "IG_PSEUDO_ANSWER",
     "MISSING_ARGUMENT",
@@ -96,6 +107,9 @@ __all__ = [
     "SEARCH",
     "STEP_LIMIT_MESSAGE",
     "STOP_STRINGS",
+    "Candidate",
+    "SUMMARY_REQUEST",
+    "SYNTHESIS_PROMPT",
     "THINK_CLOSE",
     "THINK_OPEN",
     "TOOL_CALL_CLOSE",
@@ -115,10 +129,12 @@ __all__ = [
     "build_system_prompt",
     "check_turn_format",
     "classify_tool_response",
+    "elided_tool_response",
     "extract_answer",
     "first_answer_block",
     "grammar_for_kind",
     "initial_messages",
+    "is_elided",
     "is_visit_failure",
     "join_visits",
     "load_system_prompt",
@@ -138,7 +154,11 @@ __all__ = [
     "render_visit",
     "render_visit_failure",
     "repair_turn",
+    "report_text",
     "search_entry",
+    "summary_message",
+    "summary_request",
+    "synthesis_messages",
     "template_prefills_think",
     "tool_error_message",
     "tools_section",

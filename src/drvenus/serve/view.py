@@ -59,6 +59,15 @@ def describe(event: Mapping[str, Any]) -> dict[str, Any]:
         return {"notice": body or "", "reason": data.get("reason")}
     if kind == "answer":
         return {"answer": data.get("answer") or "", "forced": bool(data.get("forced"))}
+    if kind == "compaction":
+        return {
+            "strategy": data.get("strategy"),
+            "tokens_before": data.get("tokens_before"),
+            "tokens_after": data.get("tokens_after"),
+            "elided": len(data.get("elided") or []),
+            "dropped": data.get("dropped") or 0,
+            "report": data.get("report"),
+        }
     if kind == "error":
         return {
             "kind": data.get("kind", "error"),
@@ -226,6 +235,9 @@ def progress_line(event: Mapping[str, Any]) -> str | None:
         return f"Retry ({view['kind']}): {one_line(view['message'], 200)}".rstrip(": ")
     if kind == "limit_notice":
         return f"Limit reached ({view.get('reason') or 'budget'}): answering now"
+    if kind == "compaction":
+        return (f"Context compacted ({view['strategy']}): {view['tokens_before']} -> "
+                f"{view['tokens_after']} tokens")
     return None
 
 

@@ -214,6 +214,18 @@ const renderers = {
     box.append(el("div", { class: "notice", title: v.notice },
                   `${what} reached: answering with what was found.`));
   },
+  compaction(ev, v) {
+    const how = v.report != null ? "restarted from its own report"
+      : `${v.elided} older tool result(s) stubbed` + (v.dropped ? `, ${v.dropped} round(s) dropped` : "");
+    const box = stepBox(ev.step);
+    box.append(el("div", { class: "notice compaction" },
+                  `Context compacted (${v.strategy}): ${how}; ${v.tokens_before} → ${v.tokens_after} tokens`));
+    if (v.report != null) {
+      box.append(el("details", { class: "thinking" }, el("summary", {}, "Report"),
+                    el("p", { class: "evidence" }, v.report)));
+    }
+    setCounters({ tokens: v.tokens_after });
+  },
   answer(ev, v) {
     showAnswer({ answered: true, prediction: v.answer, html: v.html, forced: v.forced });
   },

@@ -1,0 +1,155 @@
+"""Heavy mode (drvenus.agent.heavy): N runs in parallel, then a synthesis turn or a vote."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.scripted import ScriptedModel, ScriptedTools, answer, call
+
+from drvenus import protocol
+from drvenus.agent import AgentConfig, HeavyPolicy, ResearchAgent, replay_messages
+from drvenus.agent.events import split_runs
+from drvenus.agent.heavy import majority_vote
+from drvenus.agent.record import ResultRecord
+
+ANSWERS = ["Mary Shelley", "Bram Stoker", "bram stoker.", "Sheridan Le Fanu"]
+
+
+class Researchers:
+    """Run i (in the order runs first call the model) searches once, then answers ANSWERS[i];
+    the synthesis turn replies ``synthesis``."""
+
+    def __init__(self, synthesis: str = answer("Bram Stoker")) -> None:
+        self.synthesis = synthesis
+        self.runs: dict[int, int] = {}
+        self.synthesis_prompts: list[list[dict[str, str]]] = []
+
+    def __call__(self, messages):
+        if messages[0]["content"] == protocol.SYNTHESIS_PROMPT:
+            self.synthesis_prompts.append(messages)
+            return self.synthesis
+        run = self.runs.setdefault(id(messages), len(self.runs))
+        if not any(m["role"] == "assistant" for m in messages):
+            return call("search", query=[f"dracula author {run}"])
+        return answer(ANSWERS[run])
+
+
+def heavy(mode: str, researchers: Researchers, runs: int = 4):
+    config = AgentConfig(max_steps=3, max_attempts=1, backoff_base=0.0,
+                         heavy=HeavyPolicy(runs=runs, mode=mode))  # type: ignore[arg-type]
+    agent = ResearchAgent(ScriptedModel([researchers]), ScriptedTools("[]"), config)
+    events = []
+    record = asyncio.run(agent.run("Who wrote Dracula?", events.append))
+    return record, events
+
+
+def test_vote_picks_the_majority_answer_deterministically():
+    record, _ = heavy("vote", Researchers())
+    assert record.termination == "answered" and record.prediction == "Bram Stoker"
+    info = record.extra["heavy"]
+    assert info["chosen_by"] == "vote" and len(info["runs"]) == 4
+    assert info["votes"] == {"mary shelley": 1, "bram stoker": 2, "sheridan le fanu": 1}
+    assert record.tool_call_count == 4 and record.usage["calls"] == 8
+
+
+def test_synthesis_reads_each_answer_and_its_evidence():
+    researchers = Researchers()
+    record, events = heavy("synthesise", researchers)
+    assert record.prediction == "Bram Stoker"
+    assert record.extra["heavy"]["chosen_by"] == "synthesis"
+    (prompt,) = researchers.synthesis_prompts
+    text = prompt[1]["content"]
+    for i, a in enumerate(ANSWERS):
+        assert f"Answer: {a}" in text and f"search: dracula author {i}" in text
+    assert record.messages[:2] == prompt and record.messages[2]["role"] == "assistant"
+    assert record.usage["calls"] == 9 and record.turns == 9
+    # the trace: four interleaved runs split apart, then the synthesis run; each replays
+    runs = split_runs([e.to_dict() for e in events])
+    assert len(runs) == 5
+    for i, run in enumerate(runs[:4]):
+        member = ResultRecord(**run[-1]["data"]["record"])
+        assert replay_messages(run) == member.messages
+        assert {e["data"]["heavy_run"] for e in run} == {i}
+    assert replay_messages(runs[4]) == record.messages
+    assert events[-1].type == "finished" and "heavy_run" not in events[-1].data
+
+
+def test_a_failed_synthesis_falls_back_to_the_vote():
+    record, events = heavy("synthesise", Researchers(synthesis="no tags at all"))
+    assert record.prediction == "Bram Stoker"
+    assert record.extra["heavy"]["chosen_by"] == "vote"
+    assert record.extra["heavy"]["note"].startswith("synthesis failed")
+    assert any(e.type == "error" and e.data["kind"] == "synthesis_failed" for e in events)
+
+
+def test_no_run_answered_keeps_the_first_runs_outcome():
+    def searcher(messages):
+        n = sum(m["role"] == "assistant" for m in messages)
+        return call("search", query=[f"q{id(messages)}-{n}"])
+
+    config = AgentConfig(max_steps=2, max_attempts=1, backoff_base=0.0,
+                         heavy=HeavyPolicy(runs=2))
+    agent = ResearchAgent(ScriptedModel([searcher]), ScriptedTools("[]"), config)
+    record = asyncio.run(agent.run("Who?"))
+    assert record.termination == "max_steps"
+    assert record.extra["heavy"]["chosen_by"] == "vote" and record.extra["heavy"]["votes"] == {}
+
+
+def test_majority_vote_ties_go_to_the_earliest_run():
+    def rec(prediction, termination="answered"):
+        return ResultRecord("q", [], prediction, termination)
+
+    assert majority_vote([rec("A"), rec("B"), rec("b"), rec("a")]) == 0
+    assert majority_vote([rec("A", "max_steps"), rec("B")]) == 1
+    assert majority_vote([rec("", "answered")]) is None
+
+
+def test_settings_choose_heavy_mode():
+    from drvenus.config import load_settings
+    from drvenus.stack import agent_config
+
+    cfg = agent_config(load_settings(base_url="http://127.0.0.1:9/v1", heavy=3,
+                                     heavy_mode="vote"))
+    assert cfg.heavy == HeavyPolicy(runs=3, mode="vote")
+
+
+def test_the_terminal_shows_each_run_then_the_final_answer():
+    from rich.console import Console
+
+    from drvenus.cli.console import LiveTrace
+
+    _, events = heavy("synthesise", Researchers(), runs=2)
+    console = Console(record=True, width=200)
+    trace = LiveTrace(console)
+    for event in events:
+        trace(event)
+    text = console.export_text()
+    assert text.count("Question") == 1 and "run 2 answered: Bram Stoker" in text
+    assert "Final answer from 2 runs" in text
+
+
+def test_runs_after_the_first_sample_differently():
+    from drvenus.agent.heavy import MEMBER_TEMPERATURE, member_sampling
+    from drvenus.llm.base import SamplingParams
+
+    greedy = SamplingParams(temperature=0.0, seed=0)
+    assert member_sampling(greedy, 0) == greedy
+    second, third = member_sampling(greedy, 1), member_sampling(greedy, 2)
+    assert second.temperature == MEMBER_TEMPERATURE and len({0, second.seed, third.seed}) == 3
+    assert member_sampling(SamplingParams(temperature=0.6), 1).temperature == 0.6
+
+
+def test_a_constrained_synthesis_must_pick_one_of_the_answers():
+    from dataclasses import replace
+
+    researchers = Researchers(synthesis=answer("Researcher 1"))
+    config = AgentConfig(max_steps=3, max_attempts=1, backoff_base=0.0, constrained=True,
+                         heavy=HeavyPolicy(runs=4))
+    agent = ResearchAgent(ScriptedModel([researchers]), ScriptedTools("[]"), config)
+    record = asyncio.run(agent.run("Who wrote Dracula?"))
+    assert record.prediction == "Bram Stoker" and record.extra["heavy"]["chosen_by"] == "vote"
+    assert "none of the runs' answers" in record.extra["heavy"]["note"]
+    unconstrained = replace(config, constrained=False)
+    agent = ResearchAgent(ScriptedModel([Researchers(synthesis=answer("Researcher 1"))]),
+                          ScriptedTools("[]"), unconstrained)
+    assert asyncio.run(agent.run("Who wrote Dracula?")).prediction == "Researcher 1"
