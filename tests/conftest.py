@@ -1,9 +1,16 @@
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
 
 import pytest
+
+# The MCP SDK's stdio client takes sys.stderr as its default error log when it is first
+# imported; imported inside a CliRunner (whose stderr has no file descriptor), every later
+# stdio client would fail with "fileno". Imported here, the default is a real stream.
+with contextlib.suppress(ImportError):
+    import mcp.client.stdio  # noqa: F401
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 # The embedded model is fetched once (with pip) and shared by test sessions on this machine.

@@ -17,8 +17,8 @@ from drvenus.protocol import ProtocolTexts, register_texts
 from drvenus.protocol.dr_venus import DR_VENUS_READER, render_search_text
 from drvenus.protocol.parse import TurnReader
 from drvenus.protocol.profiles import DEFAULT_PROTOCOL, PROTOCOLS, Profile, SearchRenderer
+from drvenus.reference import dr_venus_rl
 from drvenus.reference.dr_venus import PROFILE, RUN_DEMO, load_dr_venus_texts
-from drvenus.reference.dr_venus_rl import rl_judge_texts, rl_texts
 from drvenus.reference.store import reference_store
 
 log = logging.getLogger(__name__)
@@ -71,10 +71,10 @@ class DrVenusProfile(Profile):
                 f"are the tool server's (start it with --protocol {self.name} too)")
 
     def rl_texts(self) -> Any:
-        return rl_texts()
+        return dr_venus_rl.rl_texts()  # looked up at call time: one place to swap in tests
 
     def rl_judge_texts(self) -> Any:
-        return rl_judge_texts()
+        return dr_venus_rl.rl_judge_texts()
 
     def check_rl(self, judge: bool) -> None:
         self.rl_texts()  # one line naming a missing or changed file
