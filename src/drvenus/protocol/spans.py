@@ -172,7 +172,6 @@ def spans_of(
     return out
 
 
-
 # where a sentence of a snippet or page starts: after . ! ? and blanks (not after an initial:
 # "John A. Macdonald", nor "c." of a date), before a capital, a digit or a quote
 _SENTENCE_BREAK = re.compile(
@@ -318,8 +317,6 @@ def answer_shape(question: str) -> AnswerShape:
     if word in ("what", "which") and _AMOUNT_NOUNS & set(following):
         return AnswerShape(number=True)  # "What is the atomic number of ...?"
     return PLAIN_SHAPE
-
-
 
 
 # -- grounded tool calls ---------------------------------------------------------------------
