@@ -6,13 +6,13 @@ import asyncio
 import json
 
 import pytest
-from tests.scripted import ScriptedModel, ScriptedTools, answer
 
 from drvenus import protocol
 from drvenus.agent import AgentConfig, ContextPolicy, ResearchAgent, replay_messages
 from drvenus.agent.context import ContextManager, elide_old_tool_responses
 from drvenus.agent.loop import MESSAGE_OVERHEAD_TOKENS
 from drvenus.protocol import DRVENUS_TEXTS
+from scripted import ScriptedModel, ScriptedTools, answer
 
 WINDOW = 16_384
 PAGE = "x" * 8_000  # 2,000 tokens at the scripted model's four characters per token

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.scripted import ScriptedModel, ScriptedTools, answer, call
-
 from drvenus import protocol
 from drvenus.agent import AgentConfig, HeavyPolicy, ResearchAgent, replay_messages
 from drvenus.agent.events import split_runs
 from drvenus.agent.heavy import majority_vote
 from drvenus.agent.record import ResultRecord
+from scripted import ScriptedModel, ScriptedTools, answer, call
 
 ANSWERS = ["Mary Shelley", "Bram Stoker", "bram stoker.", "Sheridan Le Fanu"]
 

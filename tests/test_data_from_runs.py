@@ -9,13 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.scripted import ScriptedModel, ScriptedTools, answer, call
 from typer.testing import CliRunner
 
 from drvenus import protocol
 from drvenus.agent import AgentConfig, ResearchAgent, TraceWriter
 from drvenus.cli import app
 from drvenus.data.from_runs import TRAJECTORIES
+from scripted import ScriptedModel, ScriptedTools, answer, call
 
 runner = CliRunner()
 PROMPT = "You research questions with search and visit, then answer."
