@@ -581,6 +581,9 @@ def test_span_answers_can_be_made_to_say_something_new():
          AnswerShape(choices=("Harvard University", "Yale University"))),
         ("Who was born first: Bach, Handel or Vivaldi?",
          AnswerShape(choices=("Bach", "Handel", "Vivaldi"))),
+        ("Which of Carl Rogers and Sandro Botticelli was born earlier?",
+         AnswerShape(choices=("Carl Rogers", "Sandro Botticelli"))),
+        ("Which of the planets is largest?", PLAIN_SHAPE),
         ("What do some people consider the first musical instrument?", PLAIN_SHAPE),
         ("What is the atomic number of the metal?", AnswerShape(number=True)),
         ("How often is the cup held?", PLAIN_SHAPE),
@@ -646,3 +649,4 @@ def test_the_first_search_asks_the_question_and_answers_come_from_its_sentences(
     focused = _span_language(SPAN_MESSAGES, **{**EMBEDDED_GRAMMAR_OPTIONS,
                                                "answer_spans_focus": 1})
     assert "Bram Stoker" in focused and "Aldous Huxley" not in focused
+

@@ -18,10 +18,12 @@ from drvenus.recipe.build import (
     mix_questions,
     rl_row,
     run_teacher,
+    select_sft,
     title_overlaps,
     write_jsonl,
 )
 from drvenus.recipe.facts import contains_answer, find_span, name_after
+from drvenus.recipe.pairs import COMPARISON, YES_NO, comparisons, yes_no
 from drvenus.recipe.questions import (
     Question,
     assign_splits,
@@ -51,7 +53,8 @@ def question_sets():
     rng = random.Random(SEED)
     singles = single_hop(articles(), rng)
     doubles, _ = two_hop(articles(), rng)
-    questions = dedupe([*singles, *doubles])
+    pairs = comparisons(articles(), rng) + yes_no(articles(), rng)
+    questions = dedupe([*singles, *doubles, *pairs])
     assign_splits(questions, SEED)
     return questions
 
@@ -128,7 +131,7 @@ def test_single_hop_answers_are_in_the_article_and_not_in_the_question():
 
 
 def test_two_hop_questions_bridge_two_articles():
-    doubles = [q for q in question_sets() if q.hops == 2]
+    doubles = [q for q in question_sets() if q.source == "wiki-two-hop"]
     assert len(doubles) > 100
     for q in doubles:
         a, b = (by_title()[t] for t in q.gold_titles)
@@ -139,6 +142,55 @@ def test_two_hop_questions_bridge_two_articles():
         assert not contains_answer(q.question, b.title)
         assert a.title in q.question
         assert is_reserved(a.title) == is_reserved(b.title)
+
+
+def test_comparison_and_yes_no_questions_name_both_subjects():
+    pairs = [q for q in question_sets() if q.source in (COMPARISON, YES_NO)]
+    kinds = {q.kind for q in pairs}
+    assert {"cmp:birth_year", "cmp:death_year", "cmp:population", "yn:nationality",
+            "yn:country"} <= kinds
+    answers = [q.answer for q in pairs if q.source == YES_NO]
+    assert answers.count("yes") == answers.count("no") > 100  # as many of each
+    for q in pairs:
+        a, b = (by_title()[t] for t in q.gold_titles)
+        sides = q.meta["pair"]
+        assert a.title != b.title and is_reserved(a.title) == is_reserved(b.title)
+        assert all(s["mention"] in q.question for s in sides)
+        assert all(find_span(by_title()[s["title"]].text, s["value"]) for s in sides)
+        if q.source == COMPARISON:
+            assert q.answer in (sides[0]["mention"], sides[1]["mention"])
+            assert sides[0]["value"] != sides[1]["value"]
+        else:
+            same = sides[0]["value"] == sides[1]["value"]
+            assert q.answer == ("yes" if same else "no")
+
+
+def test_a_comparison_answer_follows_the_values():
+    q = next(q for q in question_sets() if q.kind == "cmp:birth_year")
+    years = {s["mention"]: int(s["value"]) for s in q.meta["pair"]}
+    other = next(m for m in years if m != q.answer)
+    later = "later" in q.question or "younger" in q.question
+    assert (years[q.answer] > years[other]) == later
+
+
+def test_sft_selection_fills_each_family_share_first():
+    from types import SimpleNamespace
+
+    def traj(source, i, tokens=100):
+        question = SimpleNamespace(source=source, kind=f"k{i % 3}")
+        return SimpleNamespace(question=question, tokens=tokens, visits=i % 2)
+
+    pool = [traj("wiki-single-hop", i) for i in range(200)]
+    pool += [traj("wiki-described", i) for i in range(30)] + [traj(COMPARISON, i) for i in range(5)]
+    mix = {"wiki-described": 0.5, COMPARISON: 0.2, "wiki-single-hop": 0.3}
+    chosen = select_sft(pool, 4_000, mix, random.Random(0))
+    by = [t.question.source for t in chosen]
+    assert sum(t.tokens for t in chosen) == 4_000
+    assert by.count(COMPARISON) == 5  # all there were
+    # each family's share first; the 300 tokens comparisons left, round-robin
+    assert by.count("wiki-described") >= 20 and by.count("wiki-single-hop") >= 12
+    assert by.count("wiki-described") + by.count("wiki-single-hop") == 35
+    assert len({id(t) for t in chosen}) == len(chosen)
 
 
 def test_name_after_skips_descriptors():
@@ -168,7 +220,9 @@ def _solve(questions):
 @cache
 def solved_sample():
     train = sample(lambda q: q.split == "train-sft" and q.hops == 1, 24, seed=1)
-    train += sample(lambda q: q.split == "train-sft" and q.hops == 2, 12, seed=2)
+    train += sample(lambda q: q.split == "train-sft" and q.source == "wiki-two-hop", 12, seed=2)
+    train += sample(lambda q: q.split == "train-sft" and q.source == COMPARISON, 8, seed=3)
+    train += sample(lambda q: q.split == "train-sft" and q.source == YES_NO, 8, seed=4)
     solved, drops = _solve(train)
     return train, solved, drops
 
@@ -240,6 +294,23 @@ def test_teacher_turns_are_in_the_embedded_grammar():
     assert checked >= 8
 
 
+def test_a_second_hop_focuses_on_what_the_first_did_not_answer():
+    """The embedded answer focus on a real two-hop reading: once the first search has shown
+    that "the country whose capital is Tegucigalpa" is Honduras, the sentences kept of the
+    second search are those about "bordered to the west", not the capital again."""
+    from drvenus.protocol.spans import focus_sentences, span_sources
+
+    question = ("The country or region whose capital is Tegucigalpa is bordered to the west by "
+                "whom?")
+    messages = [{"role": "user", "content": question}]
+    for query in (question_query(question), "Honduras"):
+        body = asyncio.run(toolbox().call(protocol.ToolCall(protocol.SEARCH,
+                                                            {"query": [query]})))
+        messages.append({"role": "user", "content": protocol.wrap_tool_response(body)})
+    focus = focus_sentences(span_sources(messages), question, 3)
+    assert any(s.startswith("It is bordered to the west by Guatemala") for s in focus), focus
+
+
 def test_teacher_drops_what_it_cannot_find():
     art = by_title()[next(q.gold_titles[0] for q in question_sets() if q.split == "train-sft")]
     q = Question(id="x", question=f"What is the secret motto of {art.title}?",
@@ -305,4 +376,5 @@ def test_rl_and_eval_rows_are_read_by_the_trainer_and_eval(tmp_path):
 
 def test_build_config_defaults_fit_the_brief():
     cfg = BuildConfig(out=__import__("pathlib").Path("x"))
-    assert cfg.max_tokens <= 2048 and 300_000 <= cfg.sft_tokens <= 500_000
+    assert cfg.max_tokens <= 2048 and 1_000_000 <= cfg.sft_tokens <= 1_500_000
+    assert abs(sum(cfg.sft_mix.values()) - 1) < 1e-9

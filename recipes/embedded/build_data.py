@@ -59,12 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenizer", type=Path, default=None,
                    help="GGUF or tokenizer folder (default: the embedded GGUF if on disk)")
     p.add_argument("--current-date", default=DEFAULT_DATE, help="date in the system prompt")
-    p.add_argument("--sft-tokens", type=int, default=500_000, help="SFT token budget")
+    p.add_argument("--sft-tokens", type=int, default=BuildConfig.sft_tokens,
+                   help="SFT token budget")
     p.add_argument("--max-tokens", type=int, default=2048, help="longest trajectory kept")
     p.add_argument("--dev-size", type=int, default=200)
     p.add_argument("--test-size", type=int, default=500)
     p.add_argument("--limit", type=int, default=None, help="questions per source (quick run)")
-    p.add_argument("--described", type=float, default=0.5,
+    p.add_argument("--described", type=float, default=BuildConfig.described,
                    help="share of single-hop questions that describe their subject")
     p.add_argument("--workers", type=int, default=1, help="data clean worker processes")
     p.add_argument("--no-clean", action="store_true", help="skip data clean / stats")

@@ -1,6 +1,6 @@
 """Rebuild the embedded model's shipped adapter from scratch and print the table (issue #17).
 
-    python recipes/embedded/rebuild.py --out runs/recipe          # the full recipe, ~3 h on 2 cores
+    python recipes/embedded/rebuild.py --out runs/recipe          # the full recipe, ~6 h on 2 cores
     python recipes/embedded/rebuild.py --out /tmp/mini --mini     # a few rows and steps (CI)
 
 Stages, each a plain drvenus command (printed as it runs; a rerun skips finished stages):
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if not clean.is_file():
         sh(sys.executable, str(HERE / "build_data.py"), "--out", str(out), "--tokenizer", str(base),
            *(["--limit", "80", "--sft-tokens", "6000", "--dev-size", "6", "--test-size", "6"]
-             if mini else ["--sft-tokens", "330000"]))
+             if mini else []))
 
     sft_dir = out / "sft"
     if not (sft_dir / "final" / "adapter_config.json").is_file():

@@ -191,7 +191,10 @@ def focus_sentences(texts: Sequence[str], question: str, k: int) -> tuple[str, .
     it (a word every result repeats locates nothing); with them, the best two of the last
     text (the latest reading: a second hop's page) and the first two lines of each text (a
     search's top result's title and description: "(1815–1891)" shares no word with "born"),
-    in reading order. The sentences an answer is in, most of the time: a small model picks
+    in reading order. The latest text's two are ranked on the question's words that the first
+    text's top result does not name (the second hop: "bordered to the west" once "the country
+    whose capital is Tegucigalpa" is known to be Honduras). The sentences an answer is in, most
+    of the time: a small model picks
     its span among these instead of every line of five search results."""
     sentences: list[str] = []
     heads: set[int] = set()  # the first two lines of each text (a result's title, description)
@@ -208,11 +211,15 @@ def focus_sentences(texts: Sequence[str], question: str, k: int) -> tuple[str, .
     held = {w: sum(w in st for st in stems) for w in wanted}
     n = len(sentences)
 
-    def score(i: int) -> float:
-        return sum(math.log(1 + n / held[w]) for w in wanted & stems[i])
+    def score(i: int, words: set[str]) -> float:
+        return sum(math.log(1 + n / held[w]) for w in words & stems[i])
 
-    ranked = sorted(range(n), key=lambda i: (-score(i), i))
-    best = set(ranked[:k]) | set([i for i in ranked if i >= last][:_LATEST])
+    ranked = sorted(range(n), key=lambda i: (-score(i, wanted), i))
+    # a second hop's reading answers what the first did not: the question's words that the
+    # first reading's top result (its title and description) already names count for nothing
+    rest = wanted - stems[0] - (stems[1] if len(stems) > 1 else set()) if last else wanted
+    latest = sorted(range(last, n), key=lambda i: (-score(i, rest or wanted), i))
+    best = set(ranked[:k]) | set(latest[:_LATEST])
     return tuple(s for i, s in enumerate(sentences) if i in best or i in heads)
 
 
@@ -249,6 +256,10 @@ _YEAR_WORD = re.compile(r"\d{3,4}s?")  # 1904, 820, 1960s
 _CUES = re.compile(r"\b(?:(?:what|which) (year)|how (?:many|much))\b", re.IGNORECASE)
 # "..., A or B?": the two (or more) things a comparison question names
 _CHOICES = re.compile(r"[,:]\s*([^,:?]+?(?:,\s*[^,:?]+?)*)\s+or\s+([^,:?]+?)\s*\?\s*$")
+# "Which of A and B was born first?": the two things named before the verb
+_CHOICES_OF = re.compile(
+    r"^(?:which|who)\s+of\s+([^,:?]+?)\s+and\s+([^,:?]+?)\s+(?:was|is|were|are|did|does|do|"
+    r"has|had|came|lived|died)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +303,7 @@ def answer_shape(question: str) -> AnswerShape:
     cue = _CUES.search(text)  # asked in place: "..., who introduced them in what year?"
     if cue is not None:
         return AnswerShape(time=True, year=True) if cue.group(1) else AnswerShape(number=True)
-    choices = _CHOICES.search(text)
+    choices = _CHOICES.search(text) or _CHOICES_OF.search(text)
     if choices:
         names = [c.strip() for c in choices.group(1).split(",")] + [choices.group(2).strip()]
         names = [n for n in names if n and len(n.split()) <= 8]

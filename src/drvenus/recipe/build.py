@@ -33,6 +33,7 @@ from drvenus.protocol import ANSWER_SPLIT, ToolCall
 from drvenus.protocol.spans import question_query
 from drvenus.recipe.articles import Article, is_reserved
 from drvenus.recipe.facts import contains_answer, find_span
+from drvenus.recipe.pairs import COMPARISON, YES_NO, comparisons, yes_no
 from drvenus.recipe.questions import (
     RESERVED,
     TRAIN,
@@ -57,12 +58,20 @@ class BuildConfig:
     seed: int = 17
     mix_path: Path | None = None  # the deepresearcher mix parquet (None: not used)
     current_date: str = DEFAULT_DATE
-    sft_tokens: int = 500_000  # token budget of the SFT trajectories
+    sft_tokens: int = 1_200_000  # token budget of the SFT trajectories
     max_tokens: int = 2048  # longest trajectory kept (embedded tokens)
     dev_size: int = 200
     test_size: int = 500
     per_article: int = 3
-    described: float = 0.5  # share of single-hop questions that describe their subject
+    per_bridge: int = 4  # two-hop questions per bridge
+    described: float = 0.8  # share of single-hop questions that describe their subject
+    sft_share: float = 0.8  # share of the train articles whose questions go to SFT (else RL)
+    # shares of the SFT token budget per question family (what a share leaves unused goes to
+    # the rest, round-robin): the natural sets ask described subjects, two hops, comparisons
+    # and yes/no questions far more often than the title-named template
+    sft_mix: dict[str, float] = field(default_factory=lambda: {
+        "wiki-described": 0.35, "wiki-two-hop": 0.15, COMPARISON: 0.15, YES_NO: 0.10,
+        "wiki-single-hop": 0.20, MIX_SOURCE: 0.05})
     concurrency: int = 8
     limit: int | None = None  # questions per source (a quick run)
 
@@ -218,6 +227,45 @@ def _lengths(values: Sequence[int]) -> dict[str, float]:
     }
 
 
+def _family(t: Trajectory) -> str:
+    return t.question.source.split(":")[0]
+
+
+def select_sft(pool: Sequence[Trajectory], budget: int, mix: dict[str, float],
+               rng: random.Random) -> list[Trajectory]:
+    """Trajectories for SFT within ``budget`` tokens: each family (question source) first fills
+    its share of the budget, then what is left goes to every family. Within a family, round-robin
+    over (kind, visited or not), so that every kind, and the visit turns that IGPO scores, are
+    represented even though most answers are in a search snippet."""
+    by_family: dict[str, list[Trajectory]] = defaultdict(list)
+    for traj in stratified(pool, lambda t: f"{_family(t)}|{t.question.kind}|{t.visits > 0}",
+                           rng):
+        by_family[_family(traj)].append(traj)
+    chosen: list[Trajectory] = []
+    used = 0
+
+    def take(items: list[Trajectory], limit: int) -> list[Trajectory]:
+        """Takes from ``items`` up to ``limit`` tokens; returns the ones left."""
+        nonlocal used
+        spent = 0
+        left = []
+        for traj in items:
+            cost = traj.tokens or 0
+            if spent + cost > limit or used + cost > budget:
+                left.append(traj)
+                continue
+            chosen.append(traj)
+            spent += cost
+            used += cost
+        return left
+
+    for family, share in mix.items():
+        by_family[family] = take(by_family.get(family, []), int(share * budget))
+    take(stratified([t for items in by_family.values() for t in items],
+                    lambda t: f"{_family(t)}|{t.question.kind}", rng), budget)
+    return chosen
+
+
 def rl_row(q: Question) -> dict[str, Any]:
     return {
         "data_source": q.source, "prompt": [{"role": "user", "content": q.question}],
@@ -228,7 +276,7 @@ def rl_row(q: Question) -> dict[str, Any]:
 
 
 EVAL_LEVELS = {"wiki-single-hop": "single-hop", "wiki-described": "single-hop",
-               "wiki-two-hop": "two-hop",
+               "wiki-two-hop": "two-hop", COMPARISON: "comparison", YES_NO: "yes-no",
                "deepresearcher-mix": "open-qa"}
 
 
@@ -254,7 +302,8 @@ def generate_questions(articles: Sequence[Article], cfg: BuildConfig, toolbox: A
                        ) -> tuple[list[Question], dict[str, Any]]:
     rng = random.Random(cfg.seed)
     singles = single_hop(articles, rng, cfg.per_article, cfg.described)
-    doubles, two_hop_skips = two_hop(articles, rng)
+    doubles, two_hop_skips = two_hop(articles, rng, cfg.per_bridge)
+    doubles += comparisons(articles, rng) + yes_no(articles, rng)
     mixed: list[Question] = []
     mix_why: Counter[str] = Counter()
     if cfg.mix_path is not None:
@@ -267,7 +316,7 @@ def generate_questions(articles: Sequence[Article], cfg: BuildConfig, toolbox: A
         singles = random.Random(cfg.seed).sample(singles, min(cfg.limit, len(singles)))
         doubles = random.Random(cfg.seed).sample(doubles, min(cfg.limit, len(doubles)))
     questions = dedupe([*singles, *doubles, *mixed])
-    assign_splits(questions, cfg.seed)
+    assign_splits(questions, cfg.seed, sft_share=cfg.sft_share)
     return questions, {"two_hop_skipped": two_hop_skips, "mix": dict(mix_why)}
 
 
@@ -301,18 +350,7 @@ def build(cfg: BuildConfig, articles: Sequence[Article], toolbox: Any,
 
     rng = random.Random(cfg.seed)
     sft_pool = [solved[q.id] for q in questions if q.split == "train-sft" and q.id in solved]
-    sft: list[Trajectory] = []
-    used = 0
-    # round-robin over (source, kind, visited or not): every kind, and the visit turns that
-    # IGPO scores, are represented even though most answers are in a search snippet
-    def group(t: Trajectory) -> str:
-        return f"{t.question.source}|{t.question.kind}|{t.visits > 0}"
-
-    for traj in stratified(sft_pool, group, rng):
-        if used + (traj.tokens or 0) > cfg.sft_tokens:
-            continue
-        sft.append(traj)
-        used += traj.tokens or 0
+    sft = select_sft(sft_pool, cfg.sft_tokens, cfg.sft_mix, rng)
     sft.sort(key=lambda t: t.question.id)
     rl = sorted((q for q in questions if q.split == "train-rl" and q.id in solved),
                 key=lambda q: q.id)
@@ -384,5 +422,6 @@ def make_report(questions, solved, drops, sft, rl, evals, gen_info, counter_name
 
 
 __all__ = ["BuildConfig", "BuildResult", "build", "check_buckets", "eval_row",
-           "generate_questions", "mix_questions", "rl_row", "run_teacher", "stratified",
+           "generate_questions", "mix_questions", "rl_row", "run_teacher", "select_sft",
+           "stratified",
            "write_jsonl"]

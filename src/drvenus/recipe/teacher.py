@@ -22,11 +22,14 @@ from drvenus import protocol
 from drvenus.protocol import ToolCall
 from drvenus.protocol.spans import QUESTION_QUERY_CHARS, question_query
 from drvenus.recipe.facts import NEED, find_span, sentences
+from drvenus.recipe.pairs import COMPARISON, YES_NO
+from drvenus.recipe.pairs import amount as _amount
 from drvenus.recipe.questions import MAX_QUERY_CHARS, Question
 
 MAX_THINK_CHARS = 240
 MAX_GOAL_CHARS = 60
 MAX_URL_CHARS = 60  # after the scheme: the embedded grammar's string bound
+DESCRIBED_RANK = 2
 
 DROP_REASONS = (
     "gold_not_in_results", "answer_not_found", "bridge_not_found", "too_long", "unusable_url",
@@ -118,7 +121,9 @@ class Teacher:
         """``(trajectory, None)`` or ``(None, drop reason)``."""
         ep = _Episode(self, q, random.Random(f"{self.seed}:{q.id}"))
         try:
-            if q.hops == 2:
+            if q.source in (COMPARISON, YES_NO):
+                found = await ep.pair()
+            elif q.hops == 2:
                 found = await ep.two_hop()
             else:
                 found = await ep.single_hop()
@@ -211,10 +216,12 @@ class _Episode:
                      limit: int = MAX_QUERY_CHARS) -> _Hit:
         """Search for the article ``title`` (``query`` of at most ``limit`` characters); one
         reformulated search if it is not listed. A question that describes its subject must
-        find it first (a description that fits many pages is no question)."""
+        find it among the first ``DESCRIBED_RANK`` results (a description that fits many pages
+        is no question)."""
         hits = await self.search(first_thought, query, limit)
         hit = self.gold_hit(hits, title)
-        if hit is not None and self.q.source == "wiki-described" and hits[0] is not hit:
+        if hit is not None and self.q.source == "wiki-described" and \
+                hits.index(hit) >= DESCRIBED_RANK:
             raise _Drop("described_subject_not_first")
         if hit is None and retry_query and retry_query != query:
             hits = await self.search(
@@ -325,6 +332,57 @@ class _Episode:
         self.sources.append(title_b)
         tail = f"The {need_b} of {title_b} is {span}, so the answer is {span}."
         return self.finish(self.found_thought(title_b, where, text, span, tail), span)
+
+    async def pair(self) -> str:
+        """Both subjects' facts (from the first search's results when they are listed, else a
+        search of the subject's name), then the comparison or the yes/no drawn from them."""
+        q = self.q
+        sides = q.meta["pair"]
+        need = NEED.get(sides[0]["kind"], "answer")
+        a, b = (s["mention"] for s in sides)
+        first = self.rng.choice((
+            f"I need the {need} of {a} and the {need} of {b}. I will search the question's "
+            "key words.",
+            f"To answer I must compare {a} and {b}: first their {need}. Searching the "
+            "question's terms.",
+        ))
+        hits = await self.search(first, question_query(q.question), QUESTION_QUERY_CHARS)
+        notes: list[str] = []
+        values = []
+        for side in sides:
+            title, mention = side["title"], side["mention"]
+            hit = self.gold_hit(hits, title)
+            if hit is None:
+                hits = await self.search(
+                    " ".join([*notes, f"The results do not list {mention}. I will search for "
+                              f"{mention}."]), mention)
+                hit = self.gold_hit(hits, title)
+            if hit is None:
+                raise _Drop("gold_not_in_results")
+            span, where, _text = await self.read(hit, title, [side["value"]], need, mention)
+            self.sources.append(title)
+            values.append(span)
+            notes.append(f"The {where} of {title} gives {mention}'s {need}: {span}.")
+        answer = q.answer
+        if q.source == COMPARISON:
+            win = 0 if sides[0]["mention"] == answer else 1
+            lower = _number(values[win]) < _number(values[1 - win])
+            word = ("earlier" if lower else "later") if need in ("birth year", "year of death",
+                                                                  "year") else \
+                ("smaller" if lower else "larger")
+            verdict = (f"{values[win]} is {word} than {values[1 - win]}, so the answer is "
+                       f"{answer}.")
+        elif answer == "yes":
+            verdict = f"Both are {values[0]}, so the answer is yes."
+        else:
+            verdict = f"{values[0]} and {values[1]} differ, so the answer is no."
+        return self.finish(" ".join([*notes, verdict]), answer)
+
+
+def _number(text: str) -> float:
+    """The leading amount of a fact value ("2.1 million" -> 2100000.0)."""
+    value = _amount(text)
+    return value if value is not None else float("nan")
 
 
 def tool_response_bodies(messages: Sequence[Mapping[str, str]]) -> list[tuple[ToolCall, str]]:
