@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from drvenus.corpus import CorpusIndex, build_index
 from drvenus.llm.base import Generation, LLMError, SamplingParams
@@ -335,3 +337,24 @@ def test_offline_toolbox_builtin_corpus(tmp_path: Path) -> None:
     call = ToolCall("visit", {"url": [top["url"]], "goal": "When was Hamlet written?"})
     frames = parse_visit_body(run(box.call(call)))
     assert frames is not None and "1599" in (frames[0]["evidence"] or "")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["John", "A.", "Smith", "was", "born", "c.", "1900.", "He",
+                                 "died", "in", "St.", "Ives!", "\"Why?\"", "It", "(1815).",
+                                 "Mr.", "Brown", "e.g.", "3", "U.S.", "cats."]),
+                max_size=30))
+def test_sentences_cover_the_text_and_start_where_the_snippets_start(words) -> None:
+    """One sentence rule (drvenus.text) for the extractor, the answer focus and the search
+    snippets: the sentences are the text cut at ``sentence_starts``, nothing lost, and a
+    sentence never starts after an initial or an abbreviation."""
+    from drvenus.text import sentence_starts
+
+    text = " ".join(words)
+    pieces = split_sentences(text)
+    assert " ".join(pieces).split() == text.split()
+    starts = list(sentence_starts(text))
+    assert len(pieces) == len(starts) + 1 or not text.strip()
+    for at in starts:
+        before = text[:at].split()[-1].lower()
+        assert before not in ("a.", "c.", "st.", "mr.", "e.g.", "u.s.")

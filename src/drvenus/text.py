@@ -1,9 +1,11 @@
 """Small text helpers shared across the package: one token estimate, one-line messages, counts
-in words."""
+in words, one rule for where a sentence ends."""
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterator
 
 # Without a tokenizer, a token is taken to be about four UTF-8 bytes (English prose with BPE
 # vocabularies; CJK text runs closer to one character per token, which bytes account for).
@@ -30,3 +32,30 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
 
 
 __all__ = ["BYTES_PER_TOKEN", "counted", "estimate_tokens", "one_line"]
+
+
+# where a sentence ends: . ! ? (and closing quotes or brackets), blanks, then a capital, a digit
+# or an opening quote; not after an initial ("John A. Macdonald") or a common abbreviation
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof st jr sr vs etc inc ltd co corp no vol fig approx ca gen col lt sgt rev "
+    "jan feb mar apr jun jul aug sep sept oct nov dec e.g i.e u.s u.k".split()
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]\u201d]*\s+(?=[\"'(\[\u201c]?[A-Z0-9])")
+
+
+def sentence_starts(text: str, stop: int | None = None) -> Iterator[int]:
+    """Where each sentence of ``text`` after the first starts (up to ``stop``)."""
+    for match in _SENTENCE_END.finditer(text, 0, len(text) if stop is None else stop):
+        before = text[: match.start()].rstrip()
+        last = before.rsplit(None, 1)[-1] if before.split() else ""
+        word = last.rstrip(".!?\"')]\u201d").lower()
+        if (len(word) == 1 and word.isalpha()) or word in _ABBREVIATIONS:
+            continue
+        yield match.end()
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    """The sentences of a paragraph (see :func:`sentence_starts`), stripped, none empty."""
+    bounds = [0, *sentence_starts(paragraph), len(paragraph)]
+    pieces = (paragraph[a:b].strip() for a, b in zip(bounds, bounds[1:], strict=False))
+    return [p for p in pieces if p]

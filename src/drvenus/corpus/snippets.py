@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+from drvenus.text import sentence_starts
+
 SNIPPET_CHARS = 420  # most leads whole (median 456 chars); see choose_snippet
 WORD = re.compile(r"[^\W_]+")  # letters and digits; "_" separates words
 # question words never locate an answer; the snippet choice ignores them
@@ -14,8 +16,6 @@ _QUESTION_TOKENS = frozenset(
     {"what", "who", "whom", "whose", "when", "where", "which", "why", "how"}
 )
 _MENTION_TOKENS = 4  # the rarest query tokens the lead lacks, each looked up in the page
-# where a sentence starts: after . ! ? and blanks, before a capital, a digit or a quote
-_SENTENCE_START = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\u201c])")
 _SENTENCE_WINDOWS = 12  # the first sentences of a page each tried as a snippet's start
 
 Analyze = Callable[[str], list[str]]
@@ -73,10 +73,10 @@ def choose_snippet(analyze: Analyze, body: str, start: int, end: int,
     candidates = [lead]
     if start:
         candidates.append(make_snippet(body, start, end, width))
-    for i, at in enumerate(_SENTENCE_START.finditer(body, 0, width * 8)):
+    for i, at in enumerate(sentence_starts(body, width * 8)):
         if i == _SENTENCE_WINDOWS:
             break
-        candidates.append(make_snippet(body, at.end(), at.end(), width))
+        candidates.append(make_snippet(body, at, at, width))
     lead_tokens = set(analyze(lead))
     folded = None
     for token in sorted(wanted, key=wanted.__getitem__, reverse=True)[:_MENTION_TOKENS]:

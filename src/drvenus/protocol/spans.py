@@ -27,6 +27,7 @@ from drvenus.protocol.render import (
     unwrap_tool_response,
 )
 from drvenus.protocol.tools import ToolCall
+from drvenus.text import split_sentences
 
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 # The fixed lines of a visit frame (render_visit): not answer material.
@@ -172,11 +173,6 @@ def spans_of(
     return out
 
 
-# where a sentence of a snippet or page starts: after . ! ? and blanks (not after an initial:
-# "John A. Macdonald", nor "c." of a date), before a capital, a digit or a quote
-_SENTENCE_BREAK = re.compile(
-    r"(?<=[.!?])(?<!\b[A-Z]\.)(?<!\bc\.)(?<!\bca\.)\s+(?=[A-Z0-9\"'(\u201c])"
-)
 _STEM_CHARS = 5  # words compared by their first letters ("killed" ~ "kills")
 _LATEST = 2  # sentences of the latest reading always among the focus (a second hop's page)
 
@@ -203,7 +199,7 @@ def focus_sentences(texts: Sequence[str], question: str, k: int) -> tuple[str, .
         last = len(sentences)
         heads.update((last, last + 1))
         sentences += [sentence for line in text.splitlines()
-                      for sentence in _SENTENCE_BREAK.split(line.strip()) if sentence.strip()]
+                      for sentence in split_sentences(line.strip())]
     wanted = _stems(question_query(question))
     if len(sentences) <= k + len(heads) or not wanted:
         return tuple(sentences)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from drvenus.grading.match import normalize_answer
 from drvenus.recipe.articles import Article
-from drvenus.tools.extract import split_sentences
+from drvenus.text import split_sentences
 
 # --- words ------------------------------------------------------------------------------------
 

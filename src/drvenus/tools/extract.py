@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from drvenus.llm.base import ChatModel, LLMError, SamplingParams
 from drvenus.protocol import after_thinking
 from drvenus.protocol._json import loads_json5
+from drvenus.text import split_sentences
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +61,6 @@ _STOPWORDS = frozenset(
     specific look looking identify determine confirm verify extract get know tell mention
     mentioned mentions whether any""".split()
 )
-_ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof st jr sr vs etc inc ltd co corp no vol fig approx ca gen col lt sgt rev "
-    "jan feb mar apr jun jul aug sep sept oct nov dec e.g i.e u.s u.k".split()
-)
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
-
 
 def _fold(text: str) -> str:
     decomposed = unicodedata.normalize("NFKD", text.lower())
@@ -88,24 +83,6 @@ def _stem(word: str) -> str:
 def terms(text: str) -> list[str]:
     """Index terms of ``text``: folded lowercase words, stopwords dropped, lightly stemmed."""
     return [_stem(w) for w in _WORD.findall(_fold(text)) if w not in _STOPWORDS]
-
-
-def split_sentences(paragraph: str) -> list[str]:
-    """Sentences of a paragraph; does not split after initials or common abbreviations."""
-    pieces: list[str] = []
-    start = 0
-    for match in _SENTENCE_END.finditer(paragraph):
-        candidate = paragraph[start : match.start()].rstrip()
-        last = candidate.rsplit(None, 1)[-1] if candidate.split() else ""
-        word = last.rstrip(".!?\"')]").lower()
-        if (len(word) == 1 and word.isalpha()) or word in _ABBREVIATIONS:
-            continue
-        pieces.append(paragraph[start : match.end()].strip())
-        start = match.end()
-    tail = paragraph[start:].strip()
-    if tail:
-        pieces.append(tail)
-    return [p for p in pieces if p]
 
 
 def split_passages(text: str, max_chars: int = 400) -> list[list[str]]:
