@@ -199,7 +199,7 @@ def _answer_spans(
     may appear, but an answer must also hold a word of its own (not "Dracula" alone for "Who
     wrote Dracula?"). ``shape`` (:func:`~drvenus.protocol.spans.answer_shape`) keeps the spans
     of the kind the question asks for: one of its choices, yes or no, a span that starts with a
-    number or a time, one that starts with a capital; when it keeps none, every span stays.
+    number or a time, a run of capitalised words; when it keeps none, every span stays.
     ``focus`` (k, question): spans of the k sentences that match the question most
     (:func:`~drvenus.protocol.spans.focus_sentences`), when one of them has a span of the shape.
     Return the body's expression, or None when no span is left."""
@@ -209,7 +209,8 @@ def _answer_spans(
     exclude = question_words(question)
 
     def shaped(sources: Sequence[str]) -> list[tuple[str, ...]]:
-        return [sp for sp in spans_of(sources, max_words, exclude) if shape.first(sp[0])]
+        return [shape.trim(sp) for sp in spans_of(sources, max_words, exclude)
+                if shape.first(sp[0])]
 
     # the sentences that match the question most, unless none of them holds an answer of the
     # asked shape; then anything read of that shape; then anything read

@@ -248,6 +248,8 @@ _TIME_WORDS = frozenset(
     "century centuries spring summer autumn winter".split()
 )
 _YEAR_WORD = re.compile(r"\d{3,4}s?")  # 1904, 820, 1960s
+# lower-case words inside a name ("Leonardo da Vinci", "Gulf of Thailand")
+_NAME_LINKS = frozenset("of the de del della da di du dos von van der den la le al bin y".split())
 # what a question asks for wherever it says it: a year, or a count
 _CUES = re.compile(r"\b(?:(?:what|which) (year)|how (?:many|much))\b", re.IGNORECASE)
 # "..., A or B?": the two (or more) things a comparison question names
@@ -274,6 +276,19 @@ class AnswerShape:
     name: bool = False
     yes_no: bool = False
     choices: tuple[str, ...] = ()
+
+    def trim(self, span: tuple[str, ...]) -> tuple[str, ...]:
+        """A name is its run of capitalised words ("University of Tokyo", not "University of
+        Tokyo is"); lower-case links ("of", "de", "von") only inside it. Other shapes: whole."""
+        if not self.name:
+            return span
+        end = 1
+        for i, word in enumerate(span[1:], 1):
+            if word[:1].isupper() or word[:1].isdigit():
+                end = i + 1
+            elif word not in _NAME_LINKS:
+                break
+        return span[:end]
 
     def first(self, word: str) -> bool:
         """``word`` may start an answer of this shape: a number or a time starts with one
