@@ -1,4 +1,4 @@
-"""Evaluate the embedded agent at each stage of the recipe and print the table (issue #17, §2).
+"""Evaluate the embedded agent at each stage of the recipe and print the table (issue #29).
 
     python recipes/embedded/evaluate.py --data runs/recipe \\
         --stage base= --stage sft=runs/recipe/sft.gguf --stage rl=runs/recipe/rl.gguf \\
@@ -6,15 +6,17 @@
 
 Every stage is the embedded GGUF run in process by ``drvenus eval`` (greedy, one run per
 question, one question at a time so that seconds per question are a user's latency); a stage is
-``NAME=ADAPTER.gguf``, or ``NAME=`` for the plain base model (``--no-adapter``). Two benchmarks:
+``NAME=ADAPTER.gguf``, or ``NAME=`` for the plain base model (``--no-adapter``). Three
+benchmarks, each graded by exact match over the gold aliases with a 95% Wilson interval:
 
-- the build's reserved-bucket questions (``eval/dev.jsonl``, or ``--split test``): every two-hop
-  and open-QA question of the split and the first ``--single-hop`` single-hop ones in a fixed
-  hash order, graded by exact match over the gold aliases; the report breaks accuracy down by
-  level (single-hop, two-hop, open-qa) with a 95% Wilson interval;
-- the offline HotpotQA-paragraphs benchmark (its own corpus; ``--hotpot`` questions; 0: skip),
-  or with ``--hotpot-official FILE`` HotpotQA's official JSON (``--benchmark hotpotqa``, the
-  distractor corpus of the file's contexts); the cell is EM with its interval, then F1.
+- **natural**: the hand-written natural dev set (``recipes/embedded/natural/dev.jsonl``, or
+  ``--split test``): questions as people ask them, over reserved articles; ``--natural`` of them
+  in sha256(id) order (0: all), broken down by level (single-hop, two-hop, comparison, yes-no);
+- **templated**: the build's reserved questions that name their subject by title
+  (``DATA/eval/dev.jsonl``, source ``wiki-single-hop``); ``--templated`` of them, same order;
+- **HotpotQA**: the offline HotpotQA-paragraphs benchmark (its own corpus; ``--hotpot``
+  questions; 0: skip), or with ``--hotpot-official FILE`` HotpotQA's official JSON
+  (``--benchmark hotpotqa``, the distractor corpus of the file's contexts); EM, then F1.
 
 Reruns resume (``drvenus eval`` skips finished questions). Writes ``OUT/table.md`` and
 ``OUT/table.json`` and prints the table.
@@ -37,7 +39,8 @@ log = logging.getLogger("evaluate")
 
 SHARED_HOTPOT = (Path(__file__).resolve().parents[3]
                  / "shared/data/qa/hotpotqa-dev-500-with-paragraphs.jsonl")
-LEVELS = ("single-hop", "two-hop", "open-qa")
+NATURAL = Path(__file__).resolve().parent / "natural"
+LEVELS = ("single-hop", "two-hop", "comparison", "yes-no")
 
 
 def _level(row: dict[str, Any]) -> str:
@@ -48,20 +51,25 @@ def _level(row: dict[str, Any]) -> str:
     return EVAL_LEVELS.get(source, source)
 
 
-def select(split_file: Path, single_hop: int, out: Path, max_items: int | None = None) -> Path:
-    """The evaluated subset of a split: all two-hop and open-QA rows, ``single_hop`` single-hop
-    rows in sha256(id) order (stable, and not the file's alphabetical order)."""
-    rows = [json.loads(x) for x in split_file.read_text(encoding="utf-8").splitlines() if x]
-    for r in rows:
-        r["level"] = _level(r)
-    singles = sorted((r for r in rows if r["level"] == "single-hop"),
-                     key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
-    picked = [r for r in rows if r["level"] != "single-hop"] + singles[:single_hop]
-    picked = picked[:max_items] if max_items else picked
+def _hashed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` in sha256(id) order: a stable subset, not the file's order."""
+    return sorted(rows, key=lambda r: hashlib.sha256(str(r["id"]).encode()).hexdigest())
+
+
+def select(rows: list[dict[str, Any]], n: int, out: Path) -> Path:
+    """The first ``n`` of ``rows`` in sha256(id) order (0: all), written to ``out``."""
+    picked = _hashed(rows)[: n or None]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in picked),
                    encoding="utf-8")
     return out
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    for r in rows:
+        r["level"] = _level(r)
+    return rows
 
 
 def run_eval(benchmark: str, data: Path, out: Path, adapter: str, limit: int | None,
@@ -91,29 +99,45 @@ def _cell(acc: float | None, ci: list[float] | None, n: int | None) -> str:
     return f"{_pct(acc)}{interval} (n={n})"
 
 
+def _with_f1(cell: str, report: dict[str, Any]) -> str:
+    f1 = ((_metrics(report).get("exact_f1") or {}).get("f1"))
+    return cell if f1 is None else f"{cell}, F1 {f1:.3f}"
+
+
+def _overall(report: dict[str, Any] | None) -> str:
+    if not report:
+        return "–"
+    m = _metrics(report)
+    return _cell(m["avg_at_k"], m.get("ci95_items"), m["items"])
+
+
 def table(results: dict[str, dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    head = ("| stage | single-hop | two-hop | open-qa | HotpotQA | turns | searches "
-            "| visits | s/question |")
-    lines = [head, "|" + "---|" * 9]
+    head = ("| stage | natural | " + " | ".join(f"natural {lv}" for lv in LEVELS)
+            + " | templated | HotpotQA | turns | searches | visits | s/question |")
+    lines = [head, "|" + "---|" * (len(LEVELS) + 9)]
     rows = []
     for stage, res in results.items():
-        m = _metrics(res["recipe"])
+        m = _metrics(res["natural"])
         levels = m.get("per_level") or {}
-        cells = [_cell(levels.get(lv, {}).get("avg_at_k"), levels.get(lv, {}).get("ci95_items"),
-                       levels.get(lv, {}).get("n")) for lv in LEVELS]
-        hp = _metrics(res["hotpot"]) if res.get("hotpot") else None
-        cells.append(_cell(hp["avg_at_k"], hp.get("ci95_items"), hp["items"]) if hp else "–")
-        hp_f1 = ((hp or {}).get("exact_f1") or {}).get("f1")
-        if hp_f1 is not None:
-            cells[-1] += f", F1 {hp_f1:.3f}"
+        cells = [_overall(res["natural"])]
+        cells += [_cell(levels.get(lv, {}).get("avg_at_k"), levels.get(lv, {}).get("ci95_items"),
+                        levels.get(lv, {}).get("n")) for lv in LEVELS]
+        cells.append(_overall(res.get("templated")))
+        cells.append(_with_f1(_overall(res["hotpot"]), res["hotpot"]) if res.get("hotpot")
+                     else "–")
         cost = m["cost_all"]
         lines.append(f"| {stage} | " + " | ".join(cells) + f" | {cost['turns']:.2f} | "
                      f"{cost['search_calls']:.2f} | {cost['visit_calls']:.2f} | "
                      f"{cost['seconds']:.1f} |")
-        rows.append({"stage": stage, "levels": levels, "hotpot": hp and {
-            "avg_at_k": hp["avg_at_k"], "ci95_items": hp.get("ci95_items"), "n": hp["items"],
-            "f1": hp_f1},
-            "cost": cost, "overall": m["avg_at_k"], "ci95": m.get("ci95_items")})
+        rows.append({
+            "stage": stage, "overall": m["avg_at_k"], "ci95": m.get("ci95_items"),
+            "levels": levels, "cost": cost,
+            **{name: res[name] and {"avg_at_k": _metrics(res[name])["avg_at_k"],
+                                    "ci95_items": _metrics(res[name]).get("ci95_items"),
+                                    "n": _metrics(res[name])["items"],
+                                    "f1": (_metrics(res[name]).get("exact_f1") or {}).get("f1")}
+               for name in ("templated", "hotpot") if name in res},
+        })
     return "\n".join(lines), rows
 
 
@@ -123,8 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", default="dev", choices=("dev", "test"))
     p.add_argument("--stage", action="append", default=[], metavar="NAME=ADAPTER",
                    help="a stage to evaluate (repeatable); NAME= for the base model")
-    p.add_argument("--single-hop", type=int, default=60, help="single-hop questions (0: all)")
-    p.add_argument("--max-items", type=int, default=None, help="cap the subset (a quick run)")
+    p.add_argument("--natural", type=int, default=90, help="natural questions (0: all)")
+    p.add_argument("--natural-data", type=Path, default=None,
+                   help="default: recipes/embedded/natural/SPLIT.jsonl")
+    p.add_argument("--templated", type=int, default=36,
+                   help="title-named build questions (0: skip)")
     p.add_argument("--hotpot", type=int, default=30, help="HotpotQA questions (0: skip)")
     p.add_argument("--hotpot-data", type=Path,
                    default=SHARED_HOTPOT if SHARED_HOTPOT.is_file() else None)
@@ -136,12 +163,21 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     out = args.out or args.data / "eval-runs"
     stages = dict(s.split("=", 1) for s in (args.stage or ["base="]))
-    subset = select(args.data / "eval" / f"{args.split}.jsonl", args.single_hop or 10**9,
-                    out / f"{args.split}-subset.jsonl", args.max_items)
+    natural = select(read_rows(args.natural_data or NATURAL / f"{args.split}.jsonl"),
+                     args.natural, out / f"natural-{args.split}.jsonl")
+    templated = None
+    if args.templated:
+        built = [r for r in read_rows(args.data / "eval" / f"{args.split}.jsonl")
+                 if r.get("data_source") == "wiki-single-hop"]
+        templated = select(built, args.templated, out / f"templated-{args.split}.jsonl")
     extra = ["--max-steps", str(args.max_steps)] if args.max_steps else []
     results: dict[str, dict[str, Any]] = {}
     for name, adapter in stages.items():
-        res = {"recipe": run_eval("jsonl", subset, out / name / args.split, adapter, None, extra)}
+        res = {"natural": run_eval("jsonl", natural, out / name / f"natural-{args.split}",
+                                   adapter, None, extra)}
+        if templated is not None:
+            res["templated"] = run_eval("jsonl", templated, out / name / f"templated-{args.split}",
+                                        adapter, None, extra)
         if args.hotpot_official and args.hotpot:
             res["hotpot"] = run_eval("hotpotqa", args.hotpot_official,
                                      out / name / "hotpot-official", adapter, args.hotpot, extra)

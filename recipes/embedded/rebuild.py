@@ -10,8 +10,9 @@ Stages, each a plain drvenus command (printed as it runs; a rerun skips finished
    ``drvenus models export-adapter`` -> ``OUT/sft.gguf``;
 3. RL: ``drvenus rl --config rl.yaml`` (IGPO, the SFT adapter trains further) on the RL
    questions, then ``export-adapter`` -> ``OUT/rl.gguf``;
-4. evaluation: ``evaluate.py`` for base, SFT and SFT + RL on the reserved dev questions and
-   HotpotQA-paragraphs; the table goes to ``OUT/eval-runs/table.md``.
+4. evaluation: ``evaluate.py`` for base, SFT and SFT + RL on the natural dev questions, the
+   build's title-named dev questions and HotpotQA-paragraphs; the table goes to
+   ``OUT/eval-runs/table.md``.
 
 The shipped file is ``OUT/rl.gguf`` (copied to ``src/drvenus/llm/adapters/`` by hand, with the
 model card updated from the table).
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_eval:
         sh(sys.executable, str(HERE / "evaluate.py"), "--data", str(out),
            "--stage", "base=", "--stage", f"sft={sft_gguf}", "--stage", f"sft+rl={rl_gguf}",
-           *(["--single-hop", "1", "--max-items", "2", "--hotpot", "0", "--max-steps", "2"]
+           *(["--natural", "2", "--templated", "1", "--hotpot", "0", "--max-steps", "2"]
              if mini else []))
     return 0
 
