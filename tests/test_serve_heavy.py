@@ -250,3 +250,59 @@ def test_mcp_heavy_research_with_progress_over_all_runs(server):
         text = reply.content[0].text
         assert reply.is_error and "heavy" in text and "\n" not in text, text
     assert status["status"] == "done" and status["answer"].startswith(SYNTHESISED)
+
+
+def test_drvenus_mcp_heavy_over_stdio(tmp_path):
+    """``drvenus mcp --heavy 2`` (a model server, a local corpus): deep_research is two runs
+    and the synthesis; a request asks for 3; the stored runs keep every run's trace."""
+    pytest.importorskip("mcp")
+    import os
+    import sys
+
+    from mcp import Client, StdioServerParameters
+
+    from drvenus import protocol
+    from stub_server import StubServer
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"id": "1", "title": "Dracula", "url": DRACULA,
+                                  "text": "Dracula is an 1897 novel by Bram Stoker."}) + "\n")
+
+    def reply(request) -> str:
+        messages = request.json["messages"]
+        if messages[0]["content"] == protocol.SYNTHESIS_PROMPT:
+            return answer(SYNTHESISED)
+        if not any(m["role"] == "assistant" for m in messages):
+            return call("search", query=["Dracula author"])
+        return answer("Bram Stoker")
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "DRVENUS_CACHE_DIR": str(tmp_path),
+           "DRVENUS_MAX_ATTEMPTS": "1"}
+    runs_dir = tmp_path / "runs"
+    with StubServer(default=reply) as model:
+        params = StdioServerParameters(command=sys.executable, env=env, args=[
+            "-m", "drvenus", "mcp", "--heavy", "2", "--max-heavy", "3", "--base-url",
+            model.base_url, "--model-name", "stub", "--corpus", str(corpus),
+            "--runs-dir", str(runs_dir)])
+
+        async def go():
+            async with Client(params, read_timeout_seconds=120) as mcp_client:
+                default = await mcp_client.call_tool("deep_research",
+                                                     {"question": "Who wrote Dracula?"})
+                three = await mcp_client.call_tool("deep_research",
+                                                   {"question": "Who wrote Dracula?", "heavy": 3})
+                over = await mcp_client.call_tool("deep_research",
+                                                  {"question": "Who wrote Dracula?", "heavy": 4})
+                return default, three, over
+
+        default, three, over = asyncio.run(asyncio.wait_for(go(), 240))
+    assert default.content[0].text.startswith(SYNTHESISED), default.content[0].text
+    assert three.content[0].text.startswith(SYNTHESISED)
+    assert over.is_error and "heavy" in over.content[0].text
+    counts = sorted(len(read_events(p)[-1]["data"]["record"]["extra"]["heavy"]["runs"])
+                    for p in runs_dir.glob("*.jsonl"))
+    assert counts == [2, 3]
+    for path in runs_dir.glob("*.jsonl"):
+        events = read_events(path)
+        check_heavy_trace(events, len(events[-1]["data"]["record"]["extra"]["heavy"]["runs"]))
