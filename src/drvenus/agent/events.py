@@ -18,7 +18,9 @@ what happened without changing the conversation: ``step_started``, ``model_outpu
 sampled attempt, with token usage), ``tool_call``, ``answer``, ``error`` (retries and their
 reasons) and ``finished`` (the result record). ``step`` is the index of the agent step the
 event belongs to (0 for the first model turn); a forced answer at the step limit has
-``step == max_steps``.
+``step == max_steps``. Heavy mode's runs (:mod:`drvenus.agent.heavy`) tag their events with
+``heavy_run`` (the run's index); :func:`split_runs` splits interleaved runs apart,
+:func:`split_researches` keeps a Heavy research (its runs and its decision) together.
 """
 
 from __future__ import annotations
