@@ -152,3 +152,20 @@ def test_a_constrained_synthesis_must_pick_one_of_the_answers():
     agent = ResearchAgent(ScriptedModel([Researchers(synthesis=answer("Researcher 1"))]),
                           ScriptedTools("[]"), unconstrained)
     assert asyncio.run(agent.run("Who wrote Dracula?")).prediction == "Researcher 1"
+
+
+def test_split_researches_keeps_a_heavy_research_together():
+    from drvenus.agent.events import split_researches
+
+    def ev(kind: str, run: int | None = None, **data) -> dict:
+        return {"type": kind, "step": 0, "data": {**data, **({} if run is None else
+                                                           {"heavy_run": run})}}
+
+    plain = [ev("started"), ev("finished")]
+    heavy = [ev("started", 0), ev("started", 1), ev("finished", 1), ev("finished", 0),
+             ev("started", heavy=2), ev("finished")]
+    cut = [ev("started", 0), ev("started", 1)]  # a Heavy research cut short
+    again = [ev("started", 0), ev("finished", 0), ev("started", heavy=1), ev("finished")]
+    cut_plain = [ev("started")]
+    groups = split_researches([*plain, *heavy, *cut, *again, *cut_plain, *plain])
+    assert groups == [plain, heavy, cut, again, cut_plain, plain]

@@ -159,6 +159,32 @@ def test_a_rerun_with_another_model_or_data_file_is_refused(tmp_path, corpus):
     assert (out / "results.jsonl").read_bytes() == before
 
 
+def test_eval_json_records_the_agent_settings_and_keeps_them(tmp_path, corpus):
+    """A number traces back to its settings: eval.json records the context strategy, Heavy
+    mode and the KV cache; more runs with other settings are refused (the results would mix)."""
+    data, out = qa_file(tmp_path, 1), tmp_path / "run"
+    with StubServer([], default=ANSWER) as server:
+        r = drvenus(*eval_args(data, out, server, corpus, "--runs", "1", "--heavy", "2",
+                               "--heavy-mode", "vote", "--context-strategy", "keep-last-k",
+                               "--keep-last", "2", "--max-steps", "7"))
+        assert r.returncode == 0, r.stderr
+        agent = json.loads((out / "eval.json").read_text())["agent"]
+        assert agent == {"max_steps": 7, "max_context_tokens": agent["max_context_tokens"],
+                         "context_strategy": "keep-last-k", "keep_last": 2, "heavy": 2,
+                         "heavy_mode": "vote", "kv_cache": "f16"}
+        assert json.loads((out / "report.json").read_text())["agent"] == agent
+        assert "context keep-last-k (keep 2) · heavy 2 (vote) · KV cache f16" in (
+            out / "report.md").read_text()
+        before = (out / "results.jsonl").read_bytes()
+        r = drvenus(*eval_args(data, out, server, corpus, "--runs", "2", "--max-steps", "7",
+                               "--context-strategy", "keep-last-k", "--keep-last", "2"))
+    assert r.returncode == 2, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "holds results of other agent settings" in lines[0]
+    assert "heavy 2 -> 1" in lines[0] and "heavy_mode vote -> synthesise" in lines[0]
+    assert (out / "results.jsonl").read_bytes() == before
+
+
 def test_a_malformed_judge_endpoint_fails_before_any_agent_run(tmp_path, corpus):
     out = tmp_path / "run"
     with StubServer([], default=ANSWER) as server:

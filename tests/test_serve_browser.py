@@ -409,3 +409,53 @@ def test_markdown_stale_content_and_follow_in_a_browser(tmp_path, browser, artif
             context.close()
         finally:
             served.stop()
+
+
+def test_heavy_runs_shown_in_lanes_in_a_browser(tmp_path, browser, artifacts):
+    """Heavy mode on the page (a scripted model on an in-process server): the runs' steps in
+    a lane each, in run order, each lane ending with its run's answer; the synthesis last and
+    its answer in the answer box; a bad run count refused in words; the stored run replays
+    in the same lanes."""
+    from drvenus.serve.app import create_app
+    from drvenus.serve.server import ServeThread
+    from test_serve_heavy import SYNTHESISED, make_registry
+
+    with ServeThread(create_app(make_registry(tmp_path / "runs"))) as running:
+        page = browser.new_page(viewport={"width": 1000, "height": 800})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(running.url + "/")
+        page.wait_for_selector("#opt-model option", state="attached")
+        assert page.get_attribute("#opt-heavy", "max") == "4"
+        page.click("#settings summary")
+        page.fill("#opt-heavy", "9")
+        page.fill("#question", "Who wrote Dracula?")
+        page.click("#ask-btn")
+        assert page.inner_text("#flash") == "Heavy runs: give a whole number from 1 to 4."
+        page.fill("#opt-heavy", "3")
+        page.click("#ask-btn")
+        assert _answer_shown(page).startswith(SYNTHESISED)
+        run_id = page.evaluate("location.hash").split("run=", 1)[1]
+
+        def lanes() -> list[str]:
+            heads = page.locator("#timeline > li.lane > .lane-head")
+            return [heads.nth(i).inner_text() for i in range(heads.count())]
+
+        heads = lanes()
+        assert [h.split(" · ")[0] for h in heads] == ["Run 1", "Run 2", "Run 3",
+                                                       "Synthesis of 3 runs"], heads
+        assert all(h.endswith("Answered: Bram Stoker") for h in heads[:3]), heads
+        for i in range(3):
+            assert page.locator(f"#timeline > li.lane[data-run='{i}'] li.step").count() == 3
+        assert page.inner_text("#c-steps") == "10"
+        assert "3 runs, synthesised" in page.inner_text("#a-meta")
+        page.screenshot(path=str(artifacts / "serve-heavy.png"), full_page=True)
+
+        page.click("button[data-tab=replay]")
+        page.set_input_files("#replay-file", str(tmp_path / "runs" / f"{run_id}.jsonl"))
+        page.wait_for_selector("#player:not([hidden])")
+        page.click("#rp-all")
+        assert lanes() == heads
+        assert page.inner_text("#a-text").startswith(SYNTHESISED)
+        assert not errors, errors
+        page.close()

@@ -178,6 +178,20 @@ def agent_config(settings: Settings, system_prompt_file: str | None = None) -> A
     return replace(cfg, **changes)
 
 
+def run_settings(config: AgentConfig, settings: Settings) -> dict[str, Any]:
+    """The agent settings a result depends on beyond the model and the data (``eval.json``
+    records them): budgets, the context strategy, Heavy mode, the KV cache type."""
+    return {
+        "max_steps": config.max_steps,
+        "max_context_tokens": config.max_context_tokens,
+        "context_strategy": config.context.strategy,
+        "keep_last": config.context.keep_last,
+        "heavy": config.heavy.runs,
+        "heavy_mode": config.heavy.mode,
+        "kv_cache": settings.kv_cache or "f16",
+    }
+
+
 def build_model(
     settings: Settings, *, parallel: int = 1, notify: Callable[[str], None] | None = None
 ) -> ChatModel:

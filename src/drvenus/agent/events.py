@@ -18,7 +18,9 @@ what happened without changing the conversation: ``step_started``, ``model_outpu
 sampled attempt, with token usage), ``tool_call``, ``answer``, ``error`` (retries and their
 reasons) and ``finished`` (the result record). ``step`` is the index of the agent step the
 event belongs to (0 for the first model turn); a forced answer at the step limit has
-``step == max_steps``.
+``step == max_steps``. Heavy mode's runs (:mod:`drvenus.agent.heavy`) tag their events with
+``heavy_run`` (the run's index); :func:`split_runs` splits interleaved runs apart,
+:func:`split_researches` keeps a Heavy research (its runs and its decision) together.
 """
 
 from __future__ import annotations
@@ -99,15 +101,48 @@ def split_runs(events: Iterable[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return runs
 
 
-def read_trace(path: str | Path) -> list[list[dict[str, Any]]]:
-    """The runs in a trace file (JSONL of events, as ``drvenus ask --trace`` writes), each a
-    list of event dicts from ``started`` to ``finished``."""
+def split_researches(events: Iterable[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Event dicts grouped by research, each in its own order: a plain run, or Heavy mode's N
+    runs (events tagged ``heavy_run``) with the final answer after them. A research ends with
+    a ``finished`` event no ``heavy_run`` tags; one cut short (no such event) ends where the
+    next begins (a plain run's ``started``, or a Heavy run's index seen again)."""
+    researches: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] = []
+    seen: set[Any] = set()  # the Heavy run indices that started in ``current``
+    for event in events:
+        data = event.get("data") or {}
+        tag = data.get("heavy_run")
+        if event.get("type") == "started" and current:
+            plain = tag is None and not data.get("heavy")
+            if plain or (tag is not None and tag in seen):
+                researches.append(current)
+                current, seen = [], set()
+        if event.get("type") == "started" and tag is not None:
+            seen.add(tag)
+        current.append(event)
+        if event.get("type") == "finished" and "heavy_run" not in data:
+            researches.append(current)
+            current, seen = [], set()
+    if current:
+        researches.append(current)
+    return researches
+
+
+def read_events(path: str | Path) -> list[dict[str, Any]]:
+    """The event dicts of a trace file (JSONL, as ``drvenus ask --trace`` writes), in order;
+    ValueError for a line that is not JSON."""
     events = []
     for row in read_jsonl(path):
         if not row.ok:
             raise ValueError(f"{path}, line {row.lineno}: {row.error}")
         events.append(row.value)
-    return split_runs(events)
+    return events
+
+
+def read_trace(path: str | Path) -> list[list[dict[str, Any]]]:
+    """The runs in a trace file (JSONL of events, as ``drvenus ask --trace`` writes), each a
+    list of event dicts from ``started`` to ``finished``."""
+    return split_runs(read_events(path))
 
 
 class TraceWriter:

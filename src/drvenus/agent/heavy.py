@@ -14,14 +14,17 @@ model), :data:`MEMBER_TEMPERATURE`: N greedy runs would all be the same run. The
 - ``vote``: a deterministic majority over the normalised answers of the runs that answered
   (:func:`drvenus.grading.match.normalize_answer`); a tie goes to the earliest run.
 
-The final decision is a run of its own in the trace (``started`` with ``heavy`` set, then its
-turn, ``answer`` and ``finished``). Its record sums the runs' counts and usage, and keeps every
-run's record under ``extra["heavy"]["runs"]``.
+The final decision is a run of its own in the trace (``started`` with ``heavy`` set to N and
+``heavy_mode`` to ``synthesis`` or ``vote``, then its turn, ``answer`` and ``finished``). Its
+record sums the runs' counts and usage, and keeps every run's record under
+``extra["heavy"]["runs"]``. Cancelled (Ctrl-C, a stopped server run), it still ends with an
+untagged ``finished``: an ``interrupted`` record with the runs that had finished.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 from collections import Counter
@@ -115,6 +118,7 @@ def majority_vote(records: Sequence[ResultRecord]) -> int | None:
 class _Emitter:
     def __init__(self, on_event: EventCallback | None) -> None:
         self.on_event = on_event
+        self.finished: dict[int, ResultRecord] = {}  # the records of the runs that ended
 
     async def __call__(self, event: TraceEvent) -> None:
         if self.on_event is not None:
@@ -124,6 +128,8 @@ class _Emitter:
 
     def member(self, i: int) -> EventCallback:
         async def forward(event: TraceEvent) -> None:
+            if event.type == "finished":
+                self.finished[i] = ResultRecord(**event.data["record"])
             await self(TraceEvent(event.type, event.step, {**event.data, "heavy_run": i},
                                   event.time))
         return forward
@@ -136,10 +142,19 @@ async def run_heavy(agent: Member, config: Any, question: str,
     policy: HeavyPolicy = config.heavy
     emit = _Emitter(on_event)
     start = time.monotonic()
-    records = list(await asyncio.gather(
-        *(agent.run_one(question, emit.member(i), member_sampling(config.sampling, i))
-          for i in range(policy.runs))
-    ))
+    try:
+        records = list(await asyncio.gather(
+            *(agent.run_one(question, emit.member(i), member_sampling(config.sampling, i))
+              for i in range(policy.runs))
+        ))
+    except asyncio.CancelledError:
+        done = [emit.finished[i] for i in sorted(emit.finished)]
+        stopped = _combined(question, [], "No answer found", "interrupted", done, "interrupted")
+        stopped.error = "interrupted"
+        stopped.elapsed_seconds = round(time.monotonic() - start, 3)
+        with contextlib.suppress(asyncio.CancelledError, Exception):  # best effort
+            await asyncio.shield(emit(TraceEvent("finished", 0, {"record": stopped.to_dict()})))
+        raise
     final: ResultRecord | None = None
     note: str | None = None
     if policy.mode == "synthesise" and votes(records):
@@ -161,7 +176,8 @@ async def _synthesise(
     )
     await emit(TraceEvent("started", 0, {
         "question": question, "messages": [dict(m) for m in messages], "model": agent.model.name,
-        "heavy": len(records), "max_context_tokens": config.max_context_tokens, "max_steps": 1,
+        "heavy": len(records), "heavy_mode": "synthesis",
+        "max_context_tokens": config.max_context_tokens, "max_steps": 1,
     }))
     try:
         gen = await agent.model.generate(
@@ -209,7 +225,7 @@ async def _vote(agent: Member, question: str, records: list[ResultRecord], emit:
     base = records[chosen if chosen is not None else 0]
     await emit(TraceEvent("started", 0, {
         "question": question, "messages": [dict(m) for m in base.messages],
-        "model": agent.model.name, "heavy": len(records), "max_steps": 0,
+        "model": agent.model.name, "heavy": len(records), "heavy_mode": "vote", "max_steps": 0,
     }))
     if chosen is not None:
         await emit(TraceEvent("answer", 0, {"answer": base.prediction, "forced": False}))

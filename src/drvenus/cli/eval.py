@@ -217,7 +217,7 @@ def _run_locked(
 ) -> int:
     from drvenus.agent import ResearchAgent
     from drvenus.eval.runner import run_pairs, save_manifest
-    from drvenus.stack import build_model, build_stack
+    from drvenus.stack import build_model, build_stack, run_settings
 
     if setup.corpus is not None:
         if agent.tools.corpus is not None:
@@ -242,9 +242,17 @@ def _run_locked(
         asyncio.run(_close(stack, agents[1:]))
         raise fail(CliError(f"{setup.out} holds results of the model {before!r}, not "
                             f"{stack.model.name!r}: use another --out (or remove it)"))
+    agent_settings, before = run_settings(stack.agent.config, settings), setup.manifest.get("agent")
+    if before and before != agent_settings and (todo.done or todo.retry):
+        asyncio.run(_close(stack, agents[1:]))
+        changed = ", ".join(f"{k} {before.get(k)} -> {v}" for k, v in agent_settings.items()
+                            if before.get(k) != v)
+        raise fail(CliError(f"{setup.out} holds results of other agent settings ({changed}): "
+                            "use another --out (or remove it)"))
     texts = stack.agent.config.texts
     save_manifest(setup, model=stack.model.name, model_spec=_model_spec(agent),
-                  endpoints=1 + len(endpoints), protocol=f"{texts.name} ({texts.source})")
+                  endpoints=1 + len(endpoints), protocol=f"{texts.name} ({texts.source})",
+                  agent=agent_settings)
     # a benchmark's questions may be encrypted (kept out of files): the lines show ids only
     progress = BatchProgress(err, len(todo.todo), label_of=lambda item: item.id)
 

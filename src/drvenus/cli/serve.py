@@ -1,8 +1,9 @@
 """``drvenus serve`` (web demo + /v1 + /mcp) and ``drvenus mcp`` (MCP over stdio).
 
-Both take the model and tool options of ``drvenus ask``. Bad input (a public address without a
-token, a taken port, a missing extra, a bad model or corpus) is one line on stderr and exit
-code 2.
+Both take the model and tool options of ``drvenus ask``; ``--heavy N`` makes every research N
+parallel runs and one answer, and a request may ask for up to ``--max-heavy`` runs. Bad input (a
+public address without a token, a taken port, a missing extra, a bad model or corpus) is one
+line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from drvenus.cli.common import (
 )
 from drvenus.cli.options import AgentOptions
 from drvenus.net.server import DEFAULT_HOST
-from drvenus.serve.server import DEFAULT_MAX_RUNNING, DEFAULT_MAX_WAITING, DEFAULT_PORT
+from drvenus.serve.server import DEFAULT_MAX_RUNNING, DEFAULT_MAX_WAITING, DEFAULT_PORT, HEAVY_CAP
 
 if TYPE_CHECKING:
     from drvenus.config import Settings
@@ -40,19 +41,27 @@ RunsDirOption = Annotated[
 MaxRunsOption = Annotated[
     int, typer.Option("--max-runs", min=1, help="Research runs going on at once.")
 ]
+MaxHeavyOption = Annotated[
+    int | None,
+    typer.Option("--max-heavy", min=1, max=64, show_default=False,
+                 help=f"The most Heavy-mode runs one request may ask for (its 'heavy' field; "
+                 f"default {HEAVY_CAP}, or --heavy when that is more)."),
+]
 
 
-def _pool(agent: AgentOptions, max_runs: int) -> tuple[Settings, AgentPool]:
+def _pool(agent: AgentOptions, max_runs: int, max_heavy: int | None
+          ) -> tuple[Settings, AgentPool]:
     """Settings and the agent pool, with the default model and tools built (fail fast)."""
     from drvenus.serve.agents import pool_from_settings
     from drvenus.stack import announce_protocol
 
     settings = agent.settings()
-    if (settings.heavy or 1) > 1:  # its parallel runs would interleave in one page / stream
-        raise CliError("--heavy is for ask, run and eval; serve and mcp run one research per "
-                       "request (send N requests to compare runs)")
+    heavy = settings.heavy or 1
+    if max_heavy is not None and heavy > max_heavy:
+        raise CliError(f"--heavy {heavy} is over --max-heavy {max_heavy}")
     pool = pool_from_settings(
-        settings, system_prompt_file=agent.prompt_file, parallel=max_runs, notify=notice
+        settings, system_prompt_file=agent.prompt_file, parallel=max_runs,
+        heavy_cap=max(heavy, max_heavy or HEAVY_CAP), notify=notice,
     )
     pool.prebuild()
     problem = asyncio.run(pool.problem(timeout=10.0))
@@ -82,6 +91,7 @@ def serve(
     max_waiting: Annotated[
         int, typer.Option("--max-waiting", min=0, help="Runs that may wait for a free slot.")
     ] = DEFAULT_MAX_WAITING,
+    max_heavy: MaxHeavyOption = None,
     runs_dir: RunsDirOption = None,
     *,
     agent: AgentOptions,
@@ -102,7 +112,7 @@ def serve(
                    token_hint="set DRVENUS_SERVE_TOKEN (or pass --token)")
         require_serve_extra()
         require_mcp()
-        settings, pool = _pool(agent, max_runs)
+        settings, pool = _pool(agent, max_runs, max_heavy)
     except known_errors(ImportError) as exc:
         raise fail(exc) from None
     warn_short_token(token)
@@ -128,6 +138,7 @@ def serve(
 @with_options("agent", AgentOptions)
 def mcp(
     max_runs: MaxRunsOption = 1,
+    max_heavy: MaxHeavyOption = None,
     runs_dir: RunsDirOption = None,
     *,
     agent: AgentOptions,
@@ -138,7 +149,7 @@ def mcp(
 
     try:
         require_mcp()
-        settings, pool = _pool(agent, max_runs)
+        settings, pool = _pool(agent, max_runs, max_heavy)
     except known_errors(ImportError) as exc:
         raise fail(exc) from None
     registry = RunRegistry(pool, _runs_dir(settings, runs_dir), max_running=max_runs)

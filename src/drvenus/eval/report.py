@@ -68,6 +68,7 @@ def build_report(
     return {
         "benchmark": manifest.get("benchmark"),
         "model": manifest.get("model"),
+        "agent": manifest.get("agent"),  # the settings the numbers depend on (eval.json's)
         "grader": grader,
         "grading": official or {"grader": "ours"},
         "scoring": scoring,
@@ -182,6 +183,18 @@ def _grading_lines(grading: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _settings(agent: dict[str, Any]) -> str:
+    """The agent settings of a report on one line: ``heavy 4 (vote) · context keep-last-k``."""
+    parts = [f"{agent.get('max_steps')} steps", f"budget {agent.get('max_context_tokens')}",
+             f"context {agent.get('context_strategy')}"]
+    if agent.get("context_strategy") == "keep-last-k":
+        parts[-1] += f" (keep {agent.get('keep_last')})"
+    if (agent.get("heavy") or 1) > 1:
+        parts.append(f"heavy {agent.get('heavy')} ({agent.get('heavy_mode')})")
+    parts.append(f"KV cache {agent.get('kv_cache')}")
+    return " · ".join(parts)
+
+
 def render_markdown(report: dict[str, Any], plots: Sequence[Path] = ()) -> str:
     m = report["metrics"]
     done = report["complete"]
@@ -189,6 +202,7 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = ()) -> str:
         f"# Evaluation: {report['benchmark']}",
         "",
         f"- model: {report.get('model') or 'unknown'}",
+        *([f"- agent: {_settings(report['agent'])}"] if report.get("agent") else []),
         f"- scoring: {report['scoring']}",
         *_grading_lines(report.get("grading") or {}),
         f"- {m['items']} items × {m['runs']} runs; {done['rows']} of {done['expected']} "

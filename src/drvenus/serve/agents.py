@@ -1,7 +1,8 @@
 """The agents a server runs: presets of models and tools chosen by the operator, built on use.
 
-The page (and ``/v1``, MCP) may only pick among these presets and set a step limit within a cap:
-nobody can point the server at another model endpoint or URL from a request. From settings
+The page (and ``/v1``, MCP) may only pick among these presets, set a step limit within a cap
+and ask for Heavy mode (``heavy``: N parallel runs, then one answer) within a cap: nobody can
+point the server at another model endpoint or URL from a request. From settings
 (:func:`pool_from_settings`): the configured model (plus the embedded offline one when another
 is configured) and the configured tools (plus the built-in offline corpus when online providers
 are configured). Models and toolboxes are built once, on first use, and shared by all runs.
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from drvenus.agent import AgentConfig, ResearchAgent
 from drvenus.llm.base import LLMError
+from drvenus.serve.server import HEAVY_CAP
 
 if TYPE_CHECKING:
     from drvenus.config import Settings
@@ -45,28 +47,46 @@ class Choice:
     model: str | None = None
     tools: str | None = None
     max_steps: int | None = None
+    heavy: int | None = None  # Heavy mode's runs (1: one run); None: the preset's
+
+
+def whole_number(value: object, name: str) -> int | None:
+    """``value`` (a request field) as an int, None when absent; ValueError naming ``name`` for
+    anything else (a bool, a float such as NaN, text)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer")
+    return value
 
 
 class AgentPool:
     """Agents for (model preset, tools preset, step limit); the first preset is the default."""
 
     def __init__(
-        self, models: dict[str, Preset], tools: dict[str, Preset], *, step_cap: int = STEP_CAP
+        self, models: dict[str, Preset], tools: dict[str, Preset], *, step_cap: int = STEP_CAP,
+        heavy_cap: int = HEAVY_CAP,
     ) -> None:
         if not models or not tools:
             raise ValueError("a pool needs at least one model and one tools preset")
+        if heavy_cap < 1:
+            raise ValueError("heavy_cap must be 1 or more")
         own = [p.config.max_steps for p in models.values() if p.config is not None]
         self.models, self.tools, self.step_cap = models, tools, max([step_cap, *own])
+        runs = [p.config.heavy.runs for p in models.values() if p.config is not None]
+        self.heavy_cap = max([heavy_cap, *runs])
         self._built: dict[tuple[str, str], Any] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
-        self._agents: dict[tuple[str, str, int], ResearchAgent] = {}
+        self._agents: dict[tuple[str, str, int, int], ResearchAgent] = {}
 
     @classmethod
-    def fixed(cls, agent: ResearchAgent, label: str = "default") -> AgentPool:
+    def fixed(cls, agent: ResearchAgent, label: str = "default", *, heavy_cap: int = HEAVY_CAP
+              ) -> AgentPool:
         """A pool of one ready agent (its model and tools); for tests and embedding."""
         return cls(
             {"default": Preset(label, lambda: agent.model, agent.config)},
             {"default": Preset("default", lambda: agent.tools)},
+            heavy_cap=heavy_cap,
         )
 
     def options(self) -> dict[str, Any]:
@@ -79,6 +99,8 @@ class AgentPool:
             "tools": [{"id": k, "label": p.label} for k, p in self.tools.items()],
             "max_steps": default.max_steps,
             "step_cap": self.step_cap,
+            "heavy": default.heavy.runs,
+            "heavy_cap": self.heavy_cap,
         }
 
     def _label(self, key: str, preset: Preset) -> str:
@@ -98,7 +120,11 @@ class AgentPool:
         steps = choice.max_steps
         if steps is not None and not 1 <= steps <= self.step_cap:
             raise ValueError(f"max_steps must be between 1 and {self.step_cap}")
-        return Choice(model, tools, steps)
+        heavy = choice.heavy
+        if heavy is not None and not 1 <= heavy <= self.heavy_cap:
+            raise ValueError(f"heavy must be between 1 and {self.heavy_cap} (runs per research "
+                             "on this server)")
+        return Choice(model, tools, steps, heavy)
 
     def prebuild(self) -> None:
         """Build the default model and tools now (a blocking call, before serving: a bad
@@ -145,11 +171,13 @@ class AgentPool:
         assert choice.model is not None and choice.tools is not None
         config = self.models[choice.model].config or AgentConfig()
         steps = choice.max_steps or config.max_steps
-        key = (choice.model, choice.tools, steps)
+        heavy = replace(config.heavy, runs=choice.heavy or config.heavy.runs)
+        key = (choice.model, choice.tools, steps, heavy.runs)
         if key not in self._agents:
             model = await self._get("model", choice.model)
             tools = await self._get("tools", choice.tools)
-            self._agents[key] = ResearchAgent(model, tools, replace(config, max_steps=steps))
+            self._agents[key] = ResearchAgent(model, tools,
+                                              replace(config, max_steps=steps, heavy=heavy))
         return self._agents[key]
 
     async def aclose(self) -> None:
@@ -212,16 +240,22 @@ def pool_from_settings(
     *,
     system_prompt_file: str | None = None,
     parallel: int = 1,
+    heavy_cap: int = HEAVY_CAP,
     notify: Callable[[str], None] | None = None,
 ) -> AgentPool:
-    """The configured model and tools, plus the offline ones as a second choice."""
+    """The configured model and tools, plus the offline ones as a second choice. ``parallel``
+    runs at once, each of the settings' Heavy runs (a local GGUF gets that many slots; a
+    request asking for more runs shares them); ``heavy_cap``: the most runs a request may ask
+    for."""
     from drvenus.stack import agent_config, build_model, build_toolbox, is_embedded
 
     def model_preset(s: Settings) -> Preset:
+        config = agent_config(s, system_prompt_file)
+        slots = parallel * config.heavy.runs
         return Preset(
             model_label(s),
-            lambda: build_model(s, parallel=parallel, notify=notify),
-            agent_config(s, system_prompt_file),
+            lambda: build_model(s, parallel=slots, notify=notify),
+            config,
             model_about(s),
         )
 
@@ -241,8 +275,8 @@ def pool_from_settings(
             update={"search": "local", "visit": None, "tools_url": None, "corpus": None}
         )
         tools["offline"] = tools_preset(offline)
-    return AgentPool(models, tools)
+    return AgentPool(models, tools, heavy_cap=heavy_cap)
 
 
-__all__ = ["AgentPool", "Choice", "Preset", "model_about", "model_label", "pool_from_settings",
-           "tools_label"]
+__all__ = ["HEAVY_CAP", "AgentPool", "Choice", "Preset", "model_about", "model_label",
+           "pool_from_settings", "tools_label", "whole_number"]

@@ -1,7 +1,8 @@
 """The ``drvenus serve`` app: one FastAPI server, three faces on the same agents and run registry.
 
 - ``/``: the web demo (static page in ``static/``) over a small JSON + server-sent-events API:
-  ``GET /api/config``; ``POST /api/runs`` ``{"question", "model", "tools", "max_steps"}``;
+  ``GET /api/config``; ``POST /api/runs`` ``{"question", "model", "tools", "max_steps",
+  "heavy"}`` (``heavy``: Heavy mode's runs, up to the pool's ``heavy_cap``);
   ``GET /api/runs``; ``GET /api/runs/{id}`` (summary, record when over);
   ``GET /api/runs/{id}/events`` (SSE; ``Last-Event-ID`` or ``?after=N`` resumes);
   ``POST /api/runs/{id}/cancel``; ``POST /api/replay`` ``{"text"}`` (a saved trace or results
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from drvenus import __version__
 from drvenus.net.guard import OPEN_PATHS, Guard
 from drvenus.net.server import MAX_BODY_BYTES, Busy, Reject, read_json_body, require_serve_extra
-from drvenus.serve.agents import Choice
+from drvenus.serve.agents import Choice, whole_number
 from drvenus.serve.runs import MAX_QUESTION_CHARS, BadQuestion, Run, RunRegistry
 from drvenus.serve.view import finished_view, for_client, load_saved
 
@@ -58,13 +59,15 @@ def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Resp
 
 
 def _choice(body: dict[str, Any]) -> Choice:
-    steps = body.get("max_steps")
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)):
-        raise Reject(400, {"error": "max_steps must be an integer"})
+    try:
+        steps, heavy = whole_number(body.get("max_steps"), "max_steps"), whole_number(
+            body.get("heavy"), "heavy")
+    except ValueError as exc:
+        raise Reject(400, {"error": str(exc)}) from None
     model, tools = body.get("model"), body.get("tools")
     if not all(v is None or isinstance(v, str) for v in (model, tools)):
         raise Reject(400, {"error": "model and tools must be preset names"})
-    return Choice(model or None, tools or None, steps)
+    return Choice(model or None, tools or None, steps, heavy)
 
 
 def _question(body: dict[str, Any]) -> str:

@@ -8,7 +8,9 @@ up, and the answer at the end, however long the run takes; one that sent none (t
 Inspector CLI, many desktop clients: a fixed request timeout, often 60 s) gets the answer if
 the run ends within :data:`QUICK_ANSWER_SECONDS`, else the run id and how to follow it with
 ``research_status``. ``start_research`` + ``research_status`` (long-polling) do the same
-explicitly. Failures are tool errors (isError).
+explicitly. Both take ``heavy`` (Heavy mode: N parallel runs, then one answer; up to the
+server's cap, which the tools' schema states); the progress then counts over all runs, each
+line marked ``[run i]``. Failures are tool errors (isError).
 
 ``search(query)`` and ``fetch(id)`` follow the connector contract of ChatGPT's deep research
 and company knowledge (structured ``{"results": [{"id", "title", "url"}]}``, and ``{"id",
@@ -29,6 +31,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from drvenus import protocol
 from drvenus.protocol import ToolCallError, normalize_tool_call
+from drvenus.serve.agents import Choice
 from drvenus.serve.runs import Busy, Run, RunRegistry
 from drvenus.serve.view import final_text, progress_line
 from drvenus.text import counted, one_line
@@ -145,11 +148,11 @@ async def _fetch(registry: RunRegistry, url: str) -> FetchedPage:
     return FetchedPage(id=url, title=url, text=text, url=url, metadata={"whole_page": False})
 
 
-def _start(registry: RunRegistry, question: str) -> Run:
+def _start(registry: RunRegistry, question: str, heavy: int | None = None) -> Run:
     from mcp.server.mcpserver.exceptions import ToolError
 
     try:
-        return registry.start(question)
+        return registry.start(question, Choice(heavy=heavy))
     except (ValueError, Busy) as exc:  # an empty question, a full server: the call failed
         raise ToolError(str(exc)) from None
 
@@ -267,13 +270,27 @@ def _research_tools(tool: Callable[..., Callable[[Any], Any]], registry: RunRegi
     """deep_research, start_research, research_status."""
     from mcp.server.mcpserver.exceptions import ToolError
 
+    cap = registry.pool.heavy_cap
+    heavy_field = Field(default=None, ge=1, le=cap, description=(
+        f"Heavy mode: research it this many times in parallel (1 to {cap}), then write one "
+        "answer from the runs' answers and evidence; slower, often better. Default: the "
+        "server's setting."))
+
+    def with_cap(fn: Any) -> Any:
+        """``fn`` with its ``heavy`` argument bounded by this server's cap (the annotation is
+        built here, as an object: the module's string annotations cannot name a local)."""
+        fn.__annotations__["heavy"] = Annotated[int | None, heavy_field]
+        return fn
+
     @tool("Deep research", structured=False)
-    async def deep_research(question: Annotated[str, QUESTION], ctx: Context) -> str:
+    @with_cap
+    async def deep_research(question: Annotated[str, QUESTION], ctx: Context,
+                            heavy: int | None = None) -> str:
         """Research a question on the web (or the offline corpus) and answer it, listing the
         pages read. Takes from seconds to minutes. With a progress token, it reports progress
         as it goes and answers at the end; without one it answers within a minute: the answer
         if the run is over by then, else the run_id to follow with research_status."""
-        run = _start(registry, question)
+        run = _start(registry, question, heavy)
         if _progress_token(ctx) is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(run.wait(), quick_answer_seconds)
@@ -289,10 +306,12 @@ def _research_tools(tool: Callable[..., Callable[[Any], Any]], registry: RunRegi
         return final_text(run.record or {})
 
     @tool("Start research", read_only=False)
-    async def start_research(question: Annotated[str, QUESTION]) -> RunStatus:
+    @with_cap
+    async def start_research(question: Annotated[str, QUESTION],
+                             heavy: int | None = None) -> RunStatus:
         """Start researching a question and return at once with its run_id; follow it with
         research_status (for long research with clients whose requests time out)."""
-        return _status(_start(registry, question))
+        return _status(_start(registry, question, heavy))
 
     @tool("Research status", open_world=False)
     async def research_status(

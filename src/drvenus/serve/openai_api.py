@@ -9,20 +9,29 @@ default preset) or ``drvenus:<preset>`` (``GET /v1/models`` lists them; a reques
 gets the default); any other name is 404 ``model_not_found``, as OpenAI answers. A request
 asking for what a research run cannot give (``n`` > 1, ``tools``) is 400. Every error under
 ``/v1``, the access guard's included, is OpenAI's error JSON (:class:`OpenAIErrors`).
+
+Heavy mode (N parallel runs, then one answer) per request: the body field ``heavy`` (OpenAI
+clients send it as an extra body field, e.g. ``extra_body={"heavy": 4}`` in the Python client),
+or, for chat UIs that only let people pick a model, the model id suffix ``+heavy<N>``
+(``drvenus+heavy4``, ``drvenus:embedded+heavy2``; ``GET /v1/models`` lists ``drvenus+heavy<cap>``).
+N goes from 1 to the server's cap (``drvenus serve --max-heavy``); the runs' progress is
+reasoning, each line marked ``[run i]``, and the final answer is the content.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Mapping
 from http import HTTPStatus
 from typing import Any
 
-from drvenus.serve.agents import AgentPool, Choice
+from drvenus.serve.agents import AgentPool, Choice, whole_number
 from drvenus.serve.runs import Run, RunRegistry
 from drvenus.serve.view import final_text, progress_line
 
 MODEL_ID = "drvenus"
+HEAVY_SUFFIX = re.compile(r"^(?P<base>.+)\+heavy(?P<runs>[0-9]{1,6})$")  # drvenus+heavy4
 
 
 PREFIX = "/v1/"
@@ -47,6 +56,18 @@ def error_body(message: str, kind: str = "invalid_request_error", *, param: str 
 
 
 def model_ids(pool: AgentPool) -> list[str]:
+    """The ids ``GET /v1/models`` lists (any of them may also end in ``+heavy<N>``)."""
+    heavy = [f"{MODEL_ID}+heavy{pool.heavy_cap}"] if pool.heavy_cap > 1 else []
+    return [MODEL_ID] + [f"{MODEL_ID}:{key}" for key in pool.models] + heavy
+
+
+def _split_heavy(model: str) -> tuple[str, int | None]:
+    """``drvenus:embedded+heavy2`` -> (``drvenus:embedded``, 2); no suffix: (model, None)."""
+    match = HEAVY_SUFFIX.match(model)
+    return (match["base"], int(match["runs"])) if match else (model, None)
+
+
+def _base_ids(pool: AgentPool) -> list[str]:
     return [MODEL_ID] + [f"{MODEL_ID}:{key}" for key in pool.models]
 
 
@@ -66,7 +87,8 @@ def _unknown_model(model: str) -> ApiError:
 
 def model_info(model: str, pool: AgentPool) -> dict[str, Any]:
     """``GET /v1/models/{model}``: the model object; ApiError 404 for an unknown one."""
-    if model not in model_ids(pool):
+    base, runs = _split_heavy(model)
+    if base not in _base_ids(pool) or (runs is not None and not 1 <= runs <= pool.heavy_cap):
         raise _unknown_model(model)
     return _model_object(model)
 
@@ -99,13 +121,30 @@ def question_of(body: Mapping[str, Any]) -> str:
 
 
 def choice_of(body: Mapping[str, Any], pool: AgentPool) -> Choice:
-    """The model preset the request names (ApiError 404 for a name this server lacks)."""
+    """The model preset and Heavy runs the request asks for (ApiError 404 for a model this
+    server lacks, 400 for a bad ``heavy``)."""
     model = body.get("model")
-    if model is None or model == "":
-        return Choice()
-    if not isinstance(model, str) or model not in model_ids(pool):
-        raise _unknown_model(str(model))
-    return Choice(model=model.split(":", 1)[1] if ":" in model else None)
+    try:
+        heavy = whole_number(body.get("heavy"), "heavy")
+    except ValueError as exc:
+        raise ApiError(str(exc), param="heavy") from None
+    preset, runs, param = None, None, "heavy"
+    if model is not None and model != "":
+        if not isinstance(model, str):
+            raise _unknown_model(str(model))
+        base, runs = _split_heavy(model)
+        if base not in _base_ids(pool):
+            raise _unknown_model(model)
+        preset = base.split(":", 1)[1] if ":" in base else None
+    if runs is not None:
+        if heavy is not None and heavy != runs:
+            raise ApiError(f"the model id asks for {runs} runs and 'heavy' for {heavy}",
+                           param="heavy")
+        heavy, param = runs, "model"
+    try:
+        return pool.check(Choice(model=preset, heavy=heavy))
+    except ValueError as exc:
+        raise ApiError(str(exc), param=param) from None
 
 
 def check_supported(body: Mapping[str, Any]) -> None:

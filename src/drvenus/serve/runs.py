@@ -4,7 +4,9 @@ Each run has an id; its trace events are kept in memory and appended, as they ha
 ``<runs dir>/<id>.jsonl`` (the same JSONL as ``drvenus ask --trace``), so a client can
 reconnect to a running stream, fetch a finished result, and finished runs outlive the server.
 At most ``max_running`` runs go on at once; ``max_waiting`` more may wait for a slot; beyond
-that :class:`Busy`. A run can be stopped (it ends as ``interrupted``).
+that :class:`Busy`. A run can be stopped (it ends as ``interrupted``). A Heavy-mode run
+(``Choice.heavy``) is one run here: its N parallel runs' events (tagged ``heavy_run``) and then
+the final answer's, in one list and one file.
 
 Every face starts runs through :meth:`RunRegistry.start`, so one rule holds for every question
 (:func:`check_question`): not empty, at most :data:`MAX_QUESTION_CHARS` characters, valid Unicode
@@ -24,7 +26,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from drvenus.agent import TraceEvent, TraceWriter, read_trace
+from drvenus.agent import TraceEvent, TraceWriter
+from drvenus.agent.events import read_events
 from drvenus.agent.record import ResultRecord
 from drvenus.net.server import Busy  # every run slot taken and the waiting line full
 from drvenus.serve.agents import AgentPool, Choice
@@ -102,8 +105,9 @@ class Run:
 
     @property
     def record(self) -> dict[str, Any] | None:
+        """The result record once the run is over (not one of Heavy mode's runs')."""
         last = self.events[-1] if self.events else None
-        if last is not None and last.get("type") == "finished":
+        if last is not None and last.get("type") == "finished" and "heavy_run" not in last["data"]:
             return last["data"].get("record")
         return None
 
@@ -270,14 +274,13 @@ class RunRegistry:
         if not path.is_file():
             return None
         try:
-            events = read_trace(path)
+            events = read_events(path)
         except (OSError, ValueError):
             log.exception("cannot read run file %s", path)
             return None
-        events0 = events[0] if events else []
-        run = Run(run_id, "", created=path.stat().st_mtime, events=events0)
+        run = Run(run_id, "", created=path.stat().st_mtime, events=events)
         run.status = "done" if run.record is not None else "lost"
-        started = next((e for e in events0 if e.get("type") == "started"), None)
+        started = next((e for e in events if e.get("type") == "started"), None)
         run.question = (started or {}).get("data", {}).get("question", "") or str(
             (run.record or {}).get("question", "")
         )

@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 8000
 DEFAULT_MAX_RUNNING = 2  # research runs going on at once
 DEFAULT_MAX_WAITING = 8  # runs that may wait for a free slot
+HEAVY_CAP = 4  # the most Heavy-mode runs a request may ask for unless the operator says
+# otherwise (``drvenus serve --max-heavy``); never below the preset's own ``--heavy``
 
 
 def serve_app(

@@ -3,7 +3,9 @@
 The browser never parses the protocol: every event it gets carries a ``view`` built here with
 :mod:`drvenus.protocol` (the thinking of a turn, the hits of a search, the evidence of a visit).
 What a client sees never names the model server's address (the operator's console and the run
-files do): errors say "the model server".
+files do): errors say "the model server". Heavy mode's events keep their run: ``run`` (0..N-1)
+on each event a client gets, ``[run i]`` before each progress line; the final answer's events
+have none (its ``started`` view has ``heavy``: N and ``heavy_mode``).
 Saved files are read here too: trace JSONL (``drvenus ask --trace``, the server's own run
 files) and result records with messages (``drvenus run``, ``drvenus eval``, ``ask --json``),
 whose events are rebuilt from the conversation.
@@ -16,7 +18,7 @@ from typing import Any
 
 from drvenus import protocol
 from drvenus.agent import TraceEvent
-from drvenus.agent.events import split_runs
+from drvenus.agent.events import split_researches
 from drvenus.llm.openai_compat import without_address
 from drvenus.net.server import MAX_JSON_DEPTH, json_problem
 from drvenus.records import parse_json_text
@@ -45,6 +47,8 @@ def describe(event: Mapping[str, Any]) -> dict[str, Any]:
             "model": _public(data.get("model")),
             "max_steps": data.get("max_steps"),
             "max_context_tokens": data.get("max_context_tokens"),
+            "heavy": data.get("heavy"),
+            "heavy_mode": data.get("heavy_mode"),
         }
     if kind == "step_started":
         return {"context_tokens": data.get("context_tokens")}
@@ -163,8 +167,22 @@ def visited_sources(messages: Iterable[Mapping[str, Any]]) -> list[str]:
     return seen
 
 
+def heavy_runs(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The records of Heavy mode's runs that a result record keeps (``extra.heavy.runs``)."""
+    extra = record.get("extra")
+    heavy = extra.get("heavy") if isinstance(extra, Mapping) else None
+    runs = heavy.get("runs") if isinstance(heavy, Mapping) else None
+    return [r for r in runs if isinstance(r, Mapping)] if isinstance(runs, list) else []
+
+
 def finished_view(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What a result record shows; a Heavy record's ``sources`` are those its runs read, and
+    ``heavy`` says how many runs there were and what chose the answer."""
     termination = str(record.get("termination", ""))
+    runs = heavy_runs(record)
+    messages = [m for r in [record, *runs] for m in (r.get("messages") or [])
+                if isinstance(m, Mapping)]
+    heavy = (record.get("extra") or {}).get("heavy") if runs else None
     return {
         "termination": termination,
         "answered": termination.startswith("answered"),
@@ -175,7 +193,8 @@ def finished_view(record: Mapping[str, Any]) -> dict[str, Any]:
         "final_token_count": record.get("final_token_count", 0),
         "elapsed_seconds": record.get("elapsed_seconds", 0.0),
         "usage": record.get("usage") or {},
-        "sources": visited_sources(record.get("messages") or []),
+        "sources": visited_sources(messages),
+        "heavy": {"runs": len(runs), "chosen_by": heavy.get("chosen_by")} if heavy else None,
     }
 
 
@@ -198,8 +217,16 @@ def for_client(index: int, event: Mapping[str, Any]) -> EventDict:
         "type": event.get("type"),
         "step": event.get("step", 0),
         "time": event.get("time"),
+        "run": _run_of(event),
         "view": view,
     }
+
+
+def _run_of(event: Mapping[str, Any]) -> int | None:
+    """The index of the Heavy-mode run an event belongs to (None: a plain run, or the final
+    answer of a Heavy one)."""
+    tag = (event.get("data") or {}).get("heavy_run")
+    return tag if isinstance(tag, int) and not isinstance(tag, bool) else None
 
 
 def _markdown_of(kind: Any, view: Mapping[str, Any]) -> str:
@@ -217,8 +244,22 @@ def _markdown_of(kind: Any, view: Mapping[str, Any]) -> str:
 
 
 def progress_line(event: Mapping[str, Any]) -> str | None:
-    """One human line for a chat client's "thinking" pane, or None for quiet events."""
+    """One human line for a chat client's "thinking" pane, or None for quiet events; a Heavy
+    run's lines start with ``[run i]``."""
+    run = _run_of(event)
+    if run is None:
+        return _progress(event)
+    view = describe(event) if event.get("type") == "finished" else {}
+    line = (f"Done ({view['termination']}): {one_line(str(view['prediction']), 200)}"
+            if view else _progress(event))
+    return None if line is None else f"[run {run + 1}] {line}"
+
+
+def _progress(event: Mapping[str, Any]) -> str | None:
     kind, view = event.get("type"), describe(event)
+    if kind == "started" and view.get("heavy"):
+        how = "Voting over" if view.get("heavy_mode") == "vote" else "Writing one answer from"
+        return f"{how} the answers of {view['heavy']} runs"
     if kind == "started":
         return f"Researching: {one_line(view['question'], 200)}"
     if kind == "step_started":
@@ -286,7 +327,7 @@ def load_saved(text: str) -> list[dict[str, Any]]:
         raise ValueError("the file holds no JSON records")
     if all("type" in row and "data" in row for row in rows):
         _check_shapes(rows, _event_problem, "event")
-        runs = split_runs(rows)
+        runs = split_researches(rows)
     elif all(isinstance(row.get("messages"), list) for row in rows):
         _check_shapes(rows, _record_problem, "record")
         runs = [events_from_record(row) for row in rows]
@@ -354,12 +395,35 @@ def _question_of(events: list[EventDict]) -> str:
 
 
 def events_from_record(record: Mapping[str, Any]) -> list[EventDict]:
-    """Trace events rebuilt from a result record's conversation, for replay."""
+    """Trace events rebuilt from a result record's conversation, for replay; a Heavy record's
+    runs first (tagged ``heavy_run``), then its decision."""
+    runs = heavy_runs(record)
+    if not runs:
+        return _conversation_events(record)
+    events = [
+        {**e, "data": {**e["data"], "heavy_run": i}}
+        for i, run in enumerate(runs) for e in _conversation_events(run)
+    ]
+    heavy = record["extra"]["heavy"]
+    mode = "synthesis" if heavy.get("chosen_by") == "synthesis" else "vote"
+    extra = {"heavy": len(runs), "heavy_mode": mode}
+    if mode == "synthesis":
+        return events + _conversation_events(record, **extra)
+    question = str(record.get("question") or "")
+    events.append(_event("started", 0, question=question, messages=[], **extra))
+    if str(record.get("termination", "")).startswith("answered"):
+        events.append(_event("answer", 0, answer=record.get("prediction", ""), forced=False))
+    events.append(_event("finished", 0, record=dict(record)))
+    return events
+
+
+def _conversation_events(record: Mapping[str, Any], **started: Any) -> list[EventDict]:
+    """The events of one conversation (``started`` gets ``started`` as well)."""
     messages = [dict(m) for m in record.get("messages") or []]
     head = 2 if len(messages) >= 2 and messages[0].get("role") == "system" else 1
     question = str(record.get("question") or (messages[head - 1].get("content", "")
                                               if messages else ""))
-    events = [_event("started", 0, question=question, messages=messages[:head])]
+    events = [_event("started", 0, question=question, messages=messages[:head], **started)]
     step = 0
     for message in messages[head:]:
         events.extend(_message_events(message, step))
@@ -423,6 +487,7 @@ __all__ = [
     "final_text",
     "finished_view",
     "for_client",
+    "heavy_runs",
     "load_saved",
     "progress_line",
     "tool_result_view",

@@ -1,11 +1,13 @@
 // drvenus web demo: ask, follow a run live (server-sent events), stop it, list runs, replay a
 // saved trace. Every event arrives with a `view` computed by the server (drvenus.serve.view):
 // this page never parses the agent's protocol nor Markdown (the server renders it, sanitised).
+// Heavy mode: the events of run i carry `run: i`; each run gets its own lane of step cards, in
+// run order, and the final answer's events (no `run`) go to a last lane, the synthesis or vote.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const state = { config: null, runId: null, source: null, last: -1, startTime: null,
-                finished: false, timer: null, replay: null, answer: "" };
+                finished: false, timer: null, replay: null, answer: "", decision: null };
 
 // ------------------------------------------------------------------ small DOM helpers
 function el(tag, attrs, ...children) {
@@ -85,6 +87,7 @@ async function api(path, options) {
 function resetView(question) {
   $("view").hidden = false;
   $("timeline").replaceChildren();
+  state.decision = null;
   $("answer").hidden = true;
   $("a-text").replaceChildren();
   $("a-sources").replaceChildren();
@@ -126,14 +129,47 @@ function stopTimer() {
   state.timer = null;
 }
 
-function stepBox(step) {
-  let box = document.querySelector(`#timeline > li[data-step="${step}"]`);
+function stepCount() {
+  return document.querySelectorAll("#timeline li.step").length;  // the counter counts the cards
+}
+
+// the lane of Heavy mode's run `run` (its own list of step cards), made on its first event
+function runLane(run) {
+  const lanes = [...$("timeline").querySelectorAll(":scope > li.lane")];
+  let lane = lanes.find((li) => li.dataset.run === String(run));
+  if (!lane) {
+    lane = el("li", { class: "lane", "data-run": run },
+              el("div", { class: "lane-head" }, el("b", {}, `Run ${run + 1}`),
+                 el("span", { class: "meta lane-status" }, " · researching")),
+              el("ol", { class: "timeline" }));
+    const after = lanes.find((li) => li.classList.contains("decision") || Number(li.dataset.run) > run);
+    $("timeline").insertBefore(lane, after || null);
+  }
+  return lane;
+}
+
+function laneOf(ev) {
+  if (Number.isInteger(ev.run)) return runLane(ev.run).querySelector("ol");
+  return state.decision ? state.decision.querySelector("ol") : $("timeline");
+}
+
+function stepBox(ev) {
+  const list = laneOf(ev);
+  let box = list.querySelector(`:scope > li[data-step="${ev.step}"]`);
   if (!box) {
-    box = el("li", { class: "step", "data-step": step }, el("h4", {}, `Step ${step + 1}`));
-    $("timeline").append(box);
-    setCounters({ steps: $("timeline").children.length });  // the counter counts the cards
+    const title = list === $("timeline") || Number.isInteger(ev.run) ? `Step ${ev.step + 1}` : "Final answer";
+    box = el("li", { class: "step", "data-step": ev.step }, el("h4", {}, title));
+    list.append(box);
+    setCounters({ steps: stepCount() });
   }
   return box;
+}
+
+function dropEmptySteps(root) {  // a step stopped before it did anything
+  for (const card of [...root.querySelectorAll("li.step")]) {
+    if (card.children.length < 2) card.remove();
+  }
+  setCounters({ steps: stepCount() });
 }
 
 function lastTool(box) {
@@ -143,6 +179,19 @@ function lastTool(box) {
 
 const renderers = {
   started(ev, v) {
+    if (v.heavy) {  // Heavy mode's decision, after its runs
+      const how = v.heavy_mode === "vote" ? `Majority vote over ${v.heavy} runs`
+                                          : `Synthesis of ${v.heavy} runs`;
+      state.decision = el("li", { class: "lane decision" },
+                          el("div", { class: "lane-head" }, el("b", {}, how)),
+                          el("ol", { class: "timeline" }));
+      $("timeline").append(state.decision);
+      return;
+    }
+    if (Number.isInteger(ev.run)) {
+      runLane(ev.run);
+      if (ev.run > 0) return;  // the question and the limits are run 1's too
+    }
     $("v-question").textContent = v.question;
     const parts = [v.model, v.max_steps && `${v.max_steps} steps`,
                    v.max_context_tokens && `${v.max_context_tokens} token budget`];
@@ -151,7 +200,7 @@ const renderers = {
     if (!state.replay && v.max_steps) $("opt-steps").value = v.max_steps;  // this run's limit
   },
   step_started(ev, v) {
-    const box = stepBox(ev.step);
+    const box = stepBox(ev);
     if (Number.isInteger(state.maxSteps) && state.maxSteps > 0 && ev.step >= state.maxSteps) {
       box.querySelector("h4").textContent = "Final answer (step limit)";
     }
@@ -159,12 +208,12 @@ const renderers = {
   },
   model_output(ev, v) {
     if (!v.thinking) return;
-    const box = stepBox(ev.step);
+    const box = stepBox(ev);
     box.append(el("details", { class: "thinking" }, el("summary", {}, "Thinking"),
                   rich(v.html, v.thinking)));
   },
   tool_call(ev, v) {
-    const box = stepBox(ev.step);
+    const box = stepBox(ev);
     if (v.name === "search") {
       box.append(el("div", { class: "tool search" }, el("div", { class: "label" }, "Search"),
                     el("div", {}, ...v.queries.map((q) => el("span", { class: "chip" }, q)))));
@@ -175,7 +224,7 @@ const renderers = {
     }
   },
   tool_result(ev, v) {
-    const target = lastTool(stepBox(ev.step));
+    const target = lastTool(stepBox(ev));
     if (v.results) {
       for (const entry of v.results) {
         const items = entry.hits.map((hit) => el("li", {}, link(hit.url, hit.title || hit.url),
@@ -201,14 +250,14 @@ const renderers = {
   error(ev, v) {
     const kind = (v.kind || "error").replace(/_/g, " ");
     const what = v.last ? `${kind}, no more attempts` : `${kind}, trying again`;
-    stepBox(ev.step).append(el("div", { class: "warn", title: v.message || "" }, "↻ " + what,
+    stepBox(ev).append(el("div", { class: "warn", title: v.message || "" }, "↻ " + what,
       v.message ? el("span", { class: "meta" }, ` — ${v.message}`) : null));
   },
   format_error(ev, v) {
-    stepBox(ev.step).append(el("div", { class: "notice" }, "The turn could not be used: " + v.notice));
+    stepBox(ev).append(el("div", { class: "notice" }, "The turn could not be used: " + v.notice));
   },
   limit_notice(ev, v) {
-    const box = stepBox(ev.step);
+    const box = stepBox(ev);
     box.querySelector("h4").textContent = "Final answer";
     const what = v.reason === "context" ? "Context budget" : "Step limit";
     box.append(el("div", { class: "notice", title: v.notice },
@@ -217,7 +266,7 @@ const renderers = {
   compaction(ev, v) {
     const how = v.report != null ? "restarted from its own report"
       : `${v.elided} older tool result(s) stubbed` + (v.dropped ? `, ${v.dropped} round(s) dropped` : "");
-    const box = stepBox(ev.step);
+    const box = stepBox(ev);
     box.append(el("div", { class: "notice compaction" },
                   `Context compacted (${v.strategy}): ${how}; ${v.tokens_before} → ${v.tokens_after} tokens`));
     if (v.report != null) {
@@ -227,13 +276,19 @@ const renderers = {
     setCounters({ tokens: v.tokens_after });
   },
   answer(ev, v) {
+    if (Number.isInteger(ev.run)) return;  // a run's answer: its lane says it when it ends
     showAnswer({ answered: true, prediction: v.answer, html: v.html, forced: v.forced });
   },
   finished(ev, v) {
-    for (const card of [...$("timeline").children]) {  // a step stopped before it did anything
-      if (card.children.length < 2) card.remove();
+    if (Number.isInteger(ev.run)) {  // one of Heavy mode's runs ended
+      const lane = runLane(ev.run);
+      dropEmptySteps(lane);
+      lane.querySelector(".lane-status").textContent = " · " + inWords(v.termination) +
+        (v.answered ? `: ${v.prediction}` : "");
+      lane.classList.toggle("failed", !v.answered);
+      return;
     }
-    setCounters({ steps: $("timeline").children.length });
+    dropEmptySteps($("timeline"));
     showAnswer(Object.assign({ forced: $("a-forced").hidden === false }, v));
     setCounters({ tokens: v.final_token_count, seconds: v.elapsed_seconds });
     setStatus(inWords(v.termination), v.answered ? "done" : "failed");
@@ -268,6 +323,9 @@ function showAnswer(v) {
     : el("div", { class: "meta" }, "No page was visited."));
   const parts = [inWords(v.termination), counted(v.tool_call_count, "tool call"),
                  counted(v.turns, "turn")];
+  if (v.heavy) {
+    parts.push(`${v.heavy.runs} runs, ${v.heavy.chosen_by === "synthesis" ? "synthesised" : "by vote"}`);
+  }
   if (v.elapsed_seconds > 0) parts.push(`${v.elapsed_seconds.toFixed(1)} s`);
   $("a-meta").textContent = parts.join(" · ");
 }
@@ -405,6 +463,17 @@ async function ask(event) {
     return;
   }
   if (!Number.isNaN(steps)) body.max_steps = steps;
+  const runs = $("opt-heavy");
+  if (!runs.closest("label").hidden) {
+    if (runs.value !== "" && !runs.checkValidity()) {
+      $("settings").open = true;
+      flash(`Heavy runs: give a whole number from ${runs.min} to ${runs.max}.`);
+      runs.focus();
+      return;
+    }
+    const heavy = parseInt(runs.value, 10);
+    if (!Number.isNaN(heavy)) body.heavy = heavy;
+  }
   $("ask-btn").disabled = true;
   try {
     const run = await api("/api/runs", { method: "POST", body: JSON.stringify(body) });
@@ -563,6 +632,9 @@ async function init() {
     fillSelect($("opt-tools"), state.config.tools);
     $("opt-steps").value = state.config.max_steps;
     $("opt-steps").max = state.config.step_cap;
+    $("opt-heavy").value = state.config.heavy || 1;
+    $("opt-heavy").max = state.config.heavy_cap || 1;
+    $("opt-heavy").closest("label").hidden = !(state.config.heavy_cap > 1);
     if (state.config.problem) flash(`Research will fail for now: ${state.config.problem}.`);
   } catch (err) { flash("Cannot reach the server: " + err.message); }
   window.addEventListener("hashchange", followHash);
