@@ -130,6 +130,15 @@ def test_context_strategy_setting_defaults_to_none_and_refuses_bad_values(tmp_pa
     cfg = RolloutConfig.from_rl(RLConfig(context_strategy="keep-last-k", keep_last=2))
     assert cfg.context == ContextPolicy("keep-last-k", keep_last=2)
     assert cfg.agent_config(5).context == cfg.context
+    # verl: the launcher writes the keys, the agent loop reads them back
+    from drvenus.train.rl.verl_plugin.convert import agent_rollout
+    from drvenus.train.rl.verl_plugin.launch import agent_loop_yaml
+
+    entry = agent_loop_yaml(RLConfig(context_strategy="keep-last-k", keep_last=2))
+    assert "  context_strategy: keep-last-k\n" in entry and "  keep_last: 2\n" in entry
+    read = agent_rollout({"context_strategy": "keep-last-k", "keep_last": "2"},
+                         max_model_len=4096, temperature=1.0, top_p=1.0)
+    assert read.context == cfg.context
     data = tmp_path / "train.jsonl"
     data.write_text(json.dumps({"question": "q", "answer": "a"}) + "\n")
     (tmp_path / "model").mkdir()

@@ -11,7 +11,10 @@ is exactly what the policy saw and sampled. Two modes, as in DR-Venus:
   ``robust_max_retries + 1`` attempts per step; the discarded samples are not trained on.
 
 DR-Venus also jitters each batch's turn limit by up to +-5 around ``max_turns``
-(``max_turns_jitter``).
+(``max_turns_jitter``). ``protocol dr-venus``: the same loop with DR-Venus's RL hooks
+(:mod:`drvenus.train.rl.environment`). Both take inference's context strategies
+(``context_strategy``, default ``none``), and a traced step keeps every trajectory's trace
+events (:mod:`drvenus.agent.events`).
 """
 
 from __future__ import annotations
