@@ -236,7 +236,7 @@ class TokenRecorder:
                            "cannot stay exact")
         if not dry:
             self.restarts += 1
-            self.ids, self.turns, self._last = [], [], None
+            self.ids, self.turns, self._last, self.rerendered = [], [], None, False
             self._anchor = _Anchor([], 0, [])
             self._first = [dict(m) for m in messages]
         return self.parts.prompt(messages)
