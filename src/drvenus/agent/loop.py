@@ -19,6 +19,9 @@ forced final answers at the limits, and the result record, as DR-Venus inference
   more can be freed. Compactions are counted in the record's ``extra``.
 - Every change to the conversation is a trace event (see :mod:`drvenus.agent.events`), so a
   trace replays to the exact final ``messages``.
+- It is the one loop of inference and RL rollouts: an environment changes a run's edges only
+  through :class:`~drvenus.agent.hooks.RunHooks` (notices, the last turn, the malformed-turn
+  message, how tools run, sampling habits); inference's are the defaults.
 """
 
 from __future__ import annotations
