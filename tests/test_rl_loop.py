@@ -155,3 +155,20 @@ def test_context_strategy_setting_defaults_to_none_and_refuses_bad_values(tmp_pa
             result.output
     ok = runner.invoke(app, [*base, "--context-strategy", "summarise", "--keep-last", "0"])
     assert ok.exit_code == 0, ok.output
+
+
+def test_a_full_window_ends_a_dr_venus_trajectory_whatever_the_strategy(texts):
+    """A model that says the prompt no longer fits ends DR-Venus's trajectory as
+    token_limit_no_answer, its notice kept, with or without a context strategy."""
+    from drvenus.llm.base import LLMError
+    from drvenus.train.rl.environment import run_trajectory
+    from scripted import ScriptedModel
+    from test_rl_dr_venus import env
+
+    full = LLMError("the prompt does not fit", context_overflow=True)
+    for policy in (ContextPolicy(), ContextPolicy("keep-last-k", keep_last=0)):
+        model = ScriptedModel([call("search", query=["a"]), call("search", query=["b"]), full])
+        rec = asyncio.run(run_trajectory(model, ScriptedTools("r"), env(texts, context=policy),
+                                         QUESTION, max_turns=3))
+        assert rec.termination == "token_limit_no_answer" and rec.turns == 2
+        assert rec.messages[-1] == {"role": "user", "content": STEPS} and len(model.calls) == 3

@@ -458,7 +458,9 @@ class _QuestionRun:
             last = await self.hooks.before_turn(self)  # an environment's notice: the last turn
             outcome = await self.generate(forced=last is not None)
             if outcome.overflow:
-                if await self.compact():  # the server's window is smaller than we thought
+                # the server's window is smaller than we thought (a turn announced as the last
+                # one stays the last: its notice is in place)
+                if last is None and await self.compact():
                     continue
                 return await self._context_limit()
             parsed = outcome.parsed
