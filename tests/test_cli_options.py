@@ -44,7 +44,7 @@ VALID: dict[tuple[str, str], set[str]] = {
                                           "--long-multiplier")},
     **{(c, "--judge-retries"): {"0"} for c in ("eval", "eval run")},
     # keep-last-k with k = 0: every older tool response a stub
-    **{(c, "--keep-last"): {"0"} for c in ("ask", "run", "serve", "mcp", "eval", "eval run")},
+    **{(c, "--keep-last"): {"0"} for c in ("ask", "run", "serve", "mcp", "eval", "eval run", "rl")},
 }
 PROBES = {int: ("-1", "0", "nan", "inf", str(2**64)), float: ("-1", "0", "nan", "inf", "1e400")}
 

@@ -594,3 +594,7 @@ def test_rl_trains_a_step_in_dr_venus_environment(tmp_path, tiny_policy, texts, 
         assert t["messages"][0]["content"] == SYSTEM and "cutoff" in t
         assert len([m for m in t["messages"] if m["role"] == "assistant"]) <= 2
     assert (out / "checkpoints" / "step-000001" / "trainer_state.json").is_file()
+    from drvenus.agent.events import read_trace  # the rollouts' trace events, one run each
+
+    runs = read_trace(out / "traces" / "step-000001.events.jsonl")
+    assert len(runs) == 4 and all(r[-1]["type"] == "finished" for r in runs)

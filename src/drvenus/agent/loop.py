@@ -19,6 +19,9 @@ forced final answers at the limits, and the result record, as DR-Venus inference
   more can be freed. Compactions are counted in the record's ``extra``.
 - Every change to the conversation is a trace event (see :mod:`drvenus.agent.events`), so a
   trace replays to the exact final ``messages``.
+- It is the one loop of inference and RL rollouts: an environment changes a run's edges only
+  through :class:`~drvenus.agent.hooks.RunHooks` (notices, the last turn, the malformed-turn
+  message, how tools run, sampling habits); inference's are the defaults.
 """
 
 from __future__ import annotations
@@ -30,17 +33,18 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from drvenus import protocol
 from drvenus.agent.context import ContextManager, ContextPolicy, Messages, small_window_warning
 from drvenus.agent.events import EventCallback, TraceEvent
 from drvenus.agent.heavy import HeavyPolicy, run_heavy
+from drvenus.agent.hooks import INFERENCE, RunHooks, ToolExecutor
 from drvenus.agent.record import ResultRecord, Termination
 from drvenus.llm.base import ChatModel, Generation, GrammarKind, LLMError, SamplingParams
 from drvenus.net.retry import RetryPolicy
 from drvenus.net.secrets import redact
-from drvenus.protocol import DRVENUS_TEXTS, ParsedTurn, ProtocolTexts, ToolCall
+from drvenus.protocol import DRVENUS_TEXTS, ParsedTurn, ProtocolTexts
 from drvenus.protocol.parse import DRVENUS_READER, TurnReader
 from drvenus.text import MESSAGE_OVERHEAD_TOKENS
 
@@ -52,12 +56,6 @@ REQUEST_GRACE = 0.5
 # Tool calls in a row that find the tools unusable (a dead tool server, each call already
 # retried) before the run gives up as ``tool_error``: a circuit breaker.
 DEFAULT_MAX_UNUSABLE_TOOL_CALLS = 3
-
-
-class ToolExecutor(Protocol):
-    """Runs a normalised tool call and returns the response body; never raises."""
-
-    async def call(self, tool_call: ToolCall) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -197,13 +195,14 @@ class _QuestionRun:
     """State of one question. Not shared between questions, so runs are independent."""
 
     def __init__(
-        self, agent: ResearchAgent, config: AgentConfig, question: str, emit: EventCallback | None
+        self, agent: ResearchAgent, config: AgentConfig, question: str, emit: EventCallback | None,
+        hooks: RunHooks = INFERENCE,
     ) -> None:
-        self.agent, self.cfg, self.model = agent, config, agent.model
+        self.agent, self.cfg, self.model, self.hooks = agent, config, agent.model, hooks
         self.question = question
         self._emit_cb = emit
         system = self.cfg.system_prompt or self.cfg.texts.prompt(self.cfg.current_date)
-        self.messages = protocol.initial_messages(question, system)
+        self.messages = hooks.messages(question, system)
         self.head = len(self.messages)  # messages a limit notice never replaces
         self.context = ContextManager(config.context, config.max_context_tokens)
         self.start = time.monotonic()
@@ -213,6 +212,7 @@ class _QuestionRun:
         self.unusable_streak = 0  # ... of the latest calls, in a row
         self.tool_problem: str | None = None
         self.seen_calls: set[str] = set()
+        self.retries: dict[str, int] = {}  # re-samples of a turn, by reason
         self.meter = ContextMeter(self.model.count_tokens)
         for m in self.messages:
             self.meter.add(m["content"])
@@ -248,10 +248,10 @@ class _QuestionRun:
         self.meter.add(content, tokens)
         await self.emit(event, message=message, **data)
 
-    async def replace_last(self, content: str, **data: Any) -> None:
+    async def replace_last(self, content: str, role: str = "user", **data: Any) -> None:
         """Replace the last message (a tool response) with a limit notice."""
         old = self.messages[-1]["content"]
-        message = {"role": "user", "content": content}
+        message = {"role": role, "content": content}
         self.messages[-1] = message
         self.meter.replace(old, content)
         await self.emit("limit_notice", message=message, replace=True, **data)
@@ -276,7 +276,7 @@ class _QuestionRun:
             elapsed_seconds=round(self.elapsed(), 3),
             error=self.last_error if not termination.startswith("answered") else None,
             usage=self.usage.to_dict(),
-            extra=self.context.extra(),
+            extra={**self.context.extra(), **self.hooks.extra(self.retries)},
         )
 
     def _last_prediction(self) -> str:
@@ -347,13 +347,12 @@ class _QuestionRun:
                 )
                 if exc.context_overflow:
                     return _Attempt(None, overflow=True)
-                if final_try or not exc.retryable or not await self._backoff(
-                    attempt + 1, exc.retry_after
-                ):
+                if final_try or not exc.retryable or not self.hooks.retry_model_errors \
+                        or not await self._backoff(attempt + 1, exc.retry_after):
                     return _Attempt(None)
                 continue
             text = gen.text or ""
-            if not text.strip():
+            if not text.strip() and not self.hooks.read_empty:
                 self.last_error = "the model returned empty output"
                 await self.emit("error", kind="empty_output", attempt=attempt, last=final_try)
                 if final_try or not await self._backoff(attempt + 1):
@@ -379,6 +378,8 @@ class _QuestionRun:
                 return _Attempt(parsed, gen.completion_tokens)
             kind, message = problem
             await self.emit("error", kind=kind, attempt=attempt, message=message, last=final_try)
+            if not final_try:
+                self.retries[kind] = self.retries.get(kind, 0) + 1
             if final_try or not await self._backoff(attempt + 1):
                 # A repetitive or duplicate turn is used anyway on the last try, as DR-Venus does.
                 return _Attempt(parsed, gen.completion_tokens)
@@ -386,7 +387,8 @@ class _QuestionRun:
 
     def _problem(self, text: str, parsed: ParsedTurn) -> tuple[str, str | None] | None:
         """Why a well-received turn should be sampled again, if it should."""
-        if is_repetitive(text.strip(), self.cfg.repetition_tail, self.cfg.repetition_threshold):
+        probe = text if self.hooks.raw_repetition else text.strip()
+        if is_repetitive(probe, self.cfg.repetition_tail, self.cfg.repetition_threshold):
             return "repetition", None
         if not parsed.ok:
             self.parse_errors += 1
@@ -419,11 +421,13 @@ class _QuestionRun:
         else:
             await self.append("limit_notice", "user", wrapped, reason=reason, replace=False)
 
-    async def execute(self, call: ToolCall, key: str | None = None) -> None:
+    async def execute(self, parsed: ParsedTurn) -> None:
+        call = parsed.tool_call
+        assert call is not None
         self.tool_calls += 1
-        self.seen_calls.add(key or call.key())
+        self.seen_calls.add(parsed.dedup_key() or call.key())
         await self.emit("tool_call", name=call.name, arguments=call.arguments)
-        body = await self.agent.tools.call(call)
+        body = await self.hooks.call_tool(self.agent.tools, parsed)
         if getattr(body, "unusable", False):  # the tool server is down or refuses us
             self.unusable_calls += 1
             self.unusable_streak += 1
@@ -451,9 +455,12 @@ class _QuestionRun:
                 self.last_error = f"time limit of {cfg.time_limit:g}s reached"
                 return self.record("timeout")
             await self.emit("step_started", context_tokens=self.context_tokens)
-            outcome = await self.generate()
+            last = await self.hooks.before_turn(self)  # an environment's notice: the last turn
+            outcome = await self.generate(forced=last is not None)
             if outcome.overflow:
-                if await self.compact():  # the server's window is smaller than we thought
+                # the server's window is smaller than we thought (a turn announced as the last
+                # one stays the last: its notice is in place)
+                if last is None and await self.compact():
                     continue
                 return await self._context_limit()
             parsed = outcome.parsed
@@ -461,22 +468,23 @@ class _QuestionRun:
                 return self.record("llm_error")
             await self.append(
                 "turn", "assistant", parsed.content, outcome.completion_tokens,
-                kind=parsed.kind, forced=False,
+                kind=parsed.kind, forced=last is not None,
             )
             self.turns += 1
+            if last is not None:
+                return await self._last_turn(last, parsed)
             if parsed.kind == "answer":
                 await self.emit("answer", answer=parsed.answer, forced=False)
                 return self.record("answered", parsed.answer)
             if parsed.tool_call is not None:
-                await self.execute(parsed.tool_call, parsed.dedup_key())
+                await self.execute(parsed)
                 if self.unusable_streak >= max(1, cfg.max_unusable_tool_calls):
                     return await self._tools_unusable()
             else:
-                wrapped = protocol.wrap_tool_response(cfg.texts.format_error)
-                await self.append("format_error", "user", wrapped)
+                await self.append("format_error", "user", self.hooks.malformed(cfg.texts))
             if self.context.due(self.context_tokens):
                 await self.compact()
-            if self.context_tokens > cfg.max_context_tokens:
+            if self.hooks.context_full(self.context_tokens, cfg.max_context_tokens):
                 return await self._context_limit()
         self.step = cfg.max_steps
         await self.limit_reached("steps", cfg.texts.step_limit)
@@ -525,7 +533,17 @@ class _QuestionRun:
                         last=True)
         return self.record("tool_error")
 
+    async def _last_turn(self, reason: str, parsed: ParsedTurn) -> ResultRecord:
+        """End the run with the last turn an environment announced (``before_turn``)."""
+        termination, prediction = self.hooks.last_turn(reason, parsed)
+        if termination.startswith("answered"):
+            await self.emit("answer", answer=prediction, forced=True)
+        return self.record(termination, prediction)
+
     async def _context_limit(self) -> ResultRecord:
+        ended = self.hooks.exhausted()
+        if ended is not None:  # the environment ends a full run itself
+            return self.record(ended)
         self.step += 1
         await self.limit_reached("context", self.cfg.texts.context_limit)
         return await self.force_answer("answered_token_limit", "token_limit_no_answer")
@@ -574,14 +592,15 @@ class ResearchAgent:
 
     async def run_one(
         self, question: str, on_event: EventCallback | None = None,
-        sampling: SamplingParams | None = None,
+        sampling: SamplingParams | None = None, hooks: RunHooks = INFERENCE,
     ) -> ResultRecord:
         """One research run of ``question``, whatever ``heavy`` says (each of Heavy mode's
-        runs is one, with its own ``sampling``)."""
-        config = await self.effective_config()
+        runs is one, with its own ``sampling``); ``hooks``: an RL environment's
+        (:mod:`drvenus.agent.hooks`)."""
+        config = await self.effective_config() if hooks.fit_window else self.config
         if sampling is not None:
             config = replace(config, sampling=sampling)
-        state = _QuestionRun(self, config, question, on_event)
+        state = _QuestionRun(self, config, question, on_event, hooks)
         try:
             record = await asyncio.wait_for(state.run(), timeout=config.time_limit)
         except TimeoutError:

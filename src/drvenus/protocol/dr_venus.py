@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Literal
 
 from drvenus.protocol._json import loads_json5
@@ -148,6 +149,29 @@ def first_answer(text: str) -> str | None:
     return None if m is None else m.group(1)
 
 
+def as_parsed(turn: EnvTurn, refused: str | None = None) -> ParsedTurn:
+    """``turn`` as the agent loop reads turns: an answer (its first answer block, stripped), a
+    call (``refused``: the text a call that cannot run gets back, in ``error``; the loop's
+    duplicate key is DR-Venus's), or an error (a malformed turn)."""
+    if turn.kind == "answer":
+        return ParsedTurn("answer", turn.content, answer=(first_answer(turn.content) or "").strip())
+    if turn.kind == "malformed":
+        return ParsedTurn("error", turn.content, error=turn.reason)
+    call = turn.call or ToolCall(str(turn.call_name), {})
+    return ParsedTurn("tool_call", turn.content, tool_call=call, call_key=turn.call_key,
+                      error=refused)
+
+
+def rl_reader(prefilled_think: bool, refusal: Callable[[EnvTurn], str | None]) -> TurnReader:
+    """The agent loop's reader of DR-Venus's RL environment: :func:`fix_tags`, then
+    :func:`classify_turn`; ``refusal`` gives a call's refusal text (None: the call runs)."""
+    def parse(content: str) -> ParsedTurn:
+        turn = classify_turn(content)
+        return as_parsed(turn, refusal(turn) if turn.kind == "tool_call" else None)
+
+    return TurnReader(repair=partial(fix_tags, prefilled_think=prefilled_think), parse=parse)
+
+
 # ---------------------------------------------------------------- inference (run_demo.py)
 
 #: the arguments each tool keeps (its specification's parameters; DR-Venus drops the others)
@@ -257,5 +281,6 @@ def render_search_text(per_query: Sequence[tuple[str, Sequence[Mapping[str, Any]
 
 __all__ = ["ALLOWED_ARGUMENTS", "DR_VENUS_READER", "MISSING_THINK", "CallProblem", "EnvTurn",
            "RL_ALLOWED_ARGUMENTS", "TurnKind",
-           "call_key", "classify_turn", "first_answer", "fix_tags", "read_turn",
+           "as_parsed", "call_key", "classify_turn", "first_answer", "fix_tags", "read_turn",
+           "rl_reader",
            "render_search_block", "render_search_text", "sanitize_turn"]

@@ -374,7 +374,10 @@ def _event_problem(event: dict[str, Any]) -> str | None:
     data = event["data"]
     if not isinstance(data, dict):
         return "its data is not an object"
-    for key in ("message", "arguments"):
+    # ``message`` is a conversation message where the event changes the conversation; an
+    # ``error`` event's is its text
+    keys = ("arguments",) if event.get("type") == "error" else ("message", "arguments")
+    for key in keys:
         if data.get(key) is not None and not isinstance(data[key], dict):
             return f"its data.{key} is not an object"
     if data.get("messages") is not None:

@@ -10,7 +10,7 @@ template by rendering a tiny conversation (string work, no model):
 * ``end_of_turn``: the token in it that ends the turn (ChatML ``<|im_end|>``), the one the
   model samples to stop;
 * ``assistant_header``: what the generation prompt adds before the model writes (ChatML:
-  ``"<|im_start|>assistant\\n"``; a Qwen3 thinking template also prefills ``<think>\\n``, which
+  ``"<|im_start|>assistant\\n"``; a Qwen3 thinking template also prefills its think opener, which
   is not part of the header); ``header_start`` / ``header_role`` split it into its first token
   and the rest (``<|im_start|>`` / ``assistant``).
 
@@ -107,7 +107,7 @@ def _read_markers(tokenizer: Any) -> TurnMarkers:
         end = stripped.split()[0] if stripped.split() else (eos or CHATML.end_of_turn)
     prompt, generation = render(tokenizer, base, gen=False), render(tokenizer, base, gen=True)
     header = generation[len(prompt):] if generation.startswith(prompt) else ""
-    header = header.split(THINK_OPEN)[0]  # a prefilled <think> is not the header
+    header = header.split(THINK_OPEN)[0]  # a prefilled think opener is not the header
     if not header.strip():
         return TurnMarkers(close, end, header, "", "")
     start = _first_token(tokenizer, header.lstrip())

@@ -11,7 +11,10 @@ is exactly what the policy saw and sampled. Two modes, as in DR-Venus:
   ``robust_max_retries + 1`` attempts per step; the discarded samples are not trained on.
 
 DR-Venus also jitters each batch's turn limit by up to +-5 around ``max_turns``
-(``max_turns_jitter``).
+(``max_turns_jitter``). ``protocol dr-venus``: the same loop with DR-Venus's RL hooks
+(:mod:`drvenus.train.rl.environment`). Both take inference's context strategies
+(``context_strategy``, default ``none``), and a traced step keeps every trajectory's trace
+events (:mod:`drvenus.agent.events`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from drvenus.agent import AgentConfig, ResearchAgent
+from drvenus.agent import AgentConfig, ContextPolicy, ResearchAgent
 from drvenus.agent.record import ResultRecord
 from drvenus.llm.base import SamplingParams
 from drvenus.protocol.profiles import DEFAULT_PROTOCOL
@@ -82,6 +85,7 @@ class RolloutConfig:
     max_model_len: int = 0
     tool_timeout: float = 0.0
     cutoff: float = 0.0
+    context: ContextPolicy = field(default_factory=ContextPolicy)  # as in inference
 
     @classmethod
     def from_rl(cls, config: RLConfig | None = None, **overrides: Any) -> RolloutConfig:
@@ -102,6 +106,7 @@ class RolloutConfig:
             "current_date": c.current_date, "system_prompt": None, "protocol": protocol,
             "max_model_len": c.max_model_len, "tool_timeout": c.tool_timeout,
             "cutoff": c.completion_cutoff,
+            "context": ContextPolicy(c.context_strategy, c.keep_last),  # type: ignore[arg-type]
         }
         if "system_prompt" not in overrides and c.system_prompt_file:
             values["system_prompt"] = load_system_prompt(c.system_prompt_file)
@@ -140,6 +145,7 @@ class RolloutConfig:
             constrained=False,
             system_prompt=self.system_prompt,
             current_date=self.current_date,
+            context=self.context,
         )
 
     def environment(self) -> EnvConfig:
@@ -150,7 +156,7 @@ class RolloutConfig:
                           current_date=self.current_date, max_model_len=self.max_model_len,
                           max_new_tokens=self.max_new_tokens, sampling=self.sampling(),
                           attempts=self.attempts, tool_timeout=self.tool_timeout,
-                          time_limit=self.time_limit)
+                          time_limit=self.time_limit, context=self.context)
 
     def turn_limit(self, step: int, group: int = 0, index: int = 0) -> int:
         """The turn limit of trajectory ``index`` of question ``group`` at ``step``:
@@ -174,6 +180,7 @@ class Rollout:
     tokens: RolloutRecord | None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)  # its trace (when traced)
 
 
 def _rollout_seed(base: int | None, step: int, group: int, index: int) -> int | None:
@@ -190,9 +197,11 @@ async def run_rollouts(
     *,
     step: int = 0,
     on_done: Callable[[Rollout], None] | None = None,
+    trace: bool = False,
 ) -> list[Rollout]:
     """``config.n`` trajectories for each ``(question, ground_truth)``, at most
-    ``config.concurrency`` at once; ordered by question, then rollout index."""
+    ``config.concurrency`` at once; ordered by question, then rollout index. ``trace``: keep
+    each trajectory's trace events (:mod:`drvenus.agent.events`) in ``Rollout.events``."""
     parts = ChatTemplateParts(engine.tokenizer)
     dr_venus = profile(config.protocol).rl_environment
     env = config.environment() if dr_venus else None
@@ -203,22 +212,25 @@ async def run_rollouts(
     async def one(group: int, index: int, question: str, gt: str) -> Rollout:
         seed = _rollout_seed(config.seed, step, group, index)
         limit = config.turn_limit(step, group, index)
-        recorder = TokenRecorder(engine, parts, rerender_queries=dr_venus)
+        recorder = TokenRecorder(engine, parts, rerender_queries=dr_venus,
+                                 segments=config.context.strategy != "none")
+        events: list[dict[str, Any]] = []
+        on_event = (lambda e: events.append(e.to_dict())) if trace else None
         try:
             async with gate:
                 if env is not None:
                     result = await run_trajectory(
                         recorder, tools, replace(env, sampling=replace(env.sampling, seed=seed)),
-                        question, max_turns=limit, cutoff=cutoff)
+                        question, max_turns=limit, cutoff=cutoff, on_event=on_event)
                 else:
                     base = config.agent_config(limit)
                     cfg = replace(base, sampling=replace(base.sampling, seed=seed))
-                    result = await ResearchAgent(recorder, tools, cfg).run(question)
+                    result = await ResearchAgent(recorder, tools, cfg).run(question, on_event)
         finally:
             cutoff.finish()
         tokens = recorder.record(result.messages)
         rollout = Rollout(group, index, question, gt, result, tokens,
-                          error=result.error if tokens is None else None)
+                          error=result.error if tokens is None else None, events=events)
         if on_done is not None:
             on_done(rollout)
         return rollout

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from drvenus.agent.context import DEFAULT_KEEP_LAST
+from drvenus.config import CONTEXT_STRATEGIES
 from drvenus.protocol.profiles import DEFAULT_PROTOCOL, PROTOCOLS
 from drvenus.train import options
 from drvenus.train.options import ConfigError, flag
@@ -74,6 +76,12 @@ class RLConfig:
     top_k: int = _opt("Rollout top-k (-1: off).", -1)
     rollout_concurrency: int = _opt("Trajectories in flight at once.", 8)
     rollout_time_limit: float = _opt("Seconds one trajectory may take.", 7200.0, gt=0)
+    context_strategy: str = _opt(
+        "What a trajectory does near its context budget, as in inference: none (the forced "
+        "answer; DR-Venus's) | keep-last-k (older tool results become a one-line stub) | "
+        "summarise (a report, then a restart from it).", "none")
+    keep_last: int = _opt("With --context-strategy keep-last-k: the tool results kept whole.",
+                          DEFAULT_KEEP_LAST, ge=0)
     # tools
     corpus: str | None = _opt("Local corpus for the offline tools (built-in if unset).")
     tools_url: str | None = _opt("A drvenus tool server to use instead (drvenus tools serve).")
@@ -184,7 +192,8 @@ class RLConfig:
                 raise RLConfigError(f"{flag(name)} is required")
         self.protocol = self.protocol_name()
         choices = {"engine": ENGINES, "rollout_mode": ROLLOUT_MODES, "protocol": PROTOCOLS,
-                   "info_gain_type": INFO_GAIN_TYPES, "norm_mode": NORM_MODES}
+                   "info_gain_type": INFO_GAIN_TYPES, "norm_mode": NORM_MODES,
+                   "context_strategy": CONTEXT_STRATEGIES}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise RLConfigError(f"{flag(name)} {getattr(self, name)!r}: choose one of "

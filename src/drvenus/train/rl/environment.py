@@ -1,8 +1,11 @@
 """DR-Venus's RL rollout environment (``drvenus rl --protocol dr-venus``), in drvenus's own code.
 
 DR-Venus trains in the loop of its verl agent loop (``RL/scrl/llm_agent/dr_agent_loop.py``,
-``DRAgentLoop.run``), which differs from its inference loop. :func:`run_trajectory` follows it,
-with its texts read at run time from the pinned files (:mod:`drvenus.reference.dr_venus_rl`).
+``DRAgentLoop.run``), which differs from its inference loop. Here it is not a second loop:
+:func:`run_trajectory` runs the agent loop (:mod:`drvenus.agent.loop`) with
+:class:`DrVenusHooks` (:mod:`drvenus.agent.hooks`), with its texts read at run time from the
+pinned files (:mod:`drvenus.reference.dr_venus_rl`), so a rollout emits the same trace events
+as inference and takes the same context strategies (``none`` unless set).
 One trajectory has at most ``max_turns`` turns (a limit drawn per trajectory, see
 :func:`turn_limit`); before each turn, in this order:
 
@@ -21,9 +24,10 @@ answers the notice without its earlier thinking. With ``rerender_queries`` the
 :class:`~drvenus.train.rl.recorder.TokenRecorder` does the same for that last turn (and records
 the trajectory as DR-Venus does then: the final conversation rendered once).
 
-Then the turn is sampled (``robust``: up to ``attempts`` samples, again on a repetitive tail, a
-malformed turn or a call already made), its tags are fixed as DR-Venus fixes them
-(:func:`fix_tags`) and it is read as DR-Venus reads it (:func:`classify_turn`): the last turn or
+Then the loop samples the turn (``robust``: up to ``attempts`` samples, again on a repetitive
+tail, a malformed turn or a call already made; a model error ends the trajectory), its tags are
+fixed as DR-Venus fixes them (:func:`fix_tags`) and it is read as DR-Venus reads it
+(:func:`classify_turn`, :func:`drvenus.protocol.dr_venus.rl_reader`): the last turn or
 an answer ends the trajectory; a malformed turn, an empty one included, gets the malformed
 message and the trajectory goes on; a call runs the tool (at most ``tool_timeout`` seconds, then
 DR-Venus's timeout text; a tool that raises gives its error text) and its result comes back in a
@@ -36,17 +40,18 @@ import asyncio
 import logging
 import random
 import re
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from drvenus import protocol
-from drvenus.agent.loop import ToolExecutor, is_repetitive
+from drvenus.agent.context import ContextPolicy
+from drvenus.agent.events import EventCallback
+from drvenus.agent.hooks import RunHooks, RunView, ToolExecutor
+from drvenus.agent.loop import AgentConfig, ResearchAgent
 from drvenus.agent.record import ResultRecord, Termination
-from drvenus.llm.base import ChatModel, LLMError, SamplingParams
-from drvenus.protocol import wrap_tool_response
-from drvenus.protocol.dr_venus import EnvTurn, classify_turn, first_answer, fix_tags
+from drvenus.llm.base import ChatModel, SamplingParams
+from drvenus.protocol import ParsedTurn, ProtocolTexts
+from drvenus.protocol.dr_venus import EnvTurn, classify_turn, first_answer, fix_tags, rl_reader
 from drvenus.reference.dr_venus_rl import RLTexts
 from drvenus.text import MESSAGE_OVERHEAD_TOKENS
 
@@ -113,16 +118,8 @@ class CompletionCutoff:
 
 
 def refusal_text(texts: RLTexts, turn: EnvTurn) -> str | None:
-    """What a call that cannot run gets back: DR-Venus's tool server's own texts for a tool it
-    does not route and for a call without a tool's fields; drvenus's reason for a value our
-    tools cannot take; None for a call that runs."""
-    if turn.problem == "unknown_tool":
-        return texts.unknown_tool_text(turn.call_name)
-    if turn.problem == "missing_arguments" and turn.call_name in texts.bad_arguments:
-        return texts.bad_arguments[turn.call_name]
-    if turn.kind == "tool_call" and turn.call is None:
-        return str(turn.call_error)
-    return None
+    """What a call that cannot run gets back (:meth:`RLTexts.refusal`)."""
+    return texts.refusal(turn)
 
 
 @dataclass(frozen=True)
@@ -136,151 +133,108 @@ class EnvConfig:
     attempts: int  # samples per turn (robust mode: retries + 1)
     tool_timeout: float
     time_limit: float
+    context: ContextPolicy = field(default_factory=ContextPolicy)  # none: DR-Venus's
 
-
-class _Trajectory:
-    def __init__(self, model: ChatModel, tools: ToolExecutor, cfg: EnvConfig, question: str,
-                 max_turns: int, cutoff: CompletionCutoff | None,
-                 prompt: Sequence[Mapping[str, Any]] | None = None) -> None:
-        self.model, self.tools, self.cfg = model, tools, cfg
-        self.question, self.max_turns, self.cutoff = question, max_turns, cutoff
-        self.messages: list[dict[str, str]] = (
-            protocol.initial_messages(question, cfg.system_prompt) if prompt is None
-            else row_messages(prompt, cfg.system_prompt))
-        self.start = time.monotonic()
-        self.turns = self.parse_errors = self.tool_calls = self.dedups = 0
-        self.calls_made = 0
-        self.seen: set[str] = set()
-        self.was_cutoff = False
-        self.last_error: str | None = None
-        self.retries = {"repetition": 0, "parse": 0, "dedup": 0}
-        parts = getattr(model, "parts", None)
-        self.prefilled_think = bool(getattr(parts, "prefilled_think", False))
-
-    # -- helpers ---------------------------------------------------------------------------
-
-    def prompt_tokens(self) -> int:
-        exact = getattr(self.model, "prompt_length", None)
-        if callable(exact):
-            return int(exact(self.messages))
-        return sum(self.model.count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS
-                   for m in self.messages)
-
-    def _params(self) -> SamplingParams:
-        p = self.cfg.sampling
-        if p.seed is not None:
-            p = replace(p, seed=p.seed + self.calls_made)
-        self.calls_made += 1
-        return p
-
-    def _replace_last(self, content: str) -> None:
-        self.messages[-1] = {"role": "user", "content": content}
-
-    def record(self, termination: Termination, prediction: str | None = None) -> ResultRecord:
-        if prediction is None:
-            prediction = "No answer found"
-            for m in reversed(self.messages):
-                if m["role"] == "assistant":
-                    prediction = protocol.extract_answer(m["content"]) or m["content"].strip() \
-                        or prediction
-                    break
-        extra: dict[str, Any] = {"cutoff": self.was_cutoff, "turn_limit": self.max_turns}
-        if any(self.retries.values()):
-            extra["robust_retries"] = dict(self.retries)
-        return ResultRecord(
-            question=self.question, messages=self.messages, prediction=prediction,
-            termination=termination, turns=self.turns, parse_error_count=self.parse_errors,
-            tool_call_count=self.tool_calls, dedup_count=self.dedups,
-            elapsed_seconds=round(time.monotonic() - self.start, 3),
-            error=self.last_error if not termination.startswith("answered") else None,
-            extra=extra,
+    def agent_config(self, max_turns: int, prefilled_think: bool) -> AgentConfig:
+        """The agent loop's settings of a trajectory of ``max_turns`` turns (the last one
+        announced by :class:`DrVenusHooks`): no backoff between samples, DR-Venus's RL reader."""
+        return AgentConfig(
+            max_steps=max_turns, max_context_tokens=self.context_limit,
+            time_limit=self.time_limit, max_attempts=max(1, self.attempts), backoff_base=0.0,
+            sampling=self.sampling, system_prompt=self.system_prompt,
+            reader=rl_reader(prefilled_think, self.texts.refusal), context=self.context,
         )
 
-    # -- one turn --------------------------------------------------------------------------
 
-    async def sample(self) -> EnvTurn:
-        """Sample the turn (robust mode: again on a repetitive tail, a malformed turn or a
-        repeated call, all but the last attempt)."""
-        attempts = max(1, self.cfg.attempts)
-        turn = EnvTurn("malformed", "")
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
-            gen = await self.model.generate(self.messages, self._params())
-            raw = gen.text or ""
-            if not last and is_repetitive(raw):
-                self.retries["repetition"] += 1
-                continue
-            turn = classify_turn(fix_tags(raw, self.prefilled_think))
-            if not last and turn.kind == "malformed":
-                self.retries["parse"] += 1
-                continue
-            if not last and turn.call_key is not None and turn.call_key in self.seen:
-                self.retries["dedup"] += 1
-                continue
-            break
-        return turn
+class DrVenusHooks(RunHooks):
+    """DR-Venus's RL environment as hooks of the agent loop (see the module doc): a model
+    error or a full window ends the trajectory, an empty sample is a malformed turn, the
+    notices are plain user messages, the budgets are DR-Venus's (not fitted)."""
 
-    async def execute(self, turn: EnvTurn) -> str:
-        if turn.call_key is not None:
-            self.seen.add(turn.call_key)
-        refused = refusal_text(self.cfg.texts, turn)
-        if refused is not None:
-            return refused
+    retry_model_errors = False
+    read_empty = True
+    raw_repetition = True
+    fit_window = False
+
+    def __init__(self, cfg: EnvConfig, max_turns: int, cutoff: CompletionCutoff | None = None,
+                 prompt: Sequence[Mapping[str, Any]] | None = None) -> None:
+        self.cfg, self.texts, self.max_turns = cfg, cfg.texts, max(1, max_turns)
+        self.cutoff, self.prompt = cutoff, prompt
+        self.was_cutoff = False
+
+    def messages(self, question: str, system: str) -> list[dict[str, str]]:
+        if self.prompt is None:
+            return super().messages(question, system)
+        return row_messages(self.prompt, system)
+
+    async def before_turn(self, run: RunView) -> str | None:
+        step, texts = run.step, self.texts
+        if step > 0 and prompt_tokens(run.model, run.messages) > self.cfg.context_limit:
+            await run.replace_last(texts.context_limit, reason="context")
+            return "context"
+        if self.cutoff is not None and self.cutoff.triggered:
+            self.was_cutoff = True
+            if step == 0:
+                first = run.messages[-1]
+                await run.replace_last(first["content"] + CUTOFF_JOIN + texts.cutoff,
+                                       first["role"], reason="cutoff")
+            else:
+                await run.replace_last(texts.cutoff, reason="cutoff")
+            return "cutoff"
+        if step == self.max_turns - 1:
+            if step > 0:
+                await run.replace_last(texts.step_limit, reason="steps")
+            return "steps"
+        return None
+
+    def last_turn(self, reason: str, parsed: ParsedTurn) -> tuple[Termination, str | None]:
+        answer = first_answer(parsed.content)
+        termination: Termination
+        if reason == "context":
+            termination = "answered_token_limit" if answer else "token_limit_no_answer"
+        else:
+            termination = "answered_max_steps" if answer else "max_steps"
+        return termination, answer.strip() if answer is not None else None
+
+    def context_full(self, tokens: int, budget: int) -> bool:
+        return False  # checked before the next turn, on the exact prompt (before_turn)
+
+    def malformed(self, texts: ProtocolTexts) -> str:
+        return self.texts.malformed
+
+    async def call_tool(self, tools: ToolExecutor, parsed: ParsedTurn) -> Any:
+        if parsed.error is not None:  # a call that cannot run: the tool server's answer
+            return parsed.error
+        assert parsed.tool_call is not None
+        timeout = self.cfg.tool_timeout
         try:
-            return str(await asyncio.wait_for(self.tools.call(turn.call),
-                                              timeout=self.cfg.tool_timeout))
+            return str(await asyncio.wait_for(tools.call(parsed.tool_call), timeout=timeout))
         except TimeoutError:
-            return self.cfg.texts.timeout_text(self.cfg.tool_timeout)
+            return self.texts.timeout_text(timeout)
         except Exception as exc:  # a tool that raised: DR-Venus's error text, the run goes on
-            return self.cfg.texts.error_text(exc)
+            return self.texts.error_text(exc)
 
-    async def run(self) -> ResultRecord:
-        texts = self.cfg.texts
-        termination: Termination = "max_steps"
-        for step in range(self.max_turns):
-            is_last = False
-            reason: str | None = None
-            if step > 0 and self.prompt_tokens() > self.cfg.context_limit:
-                self._replace_last(texts.context_limit)
-                is_last, reason = True, "context"
-            if not is_last and self.cutoff is not None and self.cutoff.triggered:
-                is_last, reason, self.was_cutoff = True, "cutoff", True
-                if step == 0:
-                    first = self.messages[-1]
-                    self.messages[-1] = {"role": first["role"],
-                                         "content": first["content"] + CUTOFF_JOIN + texts.cutoff}
-                else:
-                    self._replace_last(texts.cutoff)
-            if step == self.max_turns - 1 and not is_last:
-                is_last, reason = True, "steps"
-                if step > 0:
-                    self._replace_last(texts.step_limit)
-            try:
-                turn = await self.sample()
-            except LLMError as exc:
-                self.last_error = str(exc)
-                return self.record("token_limit_no_answer" if exc.context_overflow
-                                   else "llm_error")
-            self.messages.append({"role": "assistant", "content": turn.content})
-            self.turns += 1
-            if turn.kind == "answer" or is_last:
-                answer = first_answer(turn.content)
-                prediction = answer.strip() if answer is not None else None
-                if reason == "context":
-                    termination = "answered_token_limit" if answer else "token_limit_no_answer"
-                elif reason in ("steps", "cutoff"):
-                    termination = "answered_max_steps" if answer else "max_steps"
-                else:
-                    termination = "answered"
-                return self.record(termination, prediction)
-            if turn.kind == "malformed":
-                self.parse_errors += 1
-                self.messages.append({"role": "user", "content": texts.malformed})
-                continue
-            self.tool_calls += 1
-            body = await self.execute(turn)
-            self.messages.append({"role": "user", "content": wrap_tool_response(body)})
-        return self.record(termination)  # max_turns < 1 cannot happen (turn_limit >= 1)
+    def exhausted(self) -> Termination | None:
+        return "token_limit_no_answer"
+
+    def extra(self, retries: dict[str, int]) -> dict[str, Any]:
+        extra: dict[str, Any] = {"cutoff": self.was_cutoff, "turn_limit": self.max_turns}
+        robust = {name: retries.get(kind, 0) for name, kind in _RETRY_NAMES.items()}
+        if any(robust.values()):
+            extra["robust_retries"] = robust
+        return extra
+
+
+# the record's names of the loop's re-sample reasons
+_RETRY_NAMES = {"repetition": "repetition", "parse": "parse_error", "dedup": "duplicate_tool_call"}
+
+
+def prompt_tokens(model: Any, messages: Sequence[Mapping[str, Any]]) -> int:
+    """The prompt's tokens: the recorder's exact count, else the model's estimate."""
+    exact = getattr(model, "prompt_length", None)
+    if callable(exact):
+        return int(exact(messages))
+    return sum(model.count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in messages)
 
 
 def row_messages(prompt: Sequence[Mapping[str, Any]], system_prompt: str) -> list[dict[str, Any]]:
@@ -295,30 +249,25 @@ def row_messages(prompt: Sequence[Mapping[str, Any]], system_prompt: str) -> lis
 
 async def run_trajectory(model: ChatModel, tools: ToolExecutor, cfg: EnvConfig, question: str,
                          *, max_turns: int, cutoff: CompletionCutoff | None = None,
-                         prompt: Sequence[Mapping[str, Any]] | None = None) -> ResultRecord:
-    """One trajectory in DR-Venus's RL environment (see the module doc). ``prompt``: the data
-    row's own messages (verl's ``raw_prompt``, :func:`row_messages`), else the system prompt and
-    ``question``. Never raises for run-time failures: they end as a termination
+                         prompt: Sequence[Mapping[str, Any]] | None = None,
+                         on_event: EventCallback | None = None) -> ResultRecord:
+    """One trajectory in DR-Venus's RL environment: the agent loop with :class:`DrVenusHooks`
+    (see the module doc). ``prompt``: the data row's own messages (verl's ``raw_prompt``,
+    :func:`row_messages`), else the system prompt and ``question``; ``on_event``: the run's
+    trace events. Never raises for run-time failures: they end as a termination
     (``llm_error``, ``timeout``, ``exception``)."""
     if not question or not question.strip():
         raise ValueError("the question is empty")
-    state = _Trajectory(model, tools, cfg, question, max(1, max_turns), cutoff, prompt)
-    try:
-        return await asyncio.wait_for(state.run(), timeout=cfg.time_limit)
-    except TimeoutError:
-        state.last_error = f"time limit of {cfg.time_limit:g}s reached"
-        return state.record("timeout")
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # recorded, never raised to the caller
-        log.exception("rollout failed")
-        state.last_error = f"{type(exc).__name__}: {exc}"
-        return state.record("exception")
+    hooks = DrVenusHooks(cfg, max_turns, cutoff, prompt)
+    parts = getattr(model, "parts", None)
+    config = cfg.agent_config(hooks.max_turns, bool(getattr(parts, "prefilled_think", False)))
+    return await ResearchAgent(model, tools, config).run_one(question, on_event, hooks=hooks)
 
 
 def env_config(texts: RLTexts, *, system_prompt: str | None, current_date: str | None,
                max_model_len: int, max_new_tokens: int, sampling: SamplingParams,
-               attempts: int, tool_timeout: float, time_limit: float) -> EnvConfig:
+               attempts: int, tool_timeout: float, time_limit: float,
+               context: ContextPolicy | None = None) -> EnvConfig:
     """The environment of a run: DR-Venus's RL system prompt unless a prompt is given (its date
     set to ``current_date`` when one is given), the context notice at ``max_model_len -
     max_new_tokens`` prompt tokens (DR-Venus: ``max_len - response_length``)."""
@@ -327,16 +276,10 @@ def env_config(texts: RLTexts, *, system_prompt: str | None, current_date: str |
         prompt = with_prompt_date(prompt, current_date)
     limit = max(1, max_model_len - max_new_tokens)
     return EnvConfig(texts=texts, system_prompt=prompt, context_limit=limit, sampling=sampling,
-                     attempts=attempts, tool_timeout=tool_timeout, time_limit=time_limit)
+                     attempts=attempts, tool_timeout=tool_timeout, time_limit=time_limit,
+                     context=context or ContextPolicy())
 
 
-def is_plain_user(message: Mapping[str, Any]) -> bool:
-    """A user message that is not a ``<tool_response>`` frame: a new query to a Qwen3 template."""
-    content = str(message.get("content", ""))
-    return message.get("role") == "user" and not (
-        content.startswith(protocol.TOOL_RESPONSE_OPEN)
-        and content.endswith(protocol.TOOL_RESPONSE_CLOSE))
-
-__all__ = ["CUTOFF_JOIN", "CompletionCutoff", "EnvConfig", "EnvTurn", "classify_turn",
-           "env_config", "fix_tags", "is_plain_user", "refusal_text", "row_messages",
-           "run_trajectory", "turn_limit", "with_prompt_date"]
+__all__ = ["CUTOFF_JOIN", "CompletionCutoff", "DrVenusHooks", "EnvConfig", "EnvTurn",
+           "classify_turn", "env_config", "fix_tags", "prompt_tokens", "refusal_text",
+           "row_messages", "run_trajectory", "turn_limit", "with_prompt_date"]

@@ -18,7 +18,10 @@ the tokenisation of its own text, and templates may render earlier turns differe
   response starts again from the ids before those messages; the replaced turn is forgotten.
 
 Anything else (the agent rewriting an earlier message) raises :class:`LLMError`: the record
-could no longer be exact.
+could no longer be exact; with ``segments`` (a context strategy compacts the conversation,
+:mod:`drvenus.agent.context`) such a prompt starts a new segment instead: the chat template
+renders the compacted conversation as a first prompt, and the record holds the last segment
+(what the policy saw since the last compaction; the turns before it are not trained).
 
 ``rerender_queries`` (DR-Venus's RL environment, :mod:`drvenus.train.rl.environment`): a new
 plain user message (a notice that is not a ``<tool_response>`` frame) makes the prompt the chat
@@ -140,10 +143,12 @@ class TokenRecorder:
     """A ChatModel for one trajectory that records exact token ids (see the module doc)."""
 
     def __init__(self, engine: TokenEngine, parts: ChatTemplateParts | None = None, *,
-                 rerender_queries: bool = False) -> None:
+                 rerender_queries: bool = False, segments: bool = False) -> None:
         self.engine = engine
         self.parts = parts or ChatTemplateParts(engine.tokenizer)
         self.rerender_queries = rerender_queries
+        self.segments = segments
+        self.restarts = 0  # segments started by a compaction
         self.rerendered = False  # a prompt was the template's rendering of the conversation
         self.name = engine.name
         self.ids: list[int] = []  # through the last kept sampled turn
@@ -210,12 +215,10 @@ class TokenRecorder:
             if self._first is None:
                 self._first = [dict(m) for m in messages]
             elif not _same(messages[: len(self._first)], self._first):
-                raise LLMError("the agent rewrote an earlier message: the rollout's token "
-                               "record cannot stay exact")
+                return self._rewritten(messages, dry)
             return self.parts.prompt(messages)
         if len(messages) < anchor.n or not _same(messages[: anchor.n], anchor.messages):
-            raise LLMError("the agent rewrote an earlier message: the rollout's token record "
-                           "cannot stay exact")
+            return self._rewritten(messages, dry)
         new = messages[anchor.n:]
         if any(m.get("role") == "assistant" for m in new):
             raise LLMError("an assistant message the policy did not sample")
@@ -224,6 +227,19 @@ class TokenRecorder:
                 self.rerendered = True
             return self.parts.prompt(messages)
         return anchor.ids + self.parts.continuation(new)
+
+    def _rewritten(self, messages: Sequence[Mapping[str, Any]], dry: bool) -> list[int]:
+        """The prompt of a conversation whose earlier messages changed: a new segment (see the
+        module doc), or LLMError without ``segments``."""
+        if not self.segments:
+            raise LLMError("the agent rewrote an earlier message: the rollout's token record "
+                           "cannot stay exact")
+        if not dry:
+            self.restarts += 1
+            self.ids, self.turns, self._last, self.rerendered = [], [], None, False
+            self._anchor = _Anchor([], 0, [])
+            self._first = [dict(m) for m in messages]
+        return self.parts.prompt(messages)
 
     # -- the record --------------------------------------------------------------------------
 

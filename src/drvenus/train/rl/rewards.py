@@ -85,7 +85,7 @@ def _words(text: str) -> list[str]:
 
 def f1_outcome(response: str, ground_truth: str) -> float:
     """The reference's training F1: lower-cased; unbalanced code/tool_call/think/answer tags or
-    no ``<answer>`` block give -2.0; else the best token F1 of the first answer block against the
+    no answer block give -2.0; else the best token F1 of the first answer block against the
     accepted answers (punctuation -> spaces), 0 for empty ones. ``drvenus.grading.match``
     also drops articles, so it is not used here."""
     text = response.lower()

@@ -15,7 +15,8 @@ server: SGLang reloads the weights after every update (``/update_weights_from_di
 server keeps its weights, so such a run is off-policy after step one (use verl to scale out).
 
 Output folder: ``config.yaml``, ``metrics.jsonl`` (one line per step), ``tensorboard/``,
-``traces/step-NNNNNN.jsonl`` (every ``trace_save_interval`` steps) and
+``traces/step-NNNNNN.jsonl`` and ``step-NNNNNN.events.jsonl`` (the trajectories' trace events,
+replayable by ``drvenus serve``; every ``trace_save_interval`` steps) and
 ``checkpoints/step-NNNNNN/`` (Hugging Face model + tokenizer, ``optimizer.pt``,
 ``trainer_state.json``). ``resume`` continues from the newest checkpoint and reproduces the
 run that was not interrupted (seeded rollouts, same data order).
@@ -339,6 +340,9 @@ class MetricSink:
 
 def save_traces(output: Path, step: int, samples: Sequence[Sample],
                 rollouts: Sequence[Rollout]) -> Path:
+    """``traces/step-NNNNNN.jsonl`` (one line per trajectory: scores and messages) and, when
+    the rollouts kept their trace events, ``step-NNNNNN.events.jsonl``: every trajectory's
+    events, as ``drvenus ask --trace`` writes them (``drvenus serve`` replays them)."""
     path = output / "traces" / f"step-{step:06d}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as fh:
@@ -349,6 +353,11 @@ def save_traces(output: Path, step: int, samples: Sequence[Sample],
                 fh.write(json.dumps({"group": r.group, "index": r.index, "unusable": True,
                                      "termination": r.result.termination,
                                      "error": r.error}, ensure_ascii=False) + "\n")
+    if any(r.events for r in rollouts):
+        with path.with_suffix(".events.jsonl").open("w", encoding="utf-8") as fh:
+            for r in rollouts:
+                for event in r.events:
+                    fh.write(json.dumps(event, ensure_ascii=False) + "\n")
     return path
 
 
@@ -479,8 +488,10 @@ async def _step_samples(run: _Run, step: int) -> tuple[list[Rollout], list[Sampl
     cfg = run.config
     items = [run.rows[i] for i in batch_indices(len(run.rows), cfg.batch_size, step, cfg.seed)]
     t0 = time.perf_counter()
+    every = cfg.trace_save_interval
     rollouts = await run_rollouts(items, run.engine, run.tools, run.rollout, step=step,
-                                  on_done=run.on_rollout)
+                                  on_done=run.on_rollout,
+                                  trace=bool(every) and (step + 1) % every == 0)
     t1 = time.perf_counter()
     usable = [r for r in rollouts if r.tokens is not None]
     scores, judge_stats = await outcomes(usable, cfg.reward_type, run.judge,

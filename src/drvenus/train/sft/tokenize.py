@@ -6,7 +6,7 @@ tokenised once. The mask comes from the template itself, so any template works:
 1. Render the whole conversation (``full``). For each assistant message ``i`` render
    ``messages[:i]`` with the generation prompt (``head``: everything the model is given before
    it writes turn ``i``, including the assistant header and anything the template prefills,
-   such as Qwen3's ``<think>\\n``) and ``messages[:i + 1]`` (``turn``: through the end of turn
+   such as Qwen3's think opener) and ``messages[:i + 1]`` (``turn``: through the end of turn
    ``i``). Both must be prefixes of ``full``; otherwise the template renders history
    differently from the last turn and no honest mask exists: the row is skipped and counted.
 2. Tokenise ``full`` once with character offsets; a token is trained when it lies inside some
@@ -32,12 +32,12 @@ message, turns that must alternate) fails that check, and the row falls back to 
 prefix (exact, quadratic), counted in :attr:`TokenizeStats.prefix_rendered`.
 
 What the model is trained on therefore depends on the template. ChatML without reasoning
-handling (the embedded SmolLM2): each assistant message verbatim (its ``<think>`` block
+handling (the embedded SmolLM2): each assistant message verbatim (its think block
 included) plus ``<|im_end|>`` (and the ``\\n`` after it with ``train_after_end_of_turn``).
 Qwen3 thinking templates: the content split at ``</think>``; reasoning is kept only for
 assistant turns after the last real user query (user messages wrapped in ``<tool_response>``
 do not count as queries), which in an agent trajectory is every turn; the template's own
-``<think>\\n`` opener is prompt, not target (verl treats it the same way: it is part of the
+think opener is prompt, not target (verl treats it the same way: it is part of the
 generation prompt). Turns whose history rendering differs (e.g. a middle assistant turn
 without reasoning, which Qwen3 renders without an empty think block in history but with one as
 the last message) make the row unmaskable.

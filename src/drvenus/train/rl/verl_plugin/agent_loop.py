@@ -6,18 +6,18 @@ Each sample runs :class:`drvenus.agent.ResearchAgent` on a
 verl trains on exactly the ids the policy sampled; tool responses get response-mask 0. Tools: a
 drvenus tool server (``tools_url`` in the agent-loop config, or ``DRVENUS_TOOLS_URL``), else the
 local corpus index (``corpus``; built-in when unset). The rollout settings (protocol, turn
-limit and its jitter, mode, per-turn cap, system prompt) come from the agent-loop config entry
-written by the launcher (:mod:`.launch`).
+limit and its jitter, mode, per-turn cap, context strategy, system prompt) come from the
+agent-loop config entry written by the launcher (:mod:`.launch`).
 
 * Each trajectory draws its own turn limit (``max_turns`` +- ``max_turns_jitter``), the forced
   final turn counted in it, as DR-Venus's agent loop does.
 * The per-turn cap (``max_response_len``, 8,192) travels as :data:`~.convert.TURN_CAP` in the
   sampling parameters: verl 0.6.1's servers size every request to the rest of the window, and
   our servers (:mod:`.servers`, installed by :mod:`.main`) cap it.
-* ``protocol: dr-venus``: DR-Venus's RL environment (:mod:`drvenus.train.rl.environment`) with
-  its system prompt, and its completion cut-off over the trajectories this agent-loop worker
-  runs at once (as DR-Venus's cut-off counts per worker); otherwise the inference loop with the
-  protocol's system prompt.
+* ``protocol: dr-venus``: the agent loop with DR-Venus's RL hooks
+  (:mod:`drvenus.train.rl.environment`), its system prompt, and its completion cut-off over the
+  trajectories this agent-loop worker runs at once (as DR-Venus's cut-off counts per worker);
+  otherwise the agent loop with inference's hooks and the protocol's system prompt.
 """
 
 from __future__ import annotations
@@ -118,13 +118,14 @@ class DrVenusAgentLoop(AgentLoopBase):
                                   int(rollout.max_model_len), uuid4().hex)
         limit = cfg.turn_limit(0)  # unseeded: a fresh draw per trajectory
         question = question_of(kwargs.get("raw_prompt"))
+        segments = cfg.context.strategy != "none"  # a compaction starts a new token segment
         if profile(cfg.protocol).rl_environment:
             from drvenus.train.rl.environment import run_trajectory
 
             cls = type(self)
             if cls.cutoff is None:
                 cls.cutoff = CompletionCutoff(cfg.cutoff)
-            recorder = TokenRecorder(engine, rerender_queries=True)
+            recorder = TokenRecorder(engine, rerender_queries=True, segments=segments)
             cls.cutoff.start()
             try:
                 raw = kwargs.get("raw_prompt")  # the row's own messages, as DR-Venus keeps them
@@ -134,7 +135,7 @@ class DrVenusAgentLoop(AgentLoopBase):
             finally:
                 cls.cutoff.finish()
         else:
-            recorder = TokenRecorder(engine)
+            recorder = TokenRecorder(engine, segments=segments)
             agent = ResearchAgent(recorder, self.tools, cfg.agent_config(limit))
             result = await agent.run(question)
         record = recorder.record(result.messages)

@@ -50,6 +50,7 @@ AGENT_LOOP_KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "robust_max_retries": ("robust_max_retries", int), "current_date": ("current_date", str),
     "max_response_len": ("max_response_len", int), "tool_timeout": ("tool_timeout", float),
     "completion_cutoff": ("completion_cutoff", float),
+    "context_strategy": ("context_strategy", str), "keep_last": ("keep_last", int),
     "system_prompt_file": ("system_prompt_file", str),
 }
 

@@ -34,8 +34,8 @@ def _reference_dir() -> str | None:
 
 def agent_loop_yaml(config: RLConfig) -> str:
     """The agent-loop config entry: the rollout settings of :data:`~.convert.AGENT_LOOP_KEYS`
-    (protocol, turn limit and jitter, mode, per-turn cap, tool timeout, cut-off, system prompt
-    file), the tools, and where DR-Venus's pinned files are."""
+    (protocol, turn limit and jitter, mode, per-turn cap, tool timeout, cut-off, context
+    strategy, system prompt file), the tools, and where DR-Venus's pinned files are."""
     lines = ["- name: drvenus_agent", f"  _target_: {AGENT_LOOP_TARGET}",
              f"  protocol: {config.protocol_name()}",
              f"  max_turns: {config.max_turns}", f"  max_turns_jitter: {config.max_turns_jitter}",
@@ -43,7 +43,9 @@ def agent_loop_yaml(config: RLConfig) -> str:
              f"  robust_max_retries: {config.robust_max_retries}",
              f"  max_response_len: {config.max_response_len}",
              f"  tool_timeout: {config.tool_timeout}",
-             f"  completion_cutoff: {config.completion_cutoff}"]
+             f"  completion_cutoff: {config.completion_cutoff}",
+             f"  context_strategy: {config.context_strategy}",
+             f"  keep_last: {config.keep_last}"]
     values = {"tools_url": config.tools_url, "corpus": config.corpus,
               "current_date": config.current_date,
               "system_prompt_file": str(Path(config.system_prompt_file).absolute())
