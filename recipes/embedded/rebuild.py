@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     sft_dir = out / "sft"
     if not (sft_dir / "final" / "adapter_config.json").is_file():
         drvenus("sft", "--config", str(HERE / "sft.yaml"), "--train", str(clean),
-                "--model", str(base), "--output", str(sft_dir),
+                "--model", str(base), "--output", str(sft_dir), "--resume",
                 *(["--max-steps", "2", "--global-batch-size", "2", "--eval-steps", "1",
                    "--save-steps", "1"] if mini else []))
     sft_gguf = out / "sft.gguf"
