@@ -182,7 +182,8 @@ class Updater:
         self.device = next(model.parameters()).device
         bf16 = config.precision == "bf16" or (config.precision == "auto"
                                               and self.device.type == "cuda")
-        self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if bf16 \
+        kind = self.device.type  # bf16 on CPU too when asked for: native on AVX512-BF16 / AMX
+        self.autocast = (lambda: torch.autocast(kind, dtype=torch.bfloat16)) if bf16 \
             else _null_context
 
     def _fixed_logprobs(self, model: Any, samples: Sequence[Sample]) -> list[torch.Tensor]:

@@ -84,7 +84,9 @@ class SFTConfig:
     seed: int = _opt("Random seed (data order, init of LoRA weights).", 42, ge=0,
                      le=2**32 - 1)
     # precision and memory
-    precision: Literal["auto", "bf16", "fp32"] = _opt("auto: bf16 on GPU, fp32 on CPU.", "auto")
+    precision: Literal["auto", "bf16", "fp32"] = _opt(
+        "auto: bf16 on GPU, fp32 on CPU; bf16 on a CPU with native bf16 (AVX512-BF16, AMX) "
+        "trains about 4x faster.", "auto")
     gradient_checkpointing: bool | None = _opt(
         "Recompute activations in backward (less memory); unset: on when micro batch x "
         f"max length is over {CHECKPOINTING_ABOVE_TOKENS} tokens.")

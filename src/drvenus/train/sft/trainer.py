@@ -282,7 +282,7 @@ def training_arguments(config: SFTConfig, world_size: int, precision: str, has_v
         max_grad_norm=config.max_grad_norm,
         seed=config.seed,
         bf16=precision == "bf16",
-        use_cpu=precision == "fp32" and not _cuda(),
+        use_cpu=not _cuda(),
         activation_checkpointing=config.gradient_checkpointing_on(),
         activation_checkpointing_kwargs={"use_reentrant": False},
         eval_strategy="steps" if has_val else "no",
