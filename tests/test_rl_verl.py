@@ -365,10 +365,12 @@ def test_verl_agent_loop_runs_our_protocol_on_token_ids(tok, record):
 @needs_verl
 def test_verl_agent_loop_in_dr_venus_environment(tok, tmp_path, monkeypatch):
     """``protocol: dr-venus`` in the agent-loop config: DR-Venus's RL system prompt and loop (the
-    forced turn inside max_turns, its plain-user step notice), the per-turn cap, the cut-off."""
+    forced turn inside max_turns, its plain-user step notice), the per-turn cap, the cut-off;
+    on a traced step its trace events (the notice included) rebuild the conversation."""
     from omegaconf import OmegaConf
     from verl.workers.rollout.replica import TokenOutput
 
+    from drvenus.agent import replay_messages
     from drvenus.reference import dr_venus_rl
     from drvenus.train.rl.verl_plugin.agent_loop import DrVenusAgentLoop
     from test_rl_dr_venus import STEPS, SYSTEM, fixture_store
@@ -390,14 +392,16 @@ def test_verl_agent_loop_in_dr_venus_environment(tok, tmp_path, monkeypatch):
     DrVenusAgentLoop._class_initialized = True
     DrVenusAgentLoop.tools = ScriptedTools("Frank Herbert wrote Dune in 1965.")
     DrVenusAgentLoop.cutoff = None
-    DrVenusAgentLoop.settings = {"protocol": "dr-venus", "max_turns": 3, "max_turns_jitter": 0}
+    DrVenusAgentLoop.settings = {"protocol": "dr-venus", "max_turns": 3, "max_turns_jitter": 0,
+                                 "trace_save_interval": 1}
     config = OmegaConf.create({"actor_rollout_ref": {"rollout": {
         "temperature": 1.0, "top_p": 0.95, "top_k": -1, "max_model_len": 16384}}})
 
     async def go():
         loop = DrVenusAgentLoop(type("C", (), {"config": config})(), Servers(), tok, None)
         return await loop.run({"temperature": 1.0, "top_p": 0.95},
-                              raw_prompt=[{"role": "user", "content": "Who wrote Dune?"}])
+                              raw_prompt=[{"role": "user", "content": "Who wrote Dune?"}],
+                              drvenus_step=1)
 
     out = asyncio.run(go())
     assert len(prompts) == 3 and SYSTEM in prompts[0]
@@ -405,6 +409,10 @@ def test_verl_agent_loop_in_dr_venus_environment(tok, tmp_path, monkeypatch):
     assert out.extra_fields["drvenus_termination"] == "answered_max_steps"
     assert out.extra_fields["drvenus_cutoff"] is False
     assert DrVenusAgentLoop.cutoff is not None and DrVenusAgentLoop.cutoff.running == 0
+    events = out.extra_fields["drvenus_events"]
+    assert replay_messages(events) == events[-1]["data"]["record"]["messages"]
+    assert [e["data"]["message"]["content"] for e in events if e["type"] == "limit_notice"] == \
+        [STEPS]
     DrVenusAgentLoop.cutoff = None
     DrVenusAgentLoop.settings = {}
 
