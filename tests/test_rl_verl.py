@@ -32,6 +32,7 @@ from drvenus.train.rl.verl_plugin.convert import (  # noqa: E402
     ig_scores,
     reward_config,
     sample_gains,
+    traces_step,
 )
 from drvenus.train.rl.verl_plugin.launch import plan  # noqa: E402
 from scripted import ScriptedTools, answer, call  # noqa: E402
@@ -129,6 +130,9 @@ def test_verl_launch_one_node_eight_gpus_has_dr_venus_settings(tmp_path):
     assert f"data.train_files={converted}" in o["_script"]
     loop = (tmp_path / "run" / "launch" / "agent_loop.yaml").read_text()
     assert "DrVenusAgentLoop" in loop and "max_turns: 200" in loop
+    # the trace interval reaches the agent loops, the events go to OUTPUT/traces
+    assert "trace_save_interval: 10" in loop
+    assert o["trainer.rollout_data_dir"] == str(tmp_path / "run" / "traces")
 
 
 def test_verl_launch_two_nodes(tmp_path):
@@ -192,6 +196,10 @@ def test_verl_plugin_defaults_are_rl_configs():
     assert (r.max_turns, r.mode, r.current_date, r.top_k, r.temperature) == \
         (7, "robust", "2026-11-30", 20, 0.6)
     assert r.robust_max_retries == d.robust_max_retries and r.time_limit == d.rollout_time_limit
+    every = d.trace_save_interval  # the agent loop traces the trainer's steps as trace_save_interval says
+    assert [traces_step({}, s) for s in (every - 1, every, None)] == [False, True, False]
+    assert not traces_step({"trace_save_interval": 0}, every)
+    assert traces_step({"trace_save_interval": "3"}, 6)
 
 
 def test_agent_loop_fields_are_the_record(record):
@@ -357,10 +365,12 @@ def test_verl_agent_loop_runs_our_protocol_on_token_ids(tok, record):
 @needs_verl
 def test_verl_agent_loop_in_dr_venus_environment(tok, tmp_path, monkeypatch):
     """``protocol: dr-venus`` in the agent-loop config: DR-Venus's RL system prompt and loop (the
-    forced turn inside max_turns, its plain-user step notice), the per-turn cap, the cut-off."""
+    forced turn inside max_turns, its plain-user step notice), the per-turn cap, the cut-off;
+    on a traced step its trace events (the notice included) rebuild the conversation."""
     from omegaconf import OmegaConf
     from verl.workers.rollout.replica import TokenOutput
 
+    from drvenus.agent import replay_messages
     from drvenus.reference import dr_venus_rl
     from drvenus.train.rl.verl_plugin.agent_loop import DrVenusAgentLoop
     from test_rl_dr_venus import STEPS, SYSTEM, fixture_store
@@ -382,14 +392,16 @@ def test_verl_agent_loop_in_dr_venus_environment(tok, tmp_path, monkeypatch):
     DrVenusAgentLoop._class_initialized = True
     DrVenusAgentLoop.tools = ScriptedTools("Frank Herbert wrote Dune in 1965.")
     DrVenusAgentLoop.cutoff = None
-    DrVenusAgentLoop.settings = {"protocol": "dr-venus", "max_turns": 3, "max_turns_jitter": 0}
+    DrVenusAgentLoop.settings = {"protocol": "dr-venus", "max_turns": 3, "max_turns_jitter": 0,
+                                 "trace_save_interval": 1}
     config = OmegaConf.create({"actor_rollout_ref": {"rollout": {
         "temperature": 1.0, "top_p": 0.95, "top_k": -1, "max_model_len": 16384}}})
 
     async def go():
         loop = DrVenusAgentLoop(type("C", (), {"config": config})(), Servers(), tok, None)
         return await loop.run({"temperature": 1.0, "top_p": 0.95},
-                              raw_prompt=[{"role": "user", "content": "Who wrote Dune?"}])
+                              raw_prompt=[{"role": "user", "content": "Who wrote Dune?"}],
+                              drvenus_step=1)
 
     out = asyncio.run(go())
     assert len(prompts) == 3 and SYSTEM in prompts[0]
@@ -397,5 +409,86 @@ def test_verl_agent_loop_in_dr_venus_environment(tok, tmp_path, monkeypatch):
     assert out.extra_fields["drvenus_termination"] == "answered_max_steps"
     assert out.extra_fields["drvenus_cutoff"] is False
     assert DrVenusAgentLoop.cutoff is not None and DrVenusAgentLoop.cutoff.running == 0
+    events = out.extra_fields["drvenus_events"]
+    assert replay_messages(events) == events[-1]["data"]["record"]["messages"]
+    assert [e["data"]["message"]["content"] for e in events if e["type"] == "limit_notice"] == \
+        [STEPS]
     DrVenusAgentLoop.cutoff = None
     DrVenusAgentLoop.settings = {}
+
+
+@needs_verl
+def test_verl_rollouts_write_trace_events_that_serve_replays(tiny_policy, tmp_path):
+    """verl's own agent-loop worker (its row dispatch and batch assembly) on a stand-in server
+    manager, behind our trainer's ``generate_sequences``: a traced step writes
+    ``step-NNNNNN.events.jsonl`` (one run per row, in row order) that rebuilds each conversation
+    and that the replay endpoint's reader accepts; other steps and validation write none."""
+    from collections import defaultdict
+
+    import numpy as np
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorkerBase
+    from verl.protocol import DataProto
+    from verl.workers.rollout.replica import TokenOutput
+
+    from drvenus.agent.events import read_trace, replay_messages
+    from drvenus.serve.view import load_saved  # what /api/replay reads a file with
+    from drvenus.train.rl.verl_plugin.agent_loop import DrVenusAgentLoop
+    from drvenus.train.rl.verl_plugin.convert import EXTRA_EVENTS
+    from drvenus.train.rl.verl_plugin.main import traced_generation
+
+    tok = transformers.AutoTokenizer.from_pretrained(tiny_policy)
+    tok.pad_token = tok.pad_token or tok.eos_token  # as verl's hf_tokenizer sets it
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    scripts: dict[str, list[str]] = defaultdict(lambda: list(SCRIPT))  # per trajectory
+
+    class Servers:
+        async def generate(self, request_id, *, prompt_ids, sampling_params):
+            text = scripts[request_id].pop(0)
+            return TokenOutput(token_ids=tok.encode(text, add_special_tokens=False) + [eos])
+
+    DrVenusAgentLoop._class_initialized = True
+    DrVenusAgentLoop.tools = ScriptedTools("Frank Herbert wrote Dune in 1965.")
+    DrVenusAgentLoop.settings = {"max_turns": 200, "current_date": "2026-11-30",
+                                 "trace_save_interval": 2}
+    worker = object.__new__(AgentLoopWorkerBase)  # verl's worker, minus its Ray set-up
+    worker.config = OmegaConf.create({
+        "actor_rollout_ref": {"rollout": {
+            "temperature": 1.0, "top_p": 0.95, "top_k": -1, "max_model_len": 4096,
+            "calculate_log_probs": False, "prompt_length": 4096, "response_length": 4096,
+            "val_kwargs": {"temperature": 0.0, "top_p": 1.0},
+            "agent": {"default_agent_loop": "drvenus_agent"}}},
+        "reward_model": {"enable": True}})
+    worker.server_manager, worker.tokenizer, worker.processor = Servers(), tok, None
+    worker.reward_router_address = None
+    generate = traced_generation(lambda batch: asyncio.run(worker.generate_sequences(batch)),
+                                 str(tmp_path / "traces"))
+    questions = ["Who wrote Dune?", "Who wrote Dune Messiah?"]
+
+    def batch(step, validate=False):
+        prompts = np.empty(2, dtype=object)
+        prompts[:] = [[{"role": "user", "content": q}] for q in questions]
+        return DataProto.from_dict(non_tensors={"raw_prompt": prompts},
+                                   meta_info={"global_steps": step, "validate": validate})
+
+    try:
+        out = generate(batch(2))
+        untraced = [generate(batch(3)), generate(batch(4, validate=True))]
+    finally:
+        DrVenusAgentLoop.settings = {}
+    assert EXTRA_EVENTS not in out.non_tensor_batch  # the events leave the batch
+    assert list(out.non_tensor_batch["drvenus_termination"]) == ["answered", "answered"]
+    assert all(EXTRA_EVENTS not in o.non_tensor_batch for o in untraced)
+    assert [p.name for p in (tmp_path / "traces").iterdir()] == ["step-000002.events.jsonl"]
+    path = tmp_path / "traces" / "step-000002.events.jsonl"
+    runs = read_trace(path)
+    assert len(runs) == 2
+    for run, question in zip(runs, questions, strict=True):
+        messages = replay_messages(run)
+        assert run[0]["type"] == "started" and run[-1]["type"] == "finished"
+        assert messages == run[-1]["data"]["record"]["messages"]  # the events tell it all
+        assert messages[1]["content"] == question and "Frank Herbert" in messages[-1]["content"]
+        assert [e["data"]["name"] for e in run if e["type"] == "tool_result"] == \
+            ["search", "visit", "visit"]
+    replayed = load_saved(path.read_text())
+    assert [r["question"] for r in replayed] == questions

@@ -145,6 +145,23 @@ def read_trace(path: str | Path) -> list[list[dict[str, Any]]]:
     return split_runs(read_events(path))
 
 
+def event_line(event: TraceEvent | Mapping[str, Any]) -> str:
+    """One event as a line of a trace file (JSON, newline-terminated)."""
+    data = event.to_dict() if isinstance(event, TraceEvent) else event
+    return json.dumps(data, ensure_ascii=False) + "\n"
+
+
+def write_events(path: str | Path, events: Iterable[TraceEvent | Mapping[str, Any]]) -> Path:
+    """A trace file of ``events`` (replaced when it exists; the RL trainers' step traces);
+    :func:`read_trace` reads it back, ``drvenus serve`` replays it."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8") as fh:
+        for event in events:
+            fh.write(event_line(event))
+    return out
+
+
 class TraceWriter:
     """Writes every event as one JSON line to a file (``drvenus ask --trace``, the run traces of
     ``drvenus serve``); :func:`read_trace` reads them back."""
@@ -153,7 +170,7 @@ class TraceWriter:
         self._fh = open(path, "a", encoding="utf-8")  # closed in close()
 
     def __call__(self, event: TraceEvent) -> None:
-        self._fh.write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")
+        self._fh.write(event_line(event))
         self._fh.flush()
 
     def close(self) -> None:

@@ -24,6 +24,7 @@ import logging
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from drvenus.agent import AgentConfig, ContextPolicy, ResearchAgent
@@ -183,6 +184,18 @@ class Rollout:
     events: list[dict[str, Any]] = field(default_factory=list)  # its trace (when traced)
 
 
+def traced_step(interval: int, step: int) -> bool:
+    """Whether training step ``step`` (counted from 1) keeps its rollouts' trace events:
+    every ``interval`` steps (``trace_save_interval``; 0: never)."""
+    return interval > 0 and step > 0 and step % interval == 0
+
+
+def trace_file(folder: str | Path, step: int, *, events: bool = False) -> Path:
+    """A training step's trace file in ``folder`` (the run's ``traces/``, both trainers):
+    ``step-NNNNNN.jsonl``, or with ``events`` its trace events, ``step-NNNNNN.events.jsonl``."""
+    return Path(folder) / f"step-{step:06d}{'.events' if events else ''}.jsonl"
+
+
 def _rollout_seed(base: int | None, step: int, group: int, index: int) -> int | None:
     if base is None:
         return None
@@ -239,4 +252,5 @@ async def run_rollouts(
     return list(await asyncio.gather(*jobs))
 
 
-__all__ = ["ROLLOUT_MODES", "context_budget", "Rollout", "RolloutConfig", "run_rollouts"]
+__all__ = ["ROLLOUT_MODES", "context_budget", "Rollout", "RolloutConfig", "run_rollouts",
+           "trace_file", "traced_step"]

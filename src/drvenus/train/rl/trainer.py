@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from drvenus.agent.events import write_events
 from drvenus.protocol import ANSWER_SPLIT
 from drvenus.train import options
 from drvenus.train.rl.batch import (
@@ -50,7 +51,13 @@ from drvenus.train.rl.batch import (
     outcomes,
     trainer_gains,
 )
-from drvenus.train.rl.collect import Rollout, RolloutConfig, run_rollouts
+from drvenus.train.rl.collect import (
+    Rollout,
+    RolloutConfig,
+    run_rollouts,
+    trace_file,
+    traced_step,
+)
 from drvenus.train.rl.config import NO_JUDGE, RLConfig, RLConfigError
 from drvenus.train.rl.ig import IGConfig
 from drvenus.train.rl.policy import policy_loss, token_logprobs
@@ -344,7 +351,7 @@ def save_traces(output: Path, step: int, samples: Sequence[Sample],
     """``traces/step-NNNNNN.jsonl`` (one line per trajectory: scores and messages) and, when
     the rollouts kept their trace events, ``step-NNNNNN.events.jsonl``: every trajectory's
     events, as ``drvenus ask --trace`` writes them (``drvenus serve`` replays them)."""
-    path = output / "traces" / f"step-{step:06d}.jsonl"
+    path = trace_file(output / "traces", step)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as fh:
         for s in samples:
@@ -355,10 +362,8 @@ def save_traces(output: Path, step: int, samples: Sequence[Sample],
                                      "termination": r.result.termination,
                                      "error": r.error}, ensure_ascii=False) + "\n")
     if any(r.events for r in rollouts):
-        with path.with_suffix(".events.jsonl").open("w", encoding="utf-8") as fh:
-            for r in rollouts:
-                for event in r.events:
-                    fh.write(json.dumps(event, ensure_ascii=False) + "\n")
+        write_events(trace_file(output / "traces", step, events=True),
+                     (event for r in rollouts for event in r.events))
     return path
 
 
@@ -489,10 +494,9 @@ async def _step_samples(run: _Run, step: int) -> tuple[list[Rollout], list[Sampl
     cfg = run.config
     items = [run.rows[i] for i in batch_indices(len(run.rows), cfg.batch_size, step, cfg.seed)]
     t0 = time.perf_counter()
-    every = cfg.trace_save_interval
     rollouts = await run_rollouts(items, run.engine, run.tools, run.rollout, step=step,
                                   on_done=run.on_rollout,
-                                  trace=bool(every) and (step + 1) % every == 0)
+                                  trace=traced_step(cfg.trace_save_interval, step + 1))
     t1 = time.perf_counter()
     usable = [r for r in rollouts if r.tokens is not None]
     scores, judge_stats = await outcomes(usable, cfg.reward_type, run.judge,
@@ -579,7 +583,7 @@ def train(config: RLConfig, *, echo: Callable[[str], None] | None = None,
             metrics["time/step_s"] = time.perf_counter() - t0
             sink.write(done, metrics)
             history.append(metrics)
-            if config.trace_save_interval and done % config.trace_save_interval == 0:
+            if traced_step(config.trace_save_interval, done):
                 save_traces(run.output, done, samples, rollouts)
             if done % config.save_freq == 0 or done == total:
                 last_ckpt = save_checkpoint(run.output, done, run.model, run.tokenizer,

@@ -18,6 +18,9 @@ agent-loop config entry written by the launcher (:mod:`.launch`).
   (:mod:`drvenus.train.rl.environment`), its system prompt, and its completion cut-off over the
   trajectories this agent-loop worker runs at once (as DR-Venus's cut-off counts per worker);
   otherwise the agent loop with inference's hooks and the protocol's system prompt.
+* Trace events: on the training steps that keep them (``trace_save_interval``; the step is the
+  row's :data:`~.convert.STEP_KEY`), the trajectory's events go back in the extra field
+  :data:`~.convert.EXTRA_EVENTS`; the trainer writes them (:mod:`.main`).
 """
 
 from __future__ import annotations
@@ -38,10 +41,13 @@ from drvenus.reference.profiles import profile
 from drvenus.train.rl.engine import TokenGeneration, sampled_turn
 from drvenus.train.rl.environment import CompletionCutoff
 from drvenus.train.rl.verl_plugin.convert import (
+    EXTRA_EVENTS,
+    STEP_KEY,
     agent_loop_fields,
     agent_rollout,
     question_of,
     server_sampling,
+    traces_step,
 )
 from drvenus.train.templates import end_of_turn_ids
 
@@ -119,6 +125,9 @@ class DrVenusAgentLoop(AgentLoopBase):
         limit = cfg.turn_limit(0)  # unseeded: a fresh draw per trajectory
         question = question_of(kwargs.get("raw_prompt"))
         segments = cfg.context.strategy != "none"  # a compaction starts a new token segment
+        events: list[dict[str, Any]] = []
+        on_event = (lambda e: events.append(e.to_dict())) \
+            if traces_step(self.settings, kwargs.get(STEP_KEY)) else None
         if profile(cfg.protocol).rl_environment:
             from drvenus.train.rl.environment import run_trajectory
 
@@ -131,13 +140,14 @@ class DrVenusAgentLoop(AgentLoopBase):
                 raw = kwargs.get("raw_prompt")  # the row's own messages, as DR-Venus keeps them
                 result = await run_trajectory(
                     recorder, self.tools, cfg.environment(), question, max_turns=limit,
-                    cutoff=cls.cutoff, prompt=None if isinstance(raw, str) else raw)
+                    cutoff=cls.cutoff, prompt=None if isinstance(raw, str) else raw,
+                    on_event=on_event)
             finally:
                 cls.cutoff.finish()
         else:
             recorder = TokenRecorder(engine, segments=segments)
             agent = ResearchAgent(recorder, self.tools, cfg.agent_config(limit))
-            result = await agent.run(question)
+            result = await agent.run(question, on_event)
         record = recorder.record(result.messages)
         if record is None:
             raise RuntimeError(f"the rollout produced no turn: {result.error}")
@@ -145,6 +155,8 @@ class DrVenusAgentLoop(AgentLoopBase):
         fields["extra_fields"]["drvenus_termination"] = result.termination
         if "cutoff" in result.extra:
             fields["extra_fields"]["drvenus_cutoff"] = bool(result.extra["cutoff"])
+        if on_event is not None:
+            fields["extra_fields"][EXTRA_EVENTS] = events
         return AgentLoopOutput(metrics=AgentLoopMetrics(), **fields)
 
 

@@ -15,6 +15,9 @@
   of their own).
 * :data:`TURN_CAP`: the sampling key that carries the per-turn cap to our capped rollout
   servers (:mod:`.servers`).
+* Trace events: the trainer tells each row its training step (:data:`STEP_KEY`, a batch
+  column); on a step :func:`traces_step` picks, the agent loop returns the trajectory's events
+  in :data:`EXTRA_EVENTS` and the trainer writes them (:mod:`.main`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from drvenus.llm.base import SamplingParams
-from drvenus.train.rl.collect import RolloutConfig
+from drvenus.train.rl.collect import RolloutConfig, traced_step
 from drvenus.train.rl.config import RLConfig
 from drvenus.train.rl.ig import IGConfig, info_gains, kept_boundaries
 from drvenus.train.rl.rewards import apply_format_penalty, reward_row
@@ -35,6 +38,8 @@ TURN_CAP = "drvenus_max_tokens"  # new tokens per turn, read by our rollout serv
 EXTRA_BOUNDARIES = "igpo_boundaries"
 EXTRA_TOOLS = "igpo_tools"
 EXTRA_TURNS = "igpo_turns"
+EXTRA_EVENTS = "drvenus_events"  # a traced trajectory's trace events (dicts)
+STEP_KEY = "drvenus_step"  # the training step of a row, added by our trainer (not validation)
 # the reward manager's ``reward_kwargs`` (RLConfig field names) and their types
 REWARD_KWARGS: dict[str, Callable[[Any], Any]] = {
     "protocol": str, "reward_type": str, "judge_url": str, "judge_model": str,
@@ -52,6 +57,7 @@ AGENT_LOOP_KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "completion_cutoff": ("completion_cutoff", float),
     "context_strategy": ("context_strategy", str), "keep_last": ("keep_last", int),
     "system_prompt_file": ("system_prompt_file", str),
+    "trace_save_interval": ("trace_save_interval", int),
 }
 
 
@@ -87,6 +93,17 @@ def agent_rollout(settings: Mapping[str, Any], *, max_model_len: int, temperatur
     if top_k is not None:
         rl = replace(rl, top_k=int(top_k))
     return RolloutConfig.from_rl(rl, n=1, seed=None)
+
+
+def traces_step(settings: Mapping[str, Any], step: Any) -> bool:
+    """Whether a row of training step ``step`` (None: not a training row) keeps its trace
+    events: every ``trace_save_interval`` steps of the agent-loop config (RLConfig's default
+    when it has none), as the one-machine trainer does."""
+    if step is None:
+        return False
+    interval = settings.get("trace_save_interval")
+    every = RLConfig().trace_save_interval if interval is None else int(interval)
+    return traced_step(every, int(step))
 
 
 def server_sampling(params: SamplingParams) -> dict[str, Any]:
@@ -193,8 +210,8 @@ def reward_rows(lengths: Sequence[int], turn_ends: Sequence[Sequence[int]],
 
 
 __all__ = [
-    "AGENT_LOOP_KEYS", "EXTRA_BOUNDARIES", "EXTRA_TOOLS", "EXTRA_TURNS", "IGRow", "REWARD_KWARGS",
-    "TURN_CAP", "advantage_knobs", "agent_loop_fields", "agent_rollout", "boundaries_from_extra",
-    "ig_rows", "ig_scores", "question_of", "reward_config", "reward_rows", "sample_gains",
-    "server_sampling",
+    "AGENT_LOOP_KEYS", "EXTRA_BOUNDARIES", "EXTRA_EVENTS", "EXTRA_TOOLS", "EXTRA_TURNS", "IGRow",
+    "REWARD_KWARGS", "STEP_KEY", "TURN_CAP", "advantage_knobs", "agent_loop_fields",
+    "agent_rollout", "boundaries_from_extra", "ig_rows", "ig_scores", "question_of",
+    "reward_config", "reward_rows", "sample_gains", "server_sampling", "traces_step",
 ]

@@ -35,7 +35,8 @@ def _reference_dir() -> str | None:
 def agent_loop_yaml(config: RLConfig) -> str:
     """The agent-loop config entry: the rollout settings of :data:`~.convert.AGENT_LOOP_KEYS`
     (protocol, turn limit and jitter, mode, per-turn cap, tool timeout, cut-off, context
-    strategy, system prompt file), the tools, and where DR-Venus's pinned files are."""
+    strategy, system prompt file, trace interval), the tools, and where DR-Venus's pinned files
+    are."""
     lines = ["- name: drvenus_agent", f"  _target_: {AGENT_LOOP_TARGET}",
              f"  protocol: {config.protocol_name()}",
              f"  max_turns: {config.max_turns}", f"  max_turns_jitter: {config.max_turns_jitter}",
@@ -45,7 +46,8 @@ def agent_loop_yaml(config: RLConfig) -> str:
              f"  tool_timeout: {config.tool_timeout}",
              f"  completion_cutoff: {config.completion_cutoff}",
              f"  context_strategy: {config.context_strategy}",
-             f"  keep_last: {config.keep_last}"]
+             f"  keep_last: {config.keep_last}",
+             f"  trace_save_interval: {config.trace_save_interval}"]
     values = {"tools_url": config.tools_url, "corpus": config.corpus,
               "current_date": config.current_date,
               "system_prompt_file": str(Path(config.system_prompt_file).absolute())
