@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from drvenus.config import load_settings
+from _embedded_tokenizer import TEST_MODELS
 from drvenus.llm.embedded import embedded_model_path
 from drvenus.train.sft import SFTConfig, read_conversations, train
 
@@ -59,13 +59,14 @@ def run(model: str, data: Path, out: Path, precision: str, length: int, steps: i
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default=None, help="default: the embedded GGUF")
+    parser.add_argument("--model", default=None,
+                        help="default: the embedded GGUF (pulled to the test models folder)")
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048])
     parser.add_argument("--steps", type=int, default=4)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    model = args.model or str(embedded_model_path(load_settings().models_dir))
+    model = args.model or str(embedded_model_path(TEST_MODELS))  # as the other benchmarks
     rows = read_conversations(args.data or SHARED)[: args.steps * 4]
     print(f"torch threads {torch.get_num_threads()}, native bf16: {native_bf16()}, "
           f"{len(rows)} rows, {args.steps} steps of 4 rows")

@@ -77,6 +77,8 @@ CASES = (
          shared=True),
     Case("bench_runtime.py", ("--part", "cache", "--steps", "1", "--max-tokens", "32"),
          expect="median evaluated tokens per later call"),
+    Case("bench_sft_precision.py", ("--lengths", "1024", "--steps", "1"), expect="fp32 tok/s",
+         modules=("torch", "transformers", "peft", "gguf"), shared=True),
     Case("bench_sft_tokenize.py", ("--repeat", "1", "--rows", "1", "--messages", "12",
                                    "--pack-lengths", "4096"),
          expect="| method | seconds", modules=("transformers",), shared=True),
