@@ -101,6 +101,34 @@ def test_lora_run_saves_an_adapter(tiny_model, short_trajectories, tmp_path):
     assert (result.final_dir / "adapter_config.json").is_file()
 
 
+def test_an_adapter_folder_is_trained_further(tiny_model, short_trajectories, tmp_path):
+    """``--model ADAPTER_DIR`` continues that adapter (its rank and targets) on the base its
+    adapter_config.json names: it starts from the saved weights, not from a fresh LoRA."""
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    from drvenus.train.sft.config import SFTConfigError
+
+    first = train(_config(tiny_model, short_trajectories, tmp_path / "a", lora=True, lora_r=4,
+                          max_steps=2, val_fraction=0.0, lora_target_modules="q_proj,v_proj"))
+    saved = load_file(first.final_dir / "adapter_model.safetensors")
+    config = _config(str(first.final_dir), short_trajectories, tmp_path / "b", lora=True,
+                     lora_r=8, max_steps=1, val_fraction=0.0, learning_rate=1e-6)
+    second = train(config)
+    again = load_file(second.final_dir / "adapter_model.safetensors")
+    assert again.keys() == saved.keys()  # rank 4 on q and v, as saved (not the r=8 asked)
+    moved = [k for k in saved if "lora_B" in k and saved[k].abs().max() > 1e-3]
+    assert moved  # the first run trained B away from its zero start
+    # one step at lr 1e-6 moves a weight by about 1e-6: it started from the saved weights
+    assert all(torch.allclose(again[k], saved[k], atol=1e-4) for k in saved)
+    model = PeftModel.from_pretrained(
+        transformers.AutoModelForCausalLM.from_pretrained(tiny_model), second.final_dir)
+    assert model.peft_config["default"].r == 4
+    with pytest.raises(SFTConfigError, match="is a LoRA adapter"):
+        train(_config(str(first.final_dir), short_trajectories, tmp_path / "c", lora=False,
+                      max_steps=1, val_fraction=0.0))
+
+
 def test_checkpoint_reloads_with_chat_template(full_run):
     checkpoint = full_run.output_dir / f"checkpoint-{STOP_AT}"
     for folder in (checkpoint, full_run.final_dir):

@@ -91,10 +91,28 @@ def _from_pretrained(cls: Any, path: str, **kw: Any) -> Any:
     return from_pretrained(cls, path, **kw)
 
 
+def _adapter_base(config: SFTConfig) -> str | None:
+    """The base model when ``config.model`` is a LoRA adapter folder (training continues it),
+    else None."""
+    from drvenus.llm.base import LLMError
+    from drvenus.llm.hf import adapter_base
+
+    try:
+        base = adapter_base(config.model)
+    except LLMError as exc:
+        raise SFTConfigError(str(exc)) from None
+    if base is not None and not config.lora:
+        raise SFTConfigError(f"{config.model} is a LoRA adapter: continue it with --lora, or "
+                             "merge it first (drvenus models merge-lora)")
+    return base
+
+
 def load_tokenizer(config: SFTConfig) -> Any:
     from transformers import AutoTokenizer
 
-    tokenizer = _from_pretrained(AutoTokenizer, config.model)
+    base = _adapter_base(config)
+    own = base is None or (Path(config.model) / "tokenizer_config.json").is_file()
+    tokenizer = _from_pretrained(AutoTokenizer, config.model if own else base)
     if not getattr(tokenizer, "chat_template", None):
         raise SFTConfigError(f"{config.model}: the tokenizer has no chat template")
     return tokenizer
@@ -102,7 +120,8 @@ def load_tokenizer(config: SFTConfig) -> Any:
 
 def load_model(config: SFTConfig, precision: str) -> Any:
     """The model to train: full weights in fp32 (bf16 runs use autocast on them), or a frozen
-    base (bf16 on GPU) with fp32 LoRA adapters."""
+    base (in bf16 for a bf16 run) with fp32 LoRA adapters: new ones, or those of the adapter
+    folder ``config.model`` (its base is the one its adapter_config.json names)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -110,17 +129,21 @@ def load_model(config: SFTConfig, precision: str) -> Any:
     kw: dict[str, Any] = {"dtype": dtype}
     if config.attn_implementation:
         kw["attn_implementation"] = config.attn_implementation
-    model = _from_pretrained(AutoModelForCausalLM, config.model, **kw)
+    base = _adapter_base(config)
+    model = _from_pretrained(AutoModelForCausalLM, base or config.model, **kw)
     model.config.use_cache = False
     if not config.lora:
         return model
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, PeftModel, get_peft_model
 
+    if config.gradient_checkpointing_on():
+        model.enable_input_require_grads()
+    if base is not None:  # an adapter folder: its own rank and targets, trained further
+        log.info("continuing the LoRA adapter %s on %s", config.model, base)
+        return PeftModel.from_pretrained(model, config.model, is_trainable=True)
     lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
                       lora_dropout=config.lora_dropout, target_modules=config.lora_targets(),
                       task_type="CAUSAL_LM")
-    if config.gradient_checkpointing_on():
-        model.enable_input_require_grads()
     return get_peft_model(model, lora)
 
 
