@@ -492,6 +492,8 @@ async def run_variant(
         overrides["time_limit"] = args.time_limit
     if args.no_adapter:
         overrides["no_adapter"] = True
+    elif args.adapter:
+        overrides["adapter"] = args.adapter
     settings = load_settings(**overrides)
     stack = await asyncio.to_thread(build_stack, settings, parallel=args.parallel)
     config = replace(stack.agent.config, current_date=BENCH_DATE)
@@ -627,6 +629,8 @@ def main() -> None:
                     "dev (or test) set of recipes/embedded/natural/")
     ap.add_argument("--no-adapter", action="store_true",
                     help="the plain embedded model, without its shipped adapter")
+    ap.add_argument("--adapter", type=Path, default=None,
+                    help="a LoRA adapter GGUF in place of the shipped one (a new recipe stage)")
     ap.add_argument("--parallel", type=int, default=2, help="questions at once (model slots)")
     ap.add_argument("--threads", type=int, default=None,
                     help="llama.cpp threads (default: the settings', i.e. all usable cores)")
@@ -667,7 +671,7 @@ def main() -> None:
     RESULTS_FILE.write_text(
         json.dumps(
             {"args": vars(args), "variants": configs, "summary": summaries, "rows": all_rows},
-            ensure_ascii=False, indent=1,
+            ensure_ascii=False, indent=1, default=str,  # --adapter is a Path
         ),
         encoding="utf-8",
     )
