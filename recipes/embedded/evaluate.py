@@ -114,7 +114,7 @@ def _overall(report: dict[str, Any] | None) -> str:
 def table(results: dict[str, dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
     head = ("| stage | natural | " + " | ".join(f"natural {lv}" for lv in LEVELS)
             + " | templated | HotpotQA | turns | searches | visits | s/question |")
-    lines = [head, "|" + "---|" * (len(LEVELS) + 9)]
+    lines = [head, "|" + "---|" * (len(LEVELS) + 8)]
     rows = []
     for stage, res in results.items():
         m = _metrics(res["natural"])
