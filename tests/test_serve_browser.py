@@ -372,14 +372,17 @@ def test_markdown_stale_content_and_follow_in_a_browser(tmp_path, browser, artif
             page.click("button[data-tab=ask]")
             page.fill("#question", "stop: who wrote Dracula?")
             page.click("#settings summary")
-            page.fill("#opt-steps", "12")
+            page.fill("#opt-steps", "120")  # far more than the test lasts: still running
+            followed = page.evaluate("location.hash")
             page.click("#ask-btn")
+            # the new run's own steps (the last run's chips are on screen until it starts)
+            page.wait_for_function(f"location.hash !== {followed!r}")
             page.wait_for_selector(".tool.search .chip", timeout=RUN_TIMEOUT_MS)
             page.reload()
             page.wait_for_selector(".tool.search .chip", timeout=RUN_TIMEOUT_MS)
             page.wait_for_selector("#stop-btn:not([hidden])")
             assert page.is_disabled("#ask-btn")
-            assert page.input_value("#opt-steps") == "12"
+            assert page.input_value("#opt-steps") == "120"
             # Stop: said in words, and no empty step card is left
             page.click("#stop-btn")
             page.wait_for_selector("#c-status.failed", timeout=RUN_TIMEOUT_MS)
