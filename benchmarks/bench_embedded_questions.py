@@ -183,6 +183,10 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
     "ours-ownquery": _ours_with("ours-ownquery", question_first_search=None),
     "ours-thoughts": _ours_with("ours-thoughts", answer_spans_thinking=True),
     "ours-snip260": _ours_with("ours-snip260", snippet_chars=260),
+    # the span reader (drvenus.protocol.reader): the answer is one of its K best spans
+    "ours-rank1": _ours_with("ours-rank1", answer_spans_rank=1),
+    "ours-rank3": _ours_with("ours-rank3", answer_spans_rank=3),
+    "ours-norank": _ours_with("ours-norank", answer_spans_rank=None),
     # Heavy mode (issue 33): four runs per question, then a synthesis turn / a majority vote
     "heavy4": _ours_with("heavy4", heavy=4),
     "heavy4-vote": _ours_with("heavy4-vote", heavy=4, heavy_mode="vote"),

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+from drvenus.protocol.reader import rank_spans
 from drvenus.protocol.spans import (
     PLAIN_SHAPE,
     AnswerShape,
@@ -190,6 +191,7 @@ def _json_string(rules: _Rules, name: str, first: str, item: str, max_chars: int
 def _answer_spans(
     rules: _Rules, texts: tuple[str, ...], max_words: int, question: str, news: str = "",
     shape: AnswerShape = PLAIN_SHAPE, focus: tuple[int, str] = (0, ""),
+    rank: tuple[int, str] = (0, ""),
 ) -> str | None:
     """An answer that is one span of at most ``max_words`` words of ``texts`` (see
     :mod:`drvenus.protocol.spans`), one space between words: a trie of words, one rule per node
@@ -202,10 +204,16 @@ def _answer_spans(
     number or a time, a run of capitalised words; when it keeps none, every span stays.
     ``focus`` (k, question): spans of the k sentences that match the question most
     (:func:`~drvenus.protocol.spans.focus_sentences`), when one of them has a span of the shape.
+    ``rank`` (k, question): the k spans the span reader ranks best
+    (:func:`~drvenus.protocol.reader.rank_spans`), each whole, in place of the focus.
     Return the body's expression, or None when no span is left."""
     if shape.choices or shape.yes_no:
         options = shape.choices or ("yes", "no")
         return rules.add("answer-span", " | ".join(_literal(o) for o in options))
+    if rank[0]:
+        best = rank_spans(texts, rank[1], rank[0], max_words=max_words)
+        if best:
+            return rules.add("answer-span", " | ".join(_literal(b.text) for b in best))
     exclude = question_words(question)
 
     def shaped(sources: Sequence[str]) -> list[tuple[str, ...]]:
@@ -301,6 +309,7 @@ class GrammarOptions:
     answer_news: str = ""
     answer_shape: AnswerShape = PLAIN_SHAPE
     answer_focus: tuple[int, str] = (0, "")
+    answer_rank: tuple[int, str] = (0, "")
     visit_urls: tuple[str, ...] | None = None
     used_queries: tuple[str, ...] = ()
     search_query: str | None = None
@@ -360,7 +369,7 @@ def _grammar(prefilled_think: bool, o: GrammarOptions) -> str:
         if o.answer_spans is not None:
             bound = o.max_answer_words or DEFAULT_MAX_SPAN_WORDS
             spans = _answer_spans(r, o.answer_spans, bound, o.answer_question, o.answer_news,
-                                  o.answer_shape, o.answer_focus)
+                                  o.answer_shape, o.answer_focus, o.answer_rank)
         _answer_rules(r, text_item, o.plain_answer or spans is not None, o.max_answer_chars,
                       spans)
     if o.allow_tool_call:
@@ -555,6 +564,8 @@ def grammar_for_kind(
     a name, yes or no, one of its choices: :func:`~drvenus.protocol.spans.answer_shape`).
     ``answer_spans_focus=K``: spans of the K sentences read that match the question most
     (:func:`~drvenus.protocol.spans.focus_sentences`).
+    ``answer_spans_rank=K``: one of the K spans the span reader ranks best
+    (:func:`~drvenus.protocol.reader.rank_spans`), whole.
     ``question_first_search=True``: the first search asks the question's own content words
     (:func:`~drvenus.protocol.spans.question_query`), what a search engine finds the page by.
     ``grounded_calls=True``: a visit opens one of the search results read so far (no visit
@@ -570,6 +581,7 @@ def grammar_for_kind(
     shaped = bool(options.pop("answer_spans_shaped", False))
     question_first = bool(options.pop("question_first_search", False))
     focus = int(options.pop("answer_spans_focus", 0))  # type: ignore[call-overload]
+    rank = int(options.pop("answer_spans_rank", 0))  # type: ignore[call-overload]
     # Options may narrow the kind further (e.g. a model built with an answer-free grammar).
     allow_call = kind != "answer" and bool(options.pop("allow_tool_call", True))
     allow_answer = kind in ("any", "answer") and bool(options.pop("allow_answer", True))
@@ -595,6 +607,8 @@ def grammar_for_kind(
         options["answer_spans"] = span_sources(messages or (), thinking=thinking)
         if focus:  # the sentences that match the question most
             options["answer_focus"] = (focus, question_of(messages or ()))
+        if rank:  # the spans the reader ranks best
+            options["answer_rank"] = (rank, question_of(messages or ()))
         if new_words:
             options["answer_question"] = question_of(messages or ())
         if news:
