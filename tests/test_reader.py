@@ -68,16 +68,29 @@ def test_a_number_question_ranks_numbers_only_when_there_are_any():
     assert rank_spans(["Nothing numeric here at all."], "How many moons?", 1)  # never empty
 
 
-def test_the_grammar_answer_is_one_of_the_ranked_spans_whole():
-    question = "In which country was ski jumping first contested?"
-    messages = search_messages(question, [("Ski jumping", SKI.split("\n")[1])])
+def _answers(grammar: Grammar, texts: list[str]) -> set[str]:
+    return {t for t in texts
+            if grammar.accepts(f"<think>\nok\n</think>\n<answer>\n{t}\n</answer>")}
+
+
+def test_a_plain_question_answers_with_the_ranked_spans_whole_and_a_name_question_not():
+    snippet = SKI.split("\n")[1]
+    tries = ["Norway", "Europe", "North America", "Ski jumping", "late 19th century", "Norway in"]
+    # a plain "what" question: one of the reader's two best spans, whole
+    plain = "What was first contested in the late 19th century, a winter sport on skis?"
+    messages = search_messages(plain, [("Ski jumping", snippet)])
     grammar = Grammar(grammar_for_kind("answer", messages=messages, answer_spans=True,
                                        answer_spans_rank=2, max_answer_words=8))
-    best = rank_spans([f"Ski jumping\n{SKI.split(chr(10))[1]}"], question, 2)
-    for b in best:
-        assert grammar.accepts(f"<think>\nok\n</think>\n<answer>\n{b.text}\n</answer>")
-    other = "Europe" if best[0].text != "Europe" and best[-1].text != "Europe" else "Alpine"
-    assert not grammar.accepts(f"<think>\nok\n</think>\n<answer>\n{other}\n</answer>")
+    best = {b.text for b in rank_spans([f"Ski jumping\n{snippet}"], plain, 2)}
+    assert _answers(grammar, [*best, *tries]) == best
+    # "in which country": the answer shape narrows it; the reader is not asked
+    named = "In which country was ski jumping first contested?"
+    messages = search_messages(named, [("Ski jumping", snippet)])
+    ranked = Grammar(grammar_for_kind("answer", messages=messages, answer_spans=True,
+                                      answer_spans_rank=2, max_answer_words=8))
+    unranked = Grammar(grammar_for_kind("answer", messages=messages, answer_spans=True,
+                                        max_answer_words=8))
+    assert _answers(ranked, tries) == _answers(unranked, tries) and len(_answers(ranked, tries)) > 2
 
 
 _WORDS = st.sampled_from("the Nile river flows in Egypt 1897 ten was born Paris , . ( ) "

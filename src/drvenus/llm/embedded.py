@@ -70,6 +70,8 @@ EMBEDDED_GRAMMAR_OPTIONS: MappingProxyType[str, Any] = MappingProxyType(
         "answer_spans_news": True,  # not the question's words alone ("Dracula" for Dracula)
         "answer_spans_shaped": True,  # of the kind asked: a number, a time, a name, yes/no
         "answer_spans_focus": 3,  # from the 3 sentences read that match the question most
+        # a plain "what" question: the span the reader ranks best (drvenus.protocol.reader)
+        "answer_spans_rank": 1,
         "question_first_search": True,  # the first search asks the question's own words
         "max_answer_words": 8,
     }

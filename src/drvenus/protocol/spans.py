@@ -336,6 +336,11 @@ def answer_shape(question: str) -> AnswerShape:
         return AnswerShape(time=True)
     if word in ("who", "whom", "where") or (word in ("what", "which") and after in _NAMED_NOUNS):
         return AnswerShape(name=True)
+    # "What is the capital of ...?", "What was the largest city ...?": a named thing too
+    if word in ("what", "which") and after in ("is", "was", "are", "were") \
+            and following[1:2] in (["the"], ["a"], ["an"]) \
+            and _NAMED_NOUNS & set(following[2:4]):
+        return AnswerShape(name=True)
     if word in ("what", "which") and _AMOUNT_NOUNS & set(following):
         return AnswerShape(number=True)  # "What is the atomic number of ...?"
     return PLAIN_SHAPE
