@@ -46,3 +46,20 @@ def test_the_recipe_rebuilds_in_miniature(tmp_path, embedded_gguf):
     rows = json.loads((out / "eval-runs/table.json").read_text())
     assert all(r["overall"] is not None and r["cost"]["seconds"] > 0 for r in rows)
     assert "sft+rl" in done.stdout
+
+
+def test_the_default_base_is_the_embedded_model_where_drvenus_keeps_it(tmp_path, monkeypatch,
+                                                                       embedded_gguf):
+    """Without --base and without a models folder setting, the recipe finds the embedded GGUF
+    under the cache (it once divided None by a file name)."""
+    sys.path.insert(0, str(ROOT / "recipes/embedded"))
+    from rebuild import default_base
+
+    from drvenus.llm import embedded
+
+    monkeypatch.setattr(embedded, "_installed_package_file", lambda: None)
+    monkeypatch.delenv("DRVENUS_MODELS_DIR", raising=False)
+    monkeypatch.setenv("DRVENUS_CACHE_DIR", str(tmp_path))
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / embedded.EMBEDDED_FILE).symlink_to(embedded_gguf)
+    assert default_base() == tmp_path / "models" / embedded.EMBEDDED_FILE

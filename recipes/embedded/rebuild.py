@@ -51,6 +51,12 @@ def latest_checkpoint(folder: Path) -> Path:
     return found[-1]
 
 
+def default_base() -> Path:
+    """The embedded GGUF where drvenus keeps it (an installed package's, else the settings'
+    models folder, by default under the cache), pulled if need be."""
+    return embedded_model_path(load_settings().models_root())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("runs/recipe"))
@@ -62,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     out: Path = args.out
-    base = args.base or embedded_model_path(load_settings().models_dir)
+    base = args.base or default_base()
     mini = args.mini
 
     clean = out / "clean" / "cleaned_resampled.parquet"
