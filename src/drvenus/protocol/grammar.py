@@ -568,8 +568,8 @@ def grammar_for_kind(
     a name, yes or no, one of its choices: :func:`~drvenus.protocol.spans.answer_shape`).
     ``answer_spans_focus=K``: spans of the K sentences read that match the question most
     (:func:`~drvenus.protocol.spans.focus_sentences`).
-    ``answer_spans_rank=K``: one of the K spans the span reader ranks best
-    (:func:`~drvenus.protocol.reader.rank_spans`), whole.
+    ``answer_spans_rank=K``: for a plain "what" question (no answer shape), one of the K spans
+    the span reader ranks best (:func:`~drvenus.protocol.reader.rank_spans`), whole.
     ``question_first_search=True``: the first search asks the question's own content words
     (:func:`~drvenus.protocol.spans.question_query`), what a search engine finds the page by.
     ``grounded_calls=True``: a visit opens one of the search results read so far (no visit

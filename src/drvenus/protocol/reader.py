@@ -32,11 +32,9 @@ from pathlib import Path
 
 from drvenus.protocol.spans import (
     _CLAUSE_BREAK,
-    _INITIALS,
     _NAME_LINKS,
     _NUMBER_WORDS,
     _QUERY_STOPWORDS,
-    _STRIP,
     _TIME_WORDS,
     _YEAR_WORD,
     AnswerShape,
@@ -44,6 +42,7 @@ from drvenus.protocol.spans import (
     _ok_word,
     _stems,
     answer_shape,
+    clean_word,
     question_query,
     question_words,
     weak_word,
@@ -133,9 +132,7 @@ def _sentence(text: str, exclude: frozenset[str], wanted: set[str], order: int,
     s = _Sentence([], [], [], [], order, latest, line)
     for n, piece in enumerate(_CLAUSE_BREAK.split(text)):
         for raw in piece.split():
-            word = raw.strip(_STRIP)
-            if _INITIALS.fullmatch(raw.rstrip(_STRIP.replace(".", ""))):
-                word = raw.strip(_STRIP.replace(".", ""))
+            word = clean_word(raw)
             if not word:
                 continue
             lower = word.lower()
@@ -219,11 +216,12 @@ def _shape_features(words: tuple[str, ...], shape: AnswerShape) -> dict[str, flo
 
 def candidates(
     texts: Sequence[str], question: str, *, max_words: int = MAX_SPAN_WORDS,
+    weights: Mapping[str, float] | None = None,
 ) -> list[tuple[tuple[str, ...], dict[str, float]]]:
     """Every candidate span of ``texts`` with its features (see :data:`FEATURES`): a run of at
     most ``max_words`` words inside one clause, without the question's words, neither starting
     nor ending with a short lower-case word. A span found in several places keeps its best
-    features (by the current :data:`WEIGHTS`)."""
+    features (by ``weights``, default :data:`WEIGHTS`)."""
     shape = answer_shape(question)
     noun = _asked_noun(question)
     sentences = _sentences(texts, question)
@@ -273,7 +271,7 @@ def candidates(
                     **_shape_features(words, shape),
                 }
                 old = found.get(words)
-                if old is None or _score(f) > _score(old):
+                if old is None or _score(f, weights) > _score(old, weights):
                     found[words] = f
     out = []
     for words, f in found.items():
@@ -295,7 +293,7 @@ def rank_spans(
     earlier found). Spans of the shape the question asks for come first when there are any
     (see :class:`~drvenus.protocol.spans.AnswerShape`)."""
     shape = answer_shape(question)
-    found = candidates(texts, question, max_words=max_words)
+    found = candidates(texts, question, max_words=max_words, weights=weights)
     shaped = [c for c in found if shape.first(c[0][0])]
     pool = shaped or found
     scored = [Scored(words, _score(f, weights)) for words, f in pool]

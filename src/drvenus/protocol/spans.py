@@ -75,6 +75,14 @@ def question_words(question: str) -> frozenset[str]:
     )
 
 
+def clean_word(raw: str) -> str:
+    """A blank-separated piece of text as a word: outer punctuation stripped, except the stops
+    of initials ("J." and "U.S." keep theirs)."""
+    if _INITIALS.fullmatch(raw.rstrip(_STRIP.replace(".", ""))):
+        return raw.strip(_STRIP.replace(".", ""))
+    return raw.strip(_STRIP)
+
+
 def clause_words(text: str, exclude: frozenset[str] = frozenset()) -> list[list[str]]:
     """``text`` as clauses (see ``_CLAUSE_BREAK``), each a list of words (blank-separated, outer
     punctuation stripped). A word that cannot be part of an answer (a URL, markup, a very long
@@ -83,9 +91,7 @@ def clause_words(text: str, exclude: frozenset[str] = frozenset()) -> list[list[
     for piece in _CLAUSE_BREAK.split(text):
         words: list[str] = []
         for raw in piece.split():
-            word = raw.strip(_STRIP)
-            if _INITIALS.fullmatch(raw.rstrip(_STRIP.replace(".", ""))):
-                word = raw.strip(_STRIP.replace(".", ""))  # "J." and "U.S." keep their stops
+            word = clean_word(raw)
             if _ok_word(word) and not _echoes(word.lower(), exclude):
                 words.append(word)
             elif words:
@@ -424,6 +430,7 @@ __all__ = [
     "AnswerShape",
     "answer_shape",
     "clause_words",
+    "clean_word",
     "focus_sentences",
     "past_queries",
     "result_urls",
