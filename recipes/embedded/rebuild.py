@@ -33,13 +33,14 @@ log = logging.getLogger("rebuild")
 HERE = Path(__file__).resolve().parent
 
 
-def sh(*cmd: str) -> None:
+def sh(*cmd: str, check: bool = True) -> int:
+    """Run ``cmd`` (logged first); its exit code (``check``: raise on a non-zero one)."""
     log.info("$ %s", " ".join(cmd))
-    subprocess.run(cmd, check=True)
+    return subprocess.run(cmd, check=check).returncode
 
 
-def drvenus(*args: str) -> None:
-    sh(sys.executable, "-m", "drvenus", *args)
+def drvenus(*args: str, check: bool = True) -> int:
+    return sh(sys.executable, "-m", "drvenus", *args, check=check)
 
 
 def latest_checkpoint(folder: Path) -> Path:

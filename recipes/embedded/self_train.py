@@ -25,26 +25,18 @@ model, each step a plain drvenus command (printed as it runs; a rerun skips fini
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from evaluate import _hashed
+from rebuild import drvenus, sh
+
 log = logging.getLogger("self_train")
 HERE = Path(__file__).resolve().parent
 NATURAL_SOURCES = ("wiki-described", "wiki-two-hop", "wiki-comparison", "wiki-yes-no")
-
-
-def sh(*cmd: str, check: bool = True) -> int:
-    log.info("$ %s", " ".join(cmd))
-    return subprocess.run(cmd, check=check).returncode
-
-
-def drvenus(*args: str, check: bool = True) -> int:
-    return sh(sys.executable, "-m", "drvenus", *args, check=check)
 
 
 def pick_questions(questions: Path, sources: tuple[str, ...], n: int,
@@ -60,7 +52,7 @@ def pick_questions(questions: Path, sources: tuple[str, ...], n: int,
             continue
         rows.append({"id": row["id"], "question": row["question"], "answer": row["answer"],
                      "aliases": row.get("aliases") or []})
-    rows.sort(key=lambda r: hashlib.sha256(str(r["id"]).encode()).hexdigest())
+    rows = _hashed(rows)
     return rows[:n] if n else rows
 
 
