@@ -214,14 +214,15 @@ def test_cache_serves_pages_again(site: WebSite, tmp_path: Path) -> None:
 
 def test_overall_time_budget(site: WebSite) -> None:
     metrics = Metrics()
-    tool = Visit([fetch_reader(timeout=10)], Recorder(), metrics=metrics, overall_timeout=0.5)
+    tool = Visit([fetch_reader(timeout=10)], Recorder(), metrics=metrics, overall_timeout=3.0)
     urls = [site.url + "/slow", site.url + "/article.html"]
     start = time.monotonic()
     body = run(visit(tool, urls))
-    assert time.monotonic() - start < 10  # 0.5 s expected; loose for a busy machine
+    # the budget is 3 s: room for the quick page on a busy machine, well short of the slow one
+    assert time.monotonic() - start < 9.5
     frames = parse_visit_body(body)
     assert frames is not None
-    # the slow page (3 s) was cut by the budget: its frame is the failure frame
+    # the slow page (10 s) was cut by the budget: its frame is the failure frame
     assert body.split("\n=======\n")[0] == render_visit_failure(urls[0], GOAL)
     assert frames[1]["summary"] == "seen"
     assert metrics.count("visit", "fetch", "timeout") == 1

@@ -220,7 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/huge":
             return self.send(200, b"x" * 300_000, "text/plain")
         if path == "/slow":
-            self.site.sleep(3.0)
+            self.site.sleep(10.0)
             return self.send(200, ARTICLE.encode())
         if path == "/flaky":
             if count <= 2:
