@@ -111,6 +111,7 @@ class Variant:
     search_top_k: int
     grammar_options: Mapping[str, Any]
     snippet_chars: int | None = None  # None: the product's (CorpusIndex.snippet_chars)
+    retrieval: str | None = None  # None: the product's (Settings.retrieval)
 
 
 def current_variant(name: str = "ours") -> Variant:
@@ -125,7 +126,8 @@ def current_variant(name: str = "ours") -> Variant:
 
 def _ours_with(name: str, steps: int | None = None, snippet_chars: int | None = None,
                max_tokens: int | None = None, heavy: int | None = None,
-               heavy_mode: str = "synthesise", **grammar: Any) -> Callable[[], Variant]:
+               heavy_mode: str = "synthesise", retrieval: str | None = None,
+               min_searches: int | None = None, **grammar: Any) -> Callable[[], Variant]:
     """Ablations: the current preset with a few values changed (``None`` drops an option);
     ``heavy``: Heavy mode's runs per question (drvenus.agent.heavy)."""
 
@@ -140,7 +142,10 @@ def _ours_with(name: str, steps: int | None = None, snippet_chars: int | None = 
             agent = replace(agent, heavy=HeavyPolicy(runs=heavy, mode=heavy_mode))  # type: ignore[arg-type]
         if max_tokens is not None:
             agent = replace(agent, sampling=replace(agent.sampling, max_tokens=max_tokens))
-        return Variant(name, agent, v.search_top_k, MappingProxyType(options), snippet_chars)
+        if min_searches is not None:
+            agent = replace(agent, min_searches=min_searches)
+        return Variant(name, agent, v.search_top_k, MappingProxyType(options), snippet_chars,
+                       retrieval)
 
     return make
 
@@ -190,6 +195,11 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
     # Heavy mode (issue 33): four runs per question, then a synthesis turn / a majority vote
     "heavy4": _ours_with("heavy4", heavy=4),
     "heavy4-vote": _ours_with("heavy4-vote", heavy=4, heavy_mode="vote"),
+    # the local index's ranking (drvenus.corpus.dense): BM25 alone, or fused with WordLlama
+    "ours-bm25": _ours_with("ours-bm25", retrieval="bm25"),
+    "ours-hybrid": _ours_with("ours-hybrid", retrieval="hybrid"),
+    # two searches before the answer: the second query the model's own
+    "ours-2search": _ours_with("ours-2search", min_searches=2),
 }
 
 
@@ -498,6 +508,8 @@ async def run_variant(
         overrides["no_adapter"] = True
     elif args.adapter:
         overrides["adapter"] = args.adapter
+    if variant.retrieval:
+        overrides["retrieval"] = variant.retrieval
     settings = load_settings(**overrides)
     stack = await asyncio.to_thread(build_stack, settings, parallel=args.parallel)
     config = replace(stack.agent.config, current_date=BENCH_DATE)

@@ -6,7 +6,7 @@ top k; the table gives the mean over the questions and the share with both gold 
 the top k. Engines, same run: ours (tantivy, title boosted, stemmed, the product's search; on
 its impact-postings fast path, and on tantivy alone, which must rank the same), bm25s (plain
 BM25 over title + text, English stopwords, no stemming) and SQLite FTS5 (bm25(), porter
-stemmer).
+stemmer); and ours hybrid (``--retrieval hybrid``: fused with WordLlama's article vectors).
 
 Usage: python benchmarks/bench_retrieval.py
 Results go to stdout (a markdown table) and benchmarks/out/retrieval.json.
@@ -61,14 +61,15 @@ def load() -> tuple[list[dict[str, str]], list[tuple[str, set[str]]]]:
     return paragraphs, questions
 
 
-def ours(paragraphs: list[dict[str, str]], work: Path, impacts: bool = True) -> _Search:
+def ours(paragraphs: list[dict[str, str]], work: Path, impacts: bool = True,
+         dense: bool = False) -> _Search:
     """The product's search: ``CorpusIndex.search`` (full hits, snippets made and dropped)."""
     corpus = work / "hotpot.jsonl"
     corpus.write_bytes(b"".join(orjson.dumps(p) + b"\n" for p in paragraphs))
     # impact postings built although the corpus is small (not the default under 100K documents)
     info = build_index(corpus, cache_dir=work / "cache", impacts=True)
-    index = CorpusIndex(info.path, impacts=impacts)
-    if impacts and not index.fast_path:
+    index = CorpusIndex(info.path, impacts=impacts, dense=dense)
+    if impacts and not dense and not index.fast_path:
         logging.warning("ours: no impact postings or no numba: tantivy alone answers")
     return lambda q, k: [h.id for h in index.search(q, k)]
 
@@ -76,6 +77,11 @@ def ours(paragraphs: list[dict[str, str]], work: Path, impacts: bool = True) -> 
 def ours_tantivy(paragraphs: list[dict[str, str]], work: Path) -> _Search:
     """The same search on tantivy alone (no impact postings): the ranking must not change."""
     return ours(paragraphs, work, impacts=False)
+
+
+def ours_hybrid(paragraphs: list[dict[str, str]], work: Path) -> _Search:
+    """The product's hybrid search (``--retrieval hybrid``: BM25 fused with WordLlama)."""
+    return ours(paragraphs, work, dense=True)
 
 
 def bm25s_plain(paragraphs: list[dict[str, str]], work: Path) -> _Search:
@@ -117,6 +123,7 @@ def fts5(paragraphs: list[dict[str, str]], work: Path) -> _Search:
 ENGINES: dict[str, Callable[[list[dict[str, str]], Path], _Search]] = {
     "ours (tantivy, title x2.5, stemmed)": ours,
     "ours, tantivy alone (no impact postings)": ours_tantivy,
+    "ours, hybrid (BM25 + WordLlama, rank fusion)": ours_hybrid,
     "bm25s (plain BM25)": bm25s_plain,
     "SQLite FTS5 bm25()": fts5,
 }

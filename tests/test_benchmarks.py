@@ -66,6 +66,8 @@ CASES = (
                          "--same-process"),
          expect="| path | CPU s | wall s | peak MiB |", modules=("torch", "transformers"),
          shared=True),
+    Case("bench_hybrid_recall.py", ("--limit", "5"), expect="| engine | kind |",
+         modules=("wordllama",)),
     Case("bench_index.py", ("--passages", "2000", "--queries", "20", "--budget", "10",
                             "--engines", "ours", "fts5",
                             *(("bm25s",) if _has("bm25s") else ())),
@@ -108,13 +110,14 @@ def test_every_script_has_a_case() -> None:
 
 
 def _workspace(tmp: Path) -> Path:
-    """benchmarks/ copied to ``tmp/w/benchmarks``; src, tests and the shared data linked where
+    """benchmarks/ copied to ``tmp/w/benchmarks``; src, tests, recipes and the shared data linked where
     the scripts find them (``parents[1]`` and ``parents[2]`` of a script)."""
     work = tmp / "w"
     shutil.copytree(BENCHMARKS, work / "benchmarks",
                     ignore=shutil.ignore_patterns("out", "__pycache__"))
     (work / "src").symlink_to(ROOT / "src")
     (work / "tests").symlink_to(ROOT / "tests")
+    (work / "recipes").symlink_to(ROOT / "recipes")
     if SHARED_DATA.parent.is_dir():
         (tmp / "shared").symlink_to(SHARED_DATA.parent)
     return work

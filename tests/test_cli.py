@@ -121,6 +121,8 @@ def test_version_prints_and_exits_0():
         (["serve", "--heavy", "8", "--max-heavy", "4"], "error:", "over --max-heavy 4"),
         (["mcp", "--heavy", "0"], "error:", "--heavy"),
         (["ask", "q?", "--kv-cache", "q3"], "error:", "--kv-cache"),
+        (["ask", "q?", "--retrieval", "dense"], "error:", "--retrieval"),
+        (["index", "build", "--retrieval", "dense"], "error:", "--retrieval"),
         (["ask", "q?", "--kv-cache", "q8_0", "--base-url", "http://127.0.0.1:9/v1",
           "--model-name", "m"], "error:", "--kv-cache applies"),
     ],

@@ -26,6 +26,7 @@ ContextStrategyName = Literal["none", "keep-last-k", "summarise"]
 CONTEXT_STRATEGIES: tuple[str, ...] = ContextStrategyName.__args__  # type: ignore[attr-defined]
 # the KV cache type of a GGUF run in process (drvenus.llm.llamacpp)
 KvCacheName = Literal["f16", "q8_0", "q4_0"]
+RetrievalName = Literal["bm25", "hybrid"]
 # how Heavy mode's runs become one answer (drvenus.agent.heavy)
 HeavyModeName = Literal["synthesise", "vote"]
 HEAVY_MODES: tuple[str, ...] = HeavyModeName.__args__  # type: ignore[attr-defined]
@@ -81,6 +82,10 @@ class Settings(BaseSettings):
     # visit None: the local corpus when search is local only, else fetching pages directly
     corpus: Path | None = None
     search_top_k: int | None = Field(default=None, ge=1)
+    # the local index's ranking: bm25, or hybrid (BM25 fused with a small embedding model's
+    # article vectors, drvenus.corpus.dense); None: hybrid on the built-in corpus when the
+    # model's package is installed, else bm25
+    retrieval: RetrievalName | None = None
     search: str = "local"
     visit: str | None = None
     serper_api_key: SecretStr | None = Field(
@@ -209,6 +214,13 @@ class Settings(BaseSettings):
 
     def jina_api_keys(self) -> list[str]:
         return [k.strip() for k in (_secret(self.jina_api_key) or "").split(",") if k.strip()]
+
+    def hybrid_search(self) -> bool:
+        """Whether the local index searches hybrid (``retrieval``; by default on the built-in
+        corpus when the embedding model's package is installed)."""
+        from drvenus.corpus.dense import use_hybrid
+
+        return use_hybrid(self.retrieval, self.corpus)
 
     def search_providers(self) -> list[str]:
         return [name.strip().lower() for name in self.search.split(",") if name.strip()]

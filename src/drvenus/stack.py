@@ -266,7 +266,8 @@ def build_toolbox(settings: Settings, *, progress: bool = False, metrics: Any = 
     search_names, visit_names = settings.search_providers(), settings.visit_readers()
     index = None
     if "local" in search_names or "local" in visit_names:
-        index = open_index(settings.corpus, cache_dir=settings.cache_root(), progress=progress)
+        index = open_index(settings.corpus, cache_dir=settings.cache_root(), progress=progress,
+                           dense=settings.hybrid_search())
     online = [n for n in (*search_names, *visit_names) if n != "local"]
     cache = None
     if online and settings.tool_cache:

@@ -24,10 +24,17 @@ def index_build(
     title_field: Annotated[str, typer.Option(help="Column holding the title.")] = "title",
     url_field: Annotated[str, typer.Option(help="Column holding the URL.")] = "url",
     id_field: Annotated[str, typer.Option(help="Column holding the id.")] = "id",
+    retrieval: Annotated[str | None, typer.Option(
+        help="bm25, or hybrid: also build the article vectors of hybrid search. Default: "
+             "hybrid for the built-in corpus, bm25 for your own.")] = None,
 ) -> None:
     """Build (or reuse) the search index of a corpus and say where it is."""
-    from drvenus.corpus import build_index
+    from drvenus.corpus import CorpusIndex, build_index
+    from drvenus.corpus.dense import use_hybrid
 
+    if retrieval not in (None, "bm25", "hybrid"):
+        raise fail(f"--retrieval must be bm25 or hybrid, not {retrieval!r}")
+    dense = use_hybrid(retrieval, corpus)
     field_map = {"text": text_field, "title": title_field, "url": url_field, "id": id_field}
     field_map = {k: v for k, v in field_map.items() if k != v}
     try:
@@ -39,6 +46,12 @@ def index_build(
         f"[green]{state}[/]: {info.doc_count} documents · {info.path} "
         f"[dim]({info.build_seconds:.1f}s)[/]"
     )
+    if dense:
+        try:
+            CorpusIndex(info.path, dense=True)
+        except known_errors() as exc:
+            raise fail(exc) from None
+        out.print(f"[green]hybrid search ready[/]: article vectors in {info.path / 'dense'}")
 
 
 __all__ = ["index_app"]

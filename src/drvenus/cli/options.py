@@ -41,6 +41,9 @@ class ToolOptions:
     corpus: Path | None = option("Corpus JSONL/parquet (id,title,url,text). Default: built-in.")
     search: str | None = option(
         "Search providers in fallback order: serper, searxng, local (default: local).")
+    retrieval: str | None = option(
+        "Local search ranking: bm25, or hybrid (BM25 fused with a small embedding model's "
+        "article vectors). Default: hybrid on the built-in corpus, bm25 on your own.")
     visit: str | None = option(
         "Page readers in fallback order: jina, fetch, local (default: local with local search, "
         "else fetch).")

@@ -38,7 +38,7 @@ import threading
 import time
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,18 @@ def write_impacts(
     return meta
 
 
+def row_chunks(
+    searcher: tantivy.Searcher, schema: tantivy.Schema, n: int, size: int
+) -> Iterator[list[Any]]:
+    """The addresses of an index's ``n`` pages, ``size`` rows at a time in row order (a row
+    range per search, so that no search returns more than ``size`` hits)."""
+    for lo in range(0, max(n, 1), size):
+        query = tantivy.Query.range_query(
+            schema, "row", tantivy.FieldType.Unsigned, lo, lo + size - 1
+        )
+        yield [address for _, address in searcher.search(query, limit=size, count=False).hits]
+
+
 def _number_documents(
     searcher: tantivy.Searcher, schema: tantivy.Schema, n: int
 ) -> tuple[Any, Any]:
@@ -145,12 +157,7 @@ def _number_documents(
     segs: list[Any] = []
     docs: list[Any] = []
     rows: list[Any] = []
-    for lo in range(0, max(n, 1), CHUNK_ROWS):
-        query = tantivy.Query.range_query(
-            schema, "row", tantivy.FieldType.Unsigned, lo, lo + CHUNK_ROWS - 1
-        )
-        hits = searcher.search(query, limit=CHUNK_ROWS, count=False).hits
-        addresses = [address for _, address in hits]
+    for addresses in row_chunks(searcher, schema, n, CHUNK_ROWS):
         segs.append(np.fromiter((a.segment_ord for a in addresses), np.int64, len(addresses)))
         docs.append(np.fromiter((a.doc for a in addresses), np.int64, len(addresses)))
         rows.append(np.asarray(searcher.fast_field_values("row", addresses), dtype=np.int64))

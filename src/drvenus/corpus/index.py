@@ -36,6 +36,8 @@ from drvenus.corpus.build import (  # noqa: F401 - re-exported: the index's publ
     default_cache_dir,
     index_dir,
 )
+from drvenus.corpus.dense import DEPTH as DENSE_DEPTH
+from drvenus.corpus.dense import fuse
 from drvenus.corpus.documents import (
     CorpusError,
     CorpusSource,
@@ -52,6 +54,7 @@ from drvenus.corpus.snippets import (  # noqa: F401 - re-exported
 from drvenus.corpus.urls import url_key
 
 if TYPE_CHECKING:
+    from drvenus.corpus.dense import DenseVectors
     from drvenus.corpus.impact import Impacts
 
 log = logging.getLogger(__name__)
@@ -103,11 +106,14 @@ class CorpusIndex:
 
     ``impacts``: search with the index's impact postings when it has them and numba is
     installed (same results as tantivy's search, much faster with common words); False keeps
-    every search in tantivy. ``snippet_chars``: about how long a result's snippet is."""
+    every search in tantivy. ``dense``: hybrid search, BM25 fused with article vectors of a
+    small embedding model (:mod:`drvenus.corpus.dense`; built beside the index on first use;
+    raises :class:`~drvenus.corpus.dense.DenseUnavailable` without the model's package).
+    ``snippet_chars``: about how long a result's snippet is."""
 
     snippet_chars = SNIPPET_CHARS
 
-    def __init__(self, path: str | Path, *, impacts: bool = True) -> None:
+    def __init__(self, path: str | Path, *, impacts: bool = True, dense: bool = False) -> None:
         self.path = Path(path)
         meta = _read_meta(self.path)
         if meta is None:
@@ -133,10 +139,20 @@ class CorpusIndex:
                 "'drvenus[search]' for the fast path)",
                 self.path,
             )
+        self._dense: DenseVectors | None = None
+        if dense:
+            from drvenus.corpus.dense import DenseVectors
+
+            self._dense = DenseVectors.open(self.path, self._searcher, self._schema)
 
     @property
     def doc_count(self) -> int:
         return self._searcher.num_docs
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether searches fuse BM25 with the dense vectors (``dense=True``)."""
+        return self._dense is not None
 
     @property
     def fast_path(self) -> bool:
@@ -154,10 +170,12 @@ class CorpusIndex:
         text = sanitize_query(query if isinstance(query, str) else str(query))
         if not text or k <= 0:
             return []
-        ranked = self._rank(text, k)
+        ranked = self._rank(text, k if self._dense is None else DENSE_DEPTH)
         if ranked is None:
             return []
         top, parsed = ranked
+        if self._dense is not None:
+            top = self._fused(query, top, k)
         if not top:
             return []
         searcher = self._searcher
@@ -193,20 +211,27 @@ class CorpusIndex:
         if not text or k <= 0:
             return []
         words = self._words(text)
-        if words is not None and self._impact_ready():
+        if self._dense is None and words is not None and self._impact_ready():
             assert self._impacts is not None
             return [
                 (self._impacts.doc_id(number), score)
                 for score, number in self._impact_top_k(words, k)
             ]
-        ranked = self._rank(text, k)
+        ranked = self._rank(text, k if self._dense is None else DENSE_DEPTH)
         if ranked is None:
             return []
+        top = ranked[0] if self._dense is None else self._fused(query, ranked[0], k)
         searcher = self._searcher
-        return [
-            (searcher.doc(address).get_first("id") or "", float(score))
-            for score, address in ranked[0]
-        ]
+        return [(searcher.doc(address).get_first("id") or "", float(score))
+                for score, address in top]
+
+    def _fused(self, query: Any, top: list[tuple[float, Any]], k: int) -> list[tuple[float, Any]]:
+        """The top ``k`` of BM25's ranking ``top`` fused with the dense ranking of ``query``;
+        each hit's score is its fused score."""
+        assert self._dense is not None
+        lexical = [(a.segment_ord, a.doc) for _, a in top]
+        dense = self._dense.top(query if isinstance(query, str) else str(query), DENSE_DEPTH)
+        return [(score, tantivy.DocAddress(*place)) for place, score in fuse([lexical, dense], k)]
 
     def _rank(self, text: str, k: int) -> tuple[list[tuple[float, Any]], tantivy.Query] | None:
         """The top ``k`` (score, address) of sanitised ``text`` and a query of its terms (for
@@ -430,7 +455,7 @@ def _union(clauses: list[_Clause] | list[tantivy.Query]) -> tantivy.Query:
     return tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in queries])
 
 
-_OPEN: dict[Path, CorpusIndex] = {}
+_OPEN: dict[tuple[Path, bool], CorpusIndex] = {}
 _OPEN_LOCK = threading.Lock()
 
 
@@ -441,14 +466,16 @@ def open_index(
     cache_dir: str | Path | None = None,
     force: bool = False,
     progress: bool = False,
+    dense: bool = False,
 ) -> CorpusIndex:
-    """The shared :class:`CorpusIndex` of a corpus, built on first use (one per process)."""
+    """The shared :class:`CorpusIndex` of a corpus, built on first use (one per process and
+    ranking); ``dense``: hybrid search (see :class:`CorpusIndex`)."""
     with _OPEN_LOCK:
         spec = corpus_spec(source, field_map=field_map)
         path = index_dir(spec, cache_dir)
-        if not force and path in _OPEN:
-            return _OPEN[path]
+        if not force and (path, dense) in _OPEN:
+            return _OPEN[(path, dense)]
         info = build_index(spec, cache_dir=cache_dir, force=force, progress=progress)
-        index = CorpusIndex(info.path)
-        _OPEN[info.path] = index
+        index = CorpusIndex(info.path, dense=dense)
+        _OPEN[(info.path, dense)] = index
         return index
