@@ -167,6 +167,11 @@ class DenseVectors:
         return cls(vectors, addresses)
 
 
+def vectors_saved(index_path: Path) -> bool:
+    """Whether the index folder holds article vectors (built by an earlier open)."""
+    return (Path(index_path) / DENSE_DIR / _META).is_file()
+
+
 def _build(searcher: tantivy.Searcher, schema: tantivy.Schema) -> tuple[Any, Any, float]:
     """Every stored page's vector ("title. text") and address, in row order."""
     import numpy as np

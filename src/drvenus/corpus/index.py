@@ -37,7 +37,7 @@ from drvenus.corpus.build import (  # noqa: F401 - re-exported: the index's publ
     index_dir,
 )
 from drvenus.corpus.dense import DEPTH as DENSE_DEPTH
-from drvenus.corpus.dense import fuse
+from drvenus.corpus.dense import DenseVectors, fuse, vectors_saved
 from drvenus.corpus.documents import (
     CorpusError,
     CorpusSource,
@@ -54,7 +54,6 @@ from drvenus.corpus.snippets import (  # noqa: F401 - re-exported
 from drvenus.corpus.urls import url_key
 
 if TYPE_CHECKING:
-    from drvenus.corpus.dense import DenseVectors
     from drvenus.corpus.impact import Impacts
 
 log = logging.getLogger(__name__)
@@ -141,8 +140,6 @@ class CorpusIndex:
             )
         self._dense: DenseVectors | None = None
         if dense:
-            from drvenus.corpus.dense import DenseVectors
-
             self._dense = DenseVectors.open(self.path, self._searcher, self._schema)
 
     @property
@@ -476,6 +473,11 @@ def open_index(
         if not force and (path, dense) in _OPEN:
             return _OPEN[(path, dense)]
         info = build_index(spec, cache_dir=cache_dir, force=force, progress=progress)
+        if progress and dense and not vectors_saved(info.path):
+            from rich.console import Console
+
+            Console(stderr=True).print(
+                "[dim]preparing hybrid search: article vectors of the index (once)[/]")
         index = CorpusIndex(info.path, dense=dense)
         _OPEN[(info.path, dense)] = index
         return index
