@@ -13,7 +13,7 @@ from drvenus.corpus import CorpusIndex, build_index, open_index
 from drvenus.corpus import dense as dense_module
 from drvenus.corpus.dense import RRF_K, DenseUnavailable, fuse
 
-pytest.importorskip("wordllama", reason="hybrid search needs wordllama (a dependency)")
+pytest.importorskip("wordllama", reason="hybrid search needs pip install 'drvenus[dense]'")
 
 DOCS = [
     {"id": "danube", "title": "Danube", "url": "https://en.wikipedia.org/wiki/Danube",
@@ -106,7 +106,7 @@ def test_without_the_model_hybrid_is_a_clear_error(
 
     monkeypatch.setattr(dense_module, "_MODEL", None)
     monkeypatch.setattr(builtins, "__import__", no_wordllama)
-    with pytest.raises(DenseUnavailable, match="pip install wordllama"):
+    with pytest.raises(DenseUnavailable, match=r"drvenus\[dense\]"):
         dense_module.load_model()
 
 

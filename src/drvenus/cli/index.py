@@ -25,8 +25,8 @@ def index_build(
     url_field: Annotated[str, typer.Option(help="Column holding the URL.")] = "url",
     id_field: Annotated[str, typer.Option(help="Column holding the id.")] = "id",
     retrieval: Annotated[str | None, typer.Option(
-        help="bm25, or hybrid: also build the article vectors of hybrid search. Default: "
-             "hybrid for the built-in corpus, bm25 for your own.")] = None,
+        help="bm25, or hybrid: also build the article vectors of hybrid search (pip install "
+             "'drvenus[dense]'). Default: hybrid for the built-in corpus when installed.")] = None,
 ) -> None:
     """Build (or reuse) the search index of a corpus and say where it is."""
     from drvenus.corpus import CorpusIndex, build_index

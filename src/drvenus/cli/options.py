@@ -43,7 +43,8 @@ class ToolOptions:
         "Search providers in fallback order: serper, searxng, local (default: local).")
     retrieval: str | None = option(
         "Local search ranking: bm25, or hybrid (BM25 fused with a small embedding model's "
-        "article vectors). Default: hybrid on the built-in corpus, bm25 on your own.")
+        "article vectors; pip install 'drvenus[dense]'). Default: hybrid on the built-in corpus "
+        "when installed, else bm25.")
     visit: str | None = option(
         "Page readers in fallback order: jina, fetch, local (default: local with local search, "
         "else fetch).")

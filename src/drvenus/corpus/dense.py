@@ -2,8 +2,9 @@
 
 Questions written the way people ask describe their subject ("the river that flows through
 the capital of Hungary") in words its article may not use; BM25 needs those words. A small
-embedding model closes part of that gap: WordLlama's default model (the ``wordllama`` dependency,
-a 256-dimension token embedding table of 16 MB inside the wheel, mean-pooled; no download).
+embedding model closes part of that gap: WordLlama's default model (``pip install
+'drvenus[dense]'``: a 256-dimension token embedding table of 16 MB inside the ``wordllama``
+wheel, mean-pooled; no download).
 On the built-in corpus it puts the gold article first for 69% of natural single-hop questions
 against BM25's 52%, and fused with BM25 in the top 5 for 95% against 84%
 (``benchmarks/bench_hybrid_recall.py``, docs/BENCHMARKS.md).
@@ -41,7 +42,7 @@ _ADDRESSES = "addresses.npy"
 _META = "meta.json"
 _CHUNK = 2048  # pages read and embedded at a time while building
 MODEL_NAME = "wordllama-l2_supercat-256"
-INSTALL_HINT = "pip install wordllama"  # a dependency of drvenus: absent only if left out
+INSTALL_HINT = "pip install 'drvenus[dense]'"
 Address = tuple[int, int]  # (segment, doc): a page's place in its tantivy index
 
 
