@@ -1,5 +1,6 @@
 """The package's layout rules, checked on the source: no import circles (every import counts,
-lazy and type-only ones too), and the layers of docs/ARCHITECTURE.md point down."""
+lazy and type-only ones too), the layers of docs/ARCHITECTURE.md point down, and no function
+is longer than MAX_FUNCTION_LINES."""
 
 from __future__ import annotations
 
@@ -124,3 +125,31 @@ def test_imports_point_down():
         if _layer(dst) > _layer(src)
     ]
     assert upward == []
+
+
+MAX_FUNCTION_LINES = 80  # decorators excluded, docstring included
+
+
+def _long_functions(tree: ast.AST, limit: int) -> list[tuple[str, int]]:
+    return [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > limit
+    ]
+
+
+def test_the_length_check_finds_a_long_function():
+    body = "\n".join(f"    x{i} = {i}" for i in range(5))
+    tree = ast.parse(f"def short():\n    return 1\n\nasync def long():\n{body}\n")
+    assert _long_functions(tree, 5) == [("long", 6)]
+
+
+def test_no_function_over_the_limit():
+    long = [
+        f"{path.relative_to(SRC)}: {name} ({lines} lines)"
+        for path in sorted(SRC.rglob("*.py"))
+        for name, lines in _long_functions(ast.parse(path.read_text(encoding="utf-8")),
+                                           MAX_FUNCTION_LINES)
+    ]
+    assert long == []
