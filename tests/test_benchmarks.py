@@ -66,6 +66,8 @@ CASES = (
                          "--same-process"),
          expect="| path | CPU s | wall s | peak MiB |", modules=("torch", "transformers"),
          shared=True),
+    Case("bench_heavy_headroom.py", ("--sample", "3"), expect="| member / combiner |",
+         modules=("wordllama",)),
     Case("bench_hybrid_recall.py", ("--limit", "5"), expect="| engine | kind |",
          modules=("wordllama",)),
     Case("bench_index.py", ("--passages", "2000", "--queries", "20", "--budget", "10",
