@@ -68,6 +68,38 @@ def test_a_number_question_ranks_numbers_only_when_there_are_any():
     assert rank_spans(["Nothing numeric here at all."], "How many moons?", 1)  # never empty
 
 
+def _features(texts: list[str], question: str) -> dict[str, dict[str, float]]:
+    return {" ".join(w): f for w, f in candidates(texts, question)}
+
+
+def test_the_span_where_the_wh_phrase_stands_aligns_with_the_question():
+    mermaid = ("Mermaid\nIn folklore, a mermaid is an aquatic creature with the head and upper "
+               "body of a female human and the tail of a fish.")
+    question = "The legendary sea creature with the head of a woman has the tail of what animal?"
+    f = _features([mermaid], question)
+    # "the tail of [what animal]" / "the tail of a [fish]": the article is skipped
+    # ... and of the question's last four content words before it, "tail" is right there
+    assert f["fish"]["wh_prev_word"] == 1.0 and f["fish"]["wh_left"] == 0.25
+    assert f["female human"]["wh_prev_word"] == 1.0  # "body of a" -> "of" too
+    assert f["female human"]["wh_left"] < f["fish"]["wh_left"]
+    assert f["folklore"]["wh_prev_word"] == 0.0 and f["folklore"]["wh_left"] == 0.0
+    assert f["fish"]["window_match"] > 0.0
+    assert "In" not in f  # stopwords alone are never an answer
+
+
+def test_a_question_without_a_wh_word_has_no_alignment():
+    f = _features(["Dracula is an 1897 novel by Bram Stoker."], "Name the author of Dracula.")
+    assert all(v["wh_prev_word"] == v["wh_left"] == v["wh_right"] == 0.0 for v in f.values())
+
+
+def test_the_words_after_the_wh_phrase_align_after_the_span():
+    text = "It is the oldest form of music, and the human voice can be considered the first " \
+           "musical instrument by some."
+    f = _features([text], "What do some people consider the very first musical instrument?")
+    assert f["human voice"]["wh_right"] > 0.0
+    assert f["oldest form"]["wh_right"] == 0.0
+
+
 def _answers(grammar: Grammar, texts: list[str]) -> set[str]:
     return {t for t in texts
             if grammar.accepts(f"<think>\nok\n</think>\n<answer>\n{t}\n</answer>")}

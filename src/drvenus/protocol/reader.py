@@ -12,7 +12,9 @@ model over a few features that early open-domain QA systems relied on:
 - where the sentence is (a text's first lines are a result's title and description);
 - how often the span recurs across the texts;
 - its form against what the question asks for (a name, a number, a time) and its length;
-- the word before it ("called", "known as", "in", "by").
+- the word before it ("called", "known as", "in", "by");
+- how its neighbours align with the words around the question's wh-phrase ("the tail of what
+  animal" / "the tail of a fish"), and the question's words in a window around it.
 
 The weights (:data:`WEIGHTS`) were fitted on recipe training questions
 (``recipes/embedded/train_reader.py``), never on the questions we report on. The agent keeps
@@ -27,7 +29,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from drvenus.protocol.spans import (
@@ -51,6 +53,8 @@ from drvenus.text import split_sentences
 
 MAX_SPAN_WORDS = 8
 NEAR = 4  # words: a question word this close before or after a span "frames" it
+WINDOW = 8  # words each side of a span that window_match counts
+ALIGN = 4  # question words each side of its wh-phrase that wh_left / wh_right compare
 _CUE_NAME = frozenset({"called", "named", "known", "as", "titled", "nicknamed", "dubbed"})
 _CUE_PLACE = frozenset({"in", "at", "on", "from", "into", "near", "of"})
 _CUE_AGENT = frozenset({"by", "with"})
@@ -88,6 +92,13 @@ FEATURES: tuple[str, ...] = (
     "cuts_name",  # a capitalised word right before (not opening the sentence) or after it
     "function_word",  # the span starts or ends with a stopword ("A", "This", "In")
     "asked_noun",  # the noun the question asks for ("which river") is in or right after it
+    "window_match",  # the question's words within WINDOW words of the span, IDF-weighted,
+    #                  over the best sentence's match
+    "wh_prev_word",  # the word before the span is the one before the question's wh-phrase
+    #                  ("the tail of what animal" / "the tail of a fish"; articles skipped)
+    "wh_left",  # share of the question's words just before its wh-phrase found just before
+    #             the span
+    "wh_right",  # share of the question's words just after its wh-phrase found just after it
 )
 
 
@@ -125,7 +136,7 @@ class _Sentence:
     latest: bool
     line: bool  # the sentence is its whole line
     match: float = 0.0
-
+    weights: list[float] = field(default_factory=list)  # each word's IDF weight if asked
 
 def _sentence(text: str, exclude: frozenset[str], wanted: set[str], order: int,
               latest: bool, line: bool) -> _Sentence:
@@ -160,6 +171,8 @@ def _sentences(texts: Sequence[str], question: str) -> list[_Sentence]:
     n = max(len(out), 1)
     for s, st in zip(out, stems, strict=True):
         s.match = sum(math.log(1 + n / held[w]) for w in st)
+        s.weights = [math.log(1 + n / held[w.lower()[:5]]) if a and held[w.lower()[:5]] else 0.0
+                     for w, a in zip(s.words, s.asked, strict=True)]
     return out
 
 
@@ -185,6 +198,66 @@ def _asked_noun(question: str) -> str:
     if not taken or taken[-1] in _QUERY_STOPWORDS or taken[-1] in ("year", "kind", "type"):
         return ""
     return taken[-1][:5]
+
+
+_WH = frozenset({"what", "which", "who", "whom", "whose", "where", "when", "how"})
+_ARTICLES = frozenset({"a", "an", "the"})
+
+
+@dataclass(frozen=True, slots=True)
+class _WhContext:
+    """What surrounds a question's wh-phrase: the word right before it (articles skipped) and
+    the stems of up to ALIGN content words before and after it."""
+
+    prev: str = ""
+    left: frozenset[str] = frozenset()
+    right: frozenset[str] = frozenset()
+
+
+def _wh_context(question: str) -> _WhContext:
+    words = re.findall(r"[^\W_][\w'-]*", question)
+    lower = [w.lower() for w in words]
+    at = next((i for i, w in enumerate(lower) if w in _WH), None)
+    if at is None:
+        return _WhContext()
+    end = at + 1
+    if lower[at] in ("what", "which", "whose", "how"):  # "which river", "how many awards"
+        while end < len(lower) and end - at <= 3 and lower[end] not in _ASKED_STOP:
+            end += 1
+    before = at - 1
+    while before >= 0 and lower[before] in _ARTICLES:
+        before -= 1
+
+    def content(seq: Sequence[str]) -> list[str]:
+        return [w[:5] for w in seq if len(w) >= 3 and w not in _QUERY_STOPWORDS]
+
+    return _WhContext(lower[before] if before >= 0 else "",
+                      frozenset(content(lower[:at])[-ALIGN:]),
+                      frozenset(content(lower[end:])[:ALIGN]))
+
+
+def _alignment(s: _Sentence, a: int, b: int, wh: _WhContext) -> dict[str, float]:
+    """The wh-phrase features of the span ``s.words[a:b]`` (see :data:`FEATURES`)."""
+    before = a - 1
+    while before >= 0 and s.words[before].lower() in _ARTICLES:
+        before -= 1
+    prev = s.words[before].lower() if before >= 0 else ""
+    left = {w.lower()[:5] for w in s.words[max(0, a - ALIGN - 1):a]}
+    right = {w.lower()[:5] for w in s.words[b:b + ALIGN + 2]}
+    return {
+        "wh_prev_word": float(bool(wh.prev) and prev == wh.prev),
+        "wh_left": len(wh.left & left) / len(wh.left) if wh.left else 0.0,
+        "wh_right": len(wh.right & right) / len(wh.right) if wh.right else 0.0,
+    }
+
+
+def _window(s: _Sentence, a: int, b: int) -> float:
+    """The IDF weight of the distinct question words within WINDOW words of ``[a, b)``."""
+    seen: dict[str, float] = {}
+    for p in (*range(max(0, a - WINDOW), a), *range(b, min(len(s.words), b + WINDOW))):
+        if s.weights[p]:
+            seen[s.words[p].lower()[:5]] = s.weights[p]
+    return sum(seen.values())
 
 
 def _capital(word: str) -> bool:
@@ -220,10 +293,11 @@ def candidates(
 ) -> list[tuple[tuple[str, ...], dict[str, float]]]:
     """Every candidate span of ``texts`` with its features (see :data:`FEATURES`): a run of at
     most ``max_words`` words inside one clause, without the question's words, neither starting
-    nor ending with a short lower-case word. A span found in several places keeps its best
-    features (by ``weights``, default :data:`WEIGHTS`)."""
+    nor ending with a short lower-case word, not stopwords alone. A span found in several
+    places keeps its best features (by ``weights``, default :data:`WEIGHTS`)."""
     shape = answer_shape(question)
     noun = _asked_noun(question)
+    wh = _wh_context(question)
     sentences = _sentences(texts, question)
     best_match = max((s.match for s in sentences), default=0.0) or 1.0
     top = max(range(len(sentences)), key=lambda i: sentences[i].match, default=-1)
@@ -239,6 +313,8 @@ def candidates(
                 if not s.keep[b - 1] or s.clause[b - 1] != s.clause[a]:
                     break
                 words = tuple(s.words[a:b])
+                if all(w.lower() in _QUERY_STOPWORDS for w in words):  # "In", "This", "It"
+                    continue
                 counts[" ".join(words).lower()] += 1
                 prev = s.words[a - 1].lower() if a else ""
                 prev2 = s.words[a - 2].lower() if a > 1 else ""
@@ -268,6 +344,8 @@ def candidates(
                     "function_word": float(words[0].lower() in _QUERY_STOPWORDS
                                            or words[-1].lower() in _QUERY_STOPWORDS),
                     "ends_weak": float(weak_word(words[-1])),
+                    "window_match": _window(s, a, b) / best_match,
+                    **_alignment(s, a, b, wh),
                     **_shape_features(words, shape),
                 }
                 old = found.get(words)
