@@ -10,8 +10,8 @@ second of training (tokenisation and loading excluded) and the bf16/fp32 ratio; 
 training loss of each run shows that both learn the same thing.
 
 Usage: ``python benchmarks/bench_sft_precision.py [--model EMBEDDED.gguf] [--data ROWS]
-[--lengths 512 1024 2048] [--steps 4]``. On a CPU without native bf16 (no AVX512-BF16 / AMX)
-bf16 is emulated and slower: the table says so.
+[--lengths 512 1024 2048] [--steps 4] [--batch 4]``. On a CPU without native bf16 (no
+AVX512-BF16 / AMX) bf16 is emulated and slower: the table says so.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ def native_bf16() -> bool:
         return False
 
 
-def run(model: str, data: Path, out: Path, precision: str, length: int, steps: int
-        ) -> tuple[float, float]:
+def run(model: str, data: Path, out: Path, precision: str, length: int, steps: int,
+        batch: int) -> tuple[float, float]:
     """Tokens per second and the last logged training loss of ``steps`` optimiser steps (one
-    pass over the ``4 * steps`` rows)."""
+    pass over the ``batch * steps`` rows)."""
     config = SFTConfig(train=str(data), model=model, output=str(out), max_length=length,
-                       over_length="truncate", global_batch_size=4, micro_batch_size=1,
+                       over_length="truncate", global_batch_size=batch, micro_batch_size=1,
                        max_steps=steps, learning_rate=3e-4, lora=True, lora_r=16,
                        lora_alpha=32, lora_target_modules="all-linear", precision=precision,
                        val_fraction=0.0, save_steps=10_000, logging_steps=1, seed=17,
@@ -64,12 +64,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048])
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=4, help="rows a step (the recipe's 4)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     model = args.model or str(embedded_model_path(TEST_MODELS))  # as the other benchmarks
-    rows = read_conversations(args.data or SHARED)[: args.steps * 4]
+    rows = read_conversations(args.data or SHARED)[: args.steps * args.batch]
     print(f"torch threads {torch.get_num_threads()}, native bf16: {native_bf16()}, "
-          f"{len(rows)} rows, {args.steps} steps of 4 rows")
+          f"{len(rows)} rows, {args.steps} steps of {args.batch} rows")
     print(f"{'max tokens':>10} {'fp32 tok/s':>11} {'bf16 tok/s':>11} {'ratio':>6} "
           f"{'fp32 loss':>10} {'bf16 loss':>10}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,8 +78,10 @@ def main() -> None:
         data = folder / "rows.jsonl"
         data.write_text("".join(json.dumps({"messages": r}) + "\n" for r in rows))
         for length in args.lengths:
-            fp32, loss32 = run(model, data, folder / f"fp32-{length}", "fp32", length, args.steps)
-            bf16, loss16 = run(model, data, folder / f"bf16-{length}", "bf16", length, args.steps)
+            fp32, loss32 = run(model, data, folder / f"fp32-{length}", "fp32", length,
+                               args.steps, args.batch)
+            bf16, loss16 = run(model, data, folder / f"bf16-{length}", "bf16", length,
+                               args.steps, args.batch)
             print(f"{length:>10} {fp32:>11,.0f} {bf16:>11,.0f} {bf16 / fp32:>5.2f}x "
                   f"{loss32:>10.3f} {loss16:>10.3f}")
 
