@@ -159,6 +159,8 @@ class ContextManager:
                 return None
             new = [*messages[:2], protocol.summary_message(text)]
             done = Compaction("summarise", new, len(new), report=text)
+            if count(new) > self.threshold:  # the report alone fills the budget: compacting
+                self.exhausted = True  # again each step would only cost a report each time
         self.count += 1
         return done
 

@@ -14,6 +14,10 @@ forced final answers at the limits, and the result record, as DR-Venus inference
 - Tools that cannot be used at all (the tool server down, or refusing our token) end the run as
   ``tool_error`` after ``max_unusable_tool_calls`` such calls in a row, instead of spending the
   rest of the step budget on calls that cannot succeed.
+- Unusable output (unreadable, repetitive, a duplicate call) is sampled again at once with
+  another seed, no backoff, within ``max_attempts`` and ``resample_seconds`` a turn; a model
+  whose turns stay unreadable ``max_unreadable_turns`` times in a row ends the run as
+  ``llm_error``. A tool call is never the prediction.
 - A context strategy (:mod:`drvenus.agent.context`) may compact the conversation when it nears
   the budget, or when the server says it no longer fits; the forced answer comes when nothing
   more can be freed. Compactions are counted in the record's ``extra``.
@@ -56,6 +60,14 @@ REQUEST_GRACE = 0.5
 # Tool calls in a row that find the tools unusable (a dead tool server, each call already
 # retried) before the run gives up as ``tool_error``: a circuit breaker.
 DEFAULT_MAX_UNUSABLE_TOOL_CALLS = 3
+# Turns in a row that could not be read even after their re-samples (an unknown tool, no tool
+# call or answer, bad JSON) before the run gives up as ``llm_error``: the model's breaker.
+DEFAULT_MAX_UNREADABLE_TURNS = 5
+# Seconds one turn's re-samples of unusable output (unreadable, repetitive, a duplicate call)
+# may take in all; past it the turn is used as it is.
+DEFAULT_RESAMPLE_SECONDS = 60.0
+# The clock of the time limit and the re-sample bound (a fake one in tests).
+_now = time.monotonic
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,8 @@ class AgentConfig:
     repetition_tail: int = 50
     repetition_threshold: int = 5
     max_unusable_tool_calls: int = DEFAULT_MAX_UNUSABLE_TOOL_CALLS
+    max_unreadable_turns: int = DEFAULT_MAX_UNREADABLE_TURNS  # 0: no breaker (RL rollouts)
+    resample_seconds: float = DEFAULT_RESAMPLE_SECONDS  # a turn's re-samples, in all
     sampling: SamplingParams = field(default_factory=SamplingParams)
     constrained: bool = False  # decode under the protocol grammar (the embedded preset's)
     min_searches: int = 0  # with a grammar: the first N tool calls must be searches
@@ -205,11 +219,12 @@ class _QuestionRun:
         self.messages = hooks.messages(question, system)
         self.head = len(self.messages)  # messages a limit notice never replaces
         self.context = ContextManager(config.context, config.max_context_tokens)
-        self.start = time.monotonic()
+        self.start = _now()
         self.step = 0
         self.turns = self.parse_errors = self.tool_calls = self.dedups = 0
         self.unusable_calls = 0  # tool calls that found the tools unusable (see execute)
         self.unusable_streak = 0  # ... of the latest calls, in a row
+        self.unreadable_streak = 0  # turns in a row that could not be read after re-samples
         self.tool_problem: str | None = None
         self.seen_calls: set[str] = set()
         self.retries: dict[str, int] = {}  # re-samples of a turn, by reason
@@ -227,7 +242,7 @@ class _QuestionRun:
         return self.meter.tokens
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.start
+        return _now() - self.start
 
     def remaining(self) -> float:
         return max(0.0, self.cfg.time_limit - self.elapsed())
@@ -283,7 +298,13 @@ class _QuestionRun:
         for msg in reversed(self.messages):
             if msg["role"] == "assistant":
                 content = msg["content"].strip()
-                return protocol.extract_answer(content) or content or "No answer found"
+                answer = protocol.extract_answer(content)
+                if answer:
+                    return answer
+                # a tool call (or an unreadable one) is no answer: never its raw markup
+                if content and protocol.TOOL_CALL_OPEN not in content:
+                    return content
+                return "No answer found"
         return "No answer found"
 
     # ---- generation with retries ----
@@ -312,6 +333,11 @@ class _QuestionRun:
             await asyncio.sleep(wait)
         return True
 
+    def _may_resample(self, started: float) -> bool:
+        """Whether a turn whose sampling began at ``started`` may be sampled again."""
+        spent = _now() - started
+        return spent < self.cfg.resample_seconds and self.remaining() > 0
+
     async def _call_model(self, forced: bool, messages: Messages | None = None) -> Generation:
         """One model call on the conversation (or on ``messages``, free text: a report)."""
         self.calls_made += 1
@@ -336,6 +362,7 @@ class _QuestionRun:
         """One step's turn, tried up to ``max_attempts`` times (see module doc)."""
         last: ParsedTurn | None = None
         attempts = self.cfg.retry.attempts
+        started = _now()
         for attempt in range(attempts):
             final_try = attempt == attempts - 1
             try:
@@ -380,8 +407,10 @@ class _QuestionRun:
             await self.emit("error", kind=kind, attempt=attempt, message=message, last=final_try)
             if not final_try:
                 self.retries[kind] = self.retries.get(kind, 0) + 1
-            if final_try or not await self._backoff(attempt + 1):
-                # A repetitive or duplicate turn is used anyway on the last try, as DR-Venus does.
+            # The model did answer: a new sample (another seed) is tried at once, no backoff,
+            # while the turn's re-samples stay within their time. A repetitive or duplicate
+            # turn is used anyway on the last try, as DR-Venus does.
+            if final_try or not self._may_resample(started):
                 return _Attempt(parsed, gen.completion_tokens)
         return _Attempt(last)
 
@@ -477,11 +506,15 @@ class _QuestionRun:
                 await self.emit("answer", answer=parsed.answer, forced=False)
                 return self.record("answered", parsed.answer)
             if parsed.tool_call is not None:
+                self.unreadable_streak = 0
                 await self.execute(parsed)
                 if self.unusable_streak >= max(1, cfg.max_unusable_tool_calls):
                     return await self._tools_unusable()
             else:
                 await self.append("format_error", "user", self.hooks.malformed(cfg.texts))
+                self.unreadable_streak += 1
+                if 0 < cfg.max_unreadable_turns <= self.unreadable_streak:
+                    return await self._turns_unreadable(parsed)
             if self.context.due(self.context_tokens):
                 await self.compact()
             if self.hooks.context_full(self.context_tokens, cfg.max_context_tokens):
@@ -532,6 +565,17 @@ class _QuestionRun:
         await self.emit("error", kind="tool_error", attempt=0, message=self.tool_problem,
                         last=True)
         return self.record("tool_error")
+
+    async def _turns_unreadable(self, parsed: ParsedTurn) -> ResultRecord:
+        """The model's breaker: its turns could not be read, re-samples and all, too many
+        times in a row (a model that keeps calling an unknown tool, say)."""
+        self.last_error = (
+            f"{self.unreadable_streak} turns in a row could not be read, each sampled up to "
+            f"{self.cfg.retry.attempts} times; the run stopped. Last: {parsed.error}"
+        )
+        await self.emit("error", kind="unreadable_turns", attempt=0, message=self.last_error,
+                        last=True)
+        return self.record("llm_error")
 
     async def _last_turn(self, reason: str, parsed: ParsedTurn) -> ResultRecord:
         """End the run with the last turn an environment announced (``before_turn``)."""

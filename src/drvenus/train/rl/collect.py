@@ -142,6 +142,7 @@ class RolloutConfig:
             time_limit=self.time_limit,
             max_attempts=self.attempts,
             backoff_base=0.0,
+            max_unreadable_turns=0,  # a malformed turn is the rollout's to keep, not an error
             sampling=self.sampling(),
             constrained=False,
             system_prompt=self.system_prompt,

@@ -141,6 +141,7 @@ class EnvConfig:
         return AgentConfig(
             max_steps=max_turns, max_context_tokens=self.context_limit,
             time_limit=self.time_limit, max_attempts=max(1, self.attempts), backoff_base=0.0,
+            max_unreadable_turns=0,  # a malformed turn is the rollout's to keep, not an error
             sampling=self.sampling, system_prompt=self.system_prompt,
             reader=rl_reader(prefilled_think, self.texts.refusal), context=self.context,
         )
