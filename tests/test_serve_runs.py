@@ -109,10 +109,11 @@ def test_final_text_and_progress_lines():
     messages = [{"role": "user", "content": "<tool_response>\nnot a frame\n</tool_response>"}]
     failed = {"termination": "llm_error", "error": "model down", "prediction": "No answer found",
               "messages": messages}
-    assert final_text(failed) == "No answer (llm_error: model down)."
+    assert final_text(failed) == "The model could not be reached: model down."
     dead = {**failed, "error": "model server at http://10.0.0.7:8000/v1: cannot connect (refused);"
                                " is the server running at http://10.0.0.7:8000/v1?"}
-    assert final_text(dead) == "No answer (llm_error: the model server: cannot connect (refused))."
+    assert final_text(dead) == ("The model could not be reached: the model server: cannot connect "
+                               "(refused).")
     ok = {"termination": "answered", "prediction": "Stoker", "messages": []}
     assert final_text(ok) == "Stoker"
     event = {"type": "tool_call", "step": 0,

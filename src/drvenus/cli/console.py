@@ -16,6 +16,7 @@ from rich.table import Table
 
 from drvenus import protocol
 from drvenus.agent import TraceEvent
+from drvenus.agent.words import FORCED_NOTE, is_forced, no_answer_text, termination_words
 from drvenus.text import counted
 
 
@@ -137,15 +138,17 @@ class LiveTrace:
 
     def _on_finished(self, e: TraceEvent) -> None:
         r = e.data["record"]
-        style = "green" if r["termination"].startswith("answered") else "red"
+        answered = r["termination"].startswith("answered")
+        style = "green" if answered else "red"
         self.console.print(
-            f"[{style}]{r['termination']}[/] · {counted(r['tool_call_count'], 'tool call')} · "
-            f"{r['turns']} turns · {r['final_token_count']} tokens · {r['elapsed_seconds']:.1f}s"
+            f"[{style}]{escape(termination_words(r['termination']))}[/] · "
+            f"{counted(r['tool_call_count'], 'tool call')} · {counted(r['turns'], 'turn')} · "
+            f"{r['final_token_count']} tokens · {r['elapsed_seconds']:.1f}s"
         )
-        if not r["termination"].startswith("answered"):
-            if r.get("error"):
-                self.console.print(f"[red]reason:[/] {escape(r['error'])}")
-            self.console.print(f"[dim]last output:[/] {escape(_short(r['prediction'], 300))}")
+        if is_forced(r):
+            self.console.print(f"[yellow]{escape(FORCED_NOTE)}[/]")
+        if not answered:  # in words, never the model's raw markup
+            self.console.print(escape(no_answer_text(r)))
 
 
 def _pace(done: int, total: int, seconds: float) -> str:

@@ -179,6 +179,13 @@ def _usage(record: Mapping[str, Any]) -> dict[str, int]:
     }
 
 
+def finish_reason(record: Mapping[str, Any]) -> str:
+    """``stop`` for a run that answered (a forced answer too: it is marked in the content),
+    ``length`` for one cut short without an answer (a budget, the time limit, Stop, a failure):
+    the content is then why, in words, not an answer."""
+    return "stop" if str(record.get("termination", "")).startswith("answered") else "length"
+
+
 async def complete(run: Run, model: str) -> dict[str, Any]:
     """The whole chat.completion once the run is over."""
     record = await run.wait() or {}
@@ -198,7 +205,7 @@ async def complete(run: Run, model: str) -> dict[str, Any]:
                     "content": final_text(record),
                     "reasoning_content": reasoning,
                 },
-                "finish_reason": "stop",
+                "finish_reason": finish_reason(record),
             }
         ],
         "usage": _usage(record),
@@ -235,7 +242,7 @@ async def stream(run: Run, model: str, *, include_usage: bool = False) -> AsyncI
         if line is not None:
             yield _chunk(run, model, {"reasoning_content": line + "\n"})
     yield _chunk(run, model, {"content": final_text(run.record or {})})
-    yield _chunk(run, model, {}, finish="stop")
+    yield _chunk(run, model, {}, finish=finish_reason(run.record or {}))
     if include_usage:
         body = {
             "id": f"chatcmpl-{run.id}", "object": "chat.completion.chunk",
@@ -312,6 +319,7 @@ __all__ = [
     "OpenAIErrors",
     "complete",
     "error_body",
+    "finish_reason",
     "model_info",
     "models_list",
     "question_of",

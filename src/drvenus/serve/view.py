@@ -19,6 +19,7 @@ from typing import Any
 from drvenus import protocol
 from drvenus.agent import TraceEvent
 from drvenus.agent.events import split_researches
+from drvenus.agent.words import no_answer_text
 from drvenus.llm.openai_compat import without_address
 from drvenus.net.server import MAX_JSON_DEPTH, json_problem
 from drvenus.records import parse_json_text
@@ -301,15 +302,13 @@ def _result_lines(view: Mapping[str, Any]) -> str:
 
 
 def final_text(record: Mapping[str, Any]) -> str:
-    """The answer with the visited sources listed after it (or why there is no answer)."""
+    """The answer with the visited sources listed after it (or why there is no answer, in
+    words, with the model's last thoughts as plain text)."""
     view = finished_view(record)
     if view["answered"]:
         text = str(view["prediction"]).strip()
-    else:
-        reason = view["error"] or "no final answer"
-        text = f"No answer ({view['termination']}: {reason})."
-        if view["prediction"] and view["prediction"] != "No answer found":
-            text += f"\n\nLast output:\n{view['prediction']}"
+    else:  # in words, as the page says it: never the model's raw markup
+        text = no_answer_text({**record, "error": view["error"]})
     if view["sources"]:
         text += "\n\nSources:\n" + "\n".join(f"- {url}" for url in view["sources"])
     return text

@@ -1,0 +1,113 @@
+"""``drvenus serve`` as third-party clients meet it (real servers on 127.0.0.1, a scripted model,
+the official ``openai`` and ``mcp`` clients): what a stopped run says, whose runs a visitor
+sees, and the details of ``/v1`` in a chat app."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from drvenus import protocol
+from drvenus.agent import AgentConfig, ResearchAgent
+from drvenus.serve.agents import AgentPool
+from drvenus.serve.app import create_app
+from drvenus.serve.runs import RunRegistry
+from drvenus.serve.server import ServeThread
+from scripted import PerQuestionModel, ScriptedTools, answer, call
+
+PAGE = "https://en.wikipedia.org/wiki/Dracula"
+MARKUP = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<answer>")
+
+
+def script(question: str) -> list[str]:
+    if question.startswith("slow"):
+        return [call("search", query=["Dracula author"]), call("visit", url=[PAGE], goal="who"),
+                answer("Bram Stoker")]
+    return [call("search", query=["Dracula author"]), answer("Bram Stoker")]
+
+
+def delay(question: str) -> float:
+    return 1.5 if question.startswith("slow") else 0.0
+
+
+def tool_body(tool_call) -> str:
+    if tool_call.name == "search":
+        hits = [{"title": "Dracula", "url": PAGE, "snippet": "1897 novel by Bram Stoker"}]
+        return protocol.render_search([(q, hits) for q in tool_call.arguments["query"]])
+    return protocol.join_visits([protocol.render_visit(
+        u, tool_call.arguments["goal"], "Bram Stoker wrote it.", "Bram Stoker wrote Dracula.")
+        for u in tool_call.arguments["url"]])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    runs_dir: Path = tmp_path_factory.mktemp("runs")
+    agent = ResearchAgent(
+        PerQuestionModel(script, delay=delay), ScriptedTools(tool_body),
+        AgentConfig(max_steps=5, max_attempts=1, backoff_base=0.0),
+    )
+    registry = RunRegistry(AgentPool.fixed(agent, "scripted"), runs_dir, max_running=4,
+                           max_waiting=4)
+    with ServeThread(create_app(registry, mcp_quick_answer_seconds=0.3)) as running:
+        yield running
+
+
+def _wait_for_a_step(client: httpx.Client, run_id: str) -> None:
+    """Until the run has done its first turn (a tool call), so Stop lands mid-research."""
+    for _ in range(200):
+        body = client.get(f"/api/runs/{run_id}").json()
+        if body.get("events", 0) >= 5 or body["status"] not in ("queued", "running"):
+            return
+        time.sleep(0.05)
+
+
+def _stop(base: str, run_id: str) -> None:
+    with httpx.Client(base_url=base, timeout=30) as client:
+        _wait_for_a_step(client, run_id)
+        client.post(f"/api/runs/{run_id}/cancel", json={})
+
+
+def _assert_stopped_in_words(text: str) -> None:
+    assert text.startswith("Stopped before the model gave an answer."), text
+    assert not any(tag in text for tag in MARKUP), text
+    assert "interrupted" not in text and "Last output" not in text
+
+
+def test_a_stopped_run_on_v1_says_so_in_words_with_finish_reason_length(server):
+    openai = pytest.importorskip("openai")
+    oa = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    stream = oa.chat.completions.create(
+        model="drvenus", stream=True,
+        messages=[{"role": "user", "content": "slow: who wrote Dracula?"}])
+    chunks = []
+    for chunk in stream:
+        if not chunks:  # the first chunk names the run: stop it as the page's Stop does
+            _stop(server.url, chunk.id.removeprefix("chatcmpl-"))
+        chunks.append(chunk)
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    _assert_stopped_in_words(content)
+    assert "The model's last thoughts:\nI should use search." in content
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_a_stopped_run_in_mcp_research_status_says_so_in_words(server):
+    pytest.importorskip("mcp")
+    from mcp import Client
+
+    async def go():
+        async with Client(server.url + "/mcp", read_timeout_seconds=20) as mcp_client:
+            started = await mcp_client.call_tool("start_research",
+                                                 {"question": "slow: who wrote it?"})
+            run_id = started.structured_content["run_id"]
+            await asyncio.to_thread(_stop, server.url, run_id)
+            status = await mcp_client.call_tool(
+                "research_status", {"run_id": run_id, "wait_seconds": 10})
+            return status.structured_content
+
+    status = asyncio.run(go())
+    assert status["status"] == "done"
+    _assert_stopped_in_words(status["answer"])
