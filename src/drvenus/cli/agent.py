@@ -24,6 +24,7 @@ from drvenus.cli.common import (
 from drvenus.cli.options import AgentOptions
 
 if TYPE_CHECKING:
+    from drvenus.agent import ResultRecord
     from drvenus.batch import ResultsFile
     from drvenus.questions import Question, QuestionFile
 
@@ -94,12 +95,23 @@ def ask(
             writer.close()
     if as_json:
         sys.stdout.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
-    elif not live:
-        out.print(record.prediction)
-        if not record.answered:
-            err.print(f"[red]{record.termination}[/]: {record.error or 'no final answer'}")
+    elif not live:  # a pipe or a file: the answer's exact text, no markup, no wrapping
+        _write_plain(record)
     if record.failed:
         raise typer.Exit(1)  # the run itself failed; budget terminations are normal outcomes
+
+
+def _write_plain(record: ResultRecord) -> None:
+    """The answer, exactly, on stdout; a run without one says why (in words) on stderr."""
+    from drvenus.agent.words import FORCED_NOTE, is_forced, no_answer_text
+
+    if record.answered:
+        sys.stdout.write(record.prediction.rstrip("\n") + "\n")
+        sys.stdout.flush()
+        if is_forced(record.to_dict()):
+            sys.stderr.write(FORCED_NOTE + "\n")
+        return
+    sys.stderr.write(no_answer_text(record.to_dict()) + "\n")
 
 
 def _check_question(question: str) -> None:
