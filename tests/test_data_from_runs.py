@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from drvenus import protocol
@@ -124,3 +126,53 @@ def test_a_heavy_record_counts_as_its_runs(tmp_path):
     assert res.exit_code == 0, res.output
     rows = (tmp_path / "out" / TRAJECTORIES).read_text().splitlines()
     assert len(rows) == 2 and all(json.loads(r)["gt"] == "x" for r in rows)
+
+
+# ------------------------------------------------------------------ its own output (issue 43)
+def _results_folder(root: Path, n: int) -> Path:
+    right = research("Who wrote Dracula?", answer("Bram Stoker"))
+    folder = root / "runs"
+    folder.mkdir()
+    write_jsonl(folder / "results.jsonl",
+                [{"id": f"q{i}", **right.to_dict(), "answer": "Bram Stoker"} for i in range(n)])
+    return folder
+
+
+@settings(max_examples=8, deadline=None)
+@given(n=st.integers(1, 4), reruns=st.integers(2, 4),
+       sub=st.sampled_from(["self", "a/b", "raw"]), other=st.booleans())
+def test_an_output_inside_its_input_folder_is_never_read_back(n, reruns, sub, other):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = _results_folder(Path(tmp), n)
+        for i in range(reruns):
+            # the same -o each time, or a new one each time (earlier ones stay in the folder)
+            out = folder / (f"{sub}{i}" if other else sub)
+            res = runner.invoke(app, ["data", "from-runs", str(folder), "-o", str(out)])
+            assert res.exit_code == 0, res.output
+            rows = (out / TRAJECTORIES).read_text().splitlines()
+            assert len(rows) == n  # not 2n, 3n, ...
+            report = json.loads((out / "from_runs.json").read_text())
+            assert report["files"] == 1 and report["ignored"] == (2 * i if other else
+                                                                   2 * min(i, 1))
+
+
+def test_an_input_that_is_its_own_output_is_refused(tmp_path):
+    folder = _results_folder(tmp_path, 2)
+    out = tmp_path / "self"
+    assert runner.invoke(app, ["data", "from-runs", str(folder), "-o", str(out)]).exit_code == 0
+    before = (out / TRAJECTORIES).read_bytes()
+    res = runner.invoke(app, ["data", "from-runs", str(out / TRAJECTORIES), "-o", str(out)])
+    assert res.exit_code == 2
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "write over its own input" in lines[0], res.output
+    assert (out / TRAJECTORIES).read_bytes() == before
+
+
+def test_a_folder_of_only_earlier_output_says_so(tmp_path):
+    folder = _results_folder(tmp_path, 1)
+    out = tmp_path / "raw"
+    assert runner.invoke(app, ["data", "from-runs", str(folder), "-o", str(out)]).exit_code == 0
+    res = runner.invoke(app, ["data", "from-runs", str(out), "-o", str(tmp_path / "again")])
+    assert res.exit_code == 2 and "earlier from-runs output" in res.output

@@ -126,6 +126,9 @@ def from_runs(
     skipped = ", ".join(f"{k}={v}" for k, v in sorted(report.skipped.items())) or "none"
     err.print(f"{report.runs} runs in {report.files} file(s): wrote {report.written} "
               f"trajectories to {output / TRAJECTORIES}; skipped: {skipped}")
+    if report.ignored:
+        err.print(f"[yellow]left out {report.ignored} file(s) of earlier from-runs output[/yellow] "
+                  "in the input folders (never read back)")
     if not report.written:
         err.print("[yellow]no trajectory written[/yellow]: runs need their own final answer "
                   "and a gold answer (in the row, or --gold)")

@@ -19,11 +19,17 @@ question text or id. Skipped, and counted by reason: runs without a final answer
 (forced answers too, unless ``forced``), runs whose context was compacted (their final
 ``messages`` no longer start at the question), runs without a gold answer (``data clean``
 needs one), and rows that are not trajectories.
+
+It never reads its own output back: a folder's ``trajectories.jsonl`` / ``from_runs.json``
+that are an output of ``from-runs`` (``-o`` itself, or any folder holding ``from_runs.json``)
+are left out of the folder's files (and counted as ignored), and an input file that ``-o``
+would write over is refused, as ``data export`` and ``data clean`` refuse theirs.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -39,6 +45,9 @@ from drvenus.records import read_records
 
 TRAJECTORIES = "trajectories.jsonl"
 REPORT = "from_runs.json"
+OUTPUT_NAMES = frozenset({TRAJECTORIES, REPORT, TRAJECTORIES + ".tmp", REPORT + ".tmp"})
+
+log = logging.getLogger(__name__)
 
 # the model's own final answer: ours, and DR-Venus's inference
 ANSWERED = frozenset({"answered", "answer"})
@@ -53,13 +62,14 @@ class FromRunsReport:
     """What ``from-runs`` read and wrote."""
 
     files: int = 0
+    ignored: int = 0  # files of earlier from-runs outputs inside the input folders
     runs: int = 0
     written: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"files": self.files, "runs": self.runs, "written": self.written,
-                "skipped": dict(sorted(self.skipped.items()))}
+        return {"files": self.files, "ignored": self.ignored, "runs": self.runs,
+                "written": self.written, "skipped": dict(sorted(self.skipped.items()))}
 
 
 def is_trace(path: Path) -> bool:
@@ -178,8 +188,11 @@ def from_runs(paths: Iterable[Path], output: Path, *, gold: Path | None = None,
     ``paths`` (files, or folders: their ``*.jsonl`` / ``*.json`` files). Each file is written
     under a temporary name and renamed into place when complete."""
     answers = GoldAnswers(gold)
-    files = _files(paths)
-    report = FromRunsReport(files=len(files))
+    files, ignored = _files(paths, output)
+    report = FromRunsReport(files=len(files), ignored=len(ignored))
+    if ignored:
+        log.warning("left out %d file(s) of earlier from-runs output: %s", len(ignored),
+                    ", ".join(str(p) for p in ignored[:3]) + (" ..." if len(ignored) > 3 else ""))
     output.mkdir(parents=True, exist_ok=True)
     target = output / TRAJECTORIES
     tmp = target.with_name(target.name + ".tmp")
@@ -198,21 +211,45 @@ def from_runs(paths: Iterable[Path], output: Path, *, gold: Path | None = None,
     finally:
         tmp.unlink(missing_ok=True)
     summary = output / REPORT
-    summary.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    tmp = summary.with_name(summary.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, summary)
+    finally:
+        tmp.unlink(missing_ok=True)
     return report
 
 
-def _files(paths: Iterable[Path]) -> list[Path]:
+def is_output_file(path: Path, output: Path) -> bool:
+    """Whether ``path`` is a file a ``from-runs`` run writes: into ``output``, or into any
+    folder holding its report (an earlier run's ``-o``)."""
+    if path.name not in OUTPUT_NAMES:
+        return False
+    folder = path.resolve().parent
+    return folder == output.resolve() or (folder / REPORT).is_file()
+
+
+def _files(paths: Iterable[Path], output: Path) -> tuple[list[Path], list[Path]]:
+    """The input files of ``paths``, and the from-runs output files their folders hold."""
     files: list[Path] = []
+    ignored: list[Path] = []
+    targets = {(output / name).resolve() for name in (TRAJECTORIES, REPORT)}
     for path in paths:
         if path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.is_file()
                            and p.name.lower().endswith((".jsonl", ".json", ".jsonl.gz")))
+            ignored += [p for p in found if is_output_file(p, output)]
+            found = [p for p in found if not is_output_file(p, output)]
             if not found:
-                raise ValueError(f"no .jsonl or .json file in {path}")
+                left_out = " (only earlier from-runs output, left out)" if ignored else ""
+                raise ValueError(f"no .jsonl or .json file of runs in {path}{left_out}")
             files += found
         elif path.is_file():
+            if path.resolve() in targets:
+                raise ValueError(
+                    f"{path}: this run would write over its own input (the output of an "
+                    f"earlier from-runs in {output}?); choose another --output folder")
             files.append(path)
         else:
             raise FileNotFoundError(f"results file not found: {path}")
-    return files
+    return files, ignored
