@@ -531,12 +531,25 @@ class _QuestionRun:
         if done is None:
             return False
         self.messages, self.head = done.messages, done.head
+        self.seen_calls = self._visible_calls()
         self.meter.reset([m["content"] for m in self.messages])
         await self.emit(
             "compaction", **done.event_data(), tokens_before=before,
             tokens_after=self.context_tokens,
         )
         return True
+
+    def _visible_calls(self) -> set[str]:
+        """The calls whose results the model still sees: after a compaction, a call it made
+        before (restarted from a report, or its result stubbed) is no duplicate to retry."""
+        keys: set[str] = set()
+        for i in range(self.head, len(self.messages) - 1):
+            turn, reply = self.messages[i], self.messages[i + 1]
+            if turn["role"] == "assistant" and not protocol.is_elided(reply["content"]):
+                key = self.cfg.reader.read(turn["content"]).dedup_key()
+                if key is not None:
+                    keys.add(key)
+        return keys
 
     def _count(self, messages: Messages) -> int:
         return sum(self.meter.measure(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in messages)
