@@ -26,14 +26,17 @@ event belongs to (0 for the first model turn); a forced answer at the step limit
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from drvenus.agent.context import apply_compaction
 from drvenus.jsonl import read_jsonl
+
+log = logging.getLogger(__name__)
 
 EventType = Literal[
     "started",
@@ -164,14 +167,42 @@ def write_events(path: str | Path, events: Iterable[TraceEvent | Mapping[str, An
 
 class TraceWriter:
     """Writes every event as one JSON line to a file (``drvenus ask --trace``, the run traces of
-    ``drvenus serve``); :func:`read_trace` reads them back."""
+    ``drvenus serve``); :func:`read_trace` reads them back.
+
+    A path that cannot be opened raises here, before any work. A write that fails later (a
+    full disk, a quota) never stops the run it traces: the writer stops writing, keeps the
+    error in :attr:`error`, and its owner says so once (the run's answer is not lost)."""
 
     def __init__(self, path: str) -> None:
-        self._fh = open(path, "a", encoding="utf-8")  # closed in close()
+        self.path = path
+        self.error: OSError | None = None  # the first write that failed
+        self._fh: TextIO | None = open(path, "a", encoding="utf-8")  # closed in close()
 
     def __call__(self, event: TraceEvent) -> None:
-        self._fh.write(event_line(event))
-        self._fh.flush()
+        if self._fh is None:
+            return
+        try:
+            self._fh.write(event_line(event))
+            self._fh.flush()
+        except OSError as exc:
+            self._stop(exc)
+
+    def _stop(self, exc: OSError) -> None:
+        if self.error is None:
+            self.error = exc
+            log.debug("trace %s: a write failed, no more events written: %s", self.path, exc)
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            try:
+                fh.close()
+            except OSError:  # the buffer's last flush fails the same way
+                pass
 
     def close(self) -> None:
-        self._fh.close()
+        fh, self._fh = self._fh, None
+        if fh is None:
+            return
+        try:
+            fh.close()
+        except OSError as exc:
+            self.error = self.error or exc

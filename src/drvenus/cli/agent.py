@@ -97,6 +97,10 @@ def ask(
         sys.stdout.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
     elif not live:  # a pipe or a file: the answer's exact text, no markup, no wrapping
         _write_plain(record)
+    if writer is not None and writer.error is not None:  # the answer is out; the trace is not
+        reason = writer.error.strerror or str(writer.error)
+        raise fail(f"--trace {trace}: the trace could not be written ({reason}); it is "
+                   "incomplete")
     if record.failed:
         raise typer.Exit(1)  # the run itself failed; budget terminations are normal outcomes
 
