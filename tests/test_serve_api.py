@@ -207,9 +207,9 @@ def test_replay_reads_traces_and_result_records(client, runs_dir):
     assert run["question"] == "direct question"
     assert run["events"][-1]["view"]["prediction"] == "42"
     # a results row (drvenus run / eval), rebuilt into events from its messages
-    answered = [r for r in client.get("/api/runs").json()["runs"]
-                if r["prediction"] == "Bram Stoker"]
-    record = read_trace(runs_dir / f"{answered[0]['id']}.jsonl")[0][-1]["data"]["record"]
+    answered = start(client, "Who wrote Dracula?")
+    events_of(client, answered)
+    record = read_trace(runs_dir / f"{answered}.jsonl")[0][-1]["data"]["record"]
     row = {"id": "q1", **record}
     body = client.post("/api/replay", json={"text": json.dumps(row) + "\n"}).json()
     events = body["runs"][0]["events"]

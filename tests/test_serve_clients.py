@@ -43,16 +43,24 @@ def tool_body(tool_call) -> str:
         for u in tool_call.arguments["url"]])
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    runs_dir: Path = tmp_path_factory.mktemp("runs")
+def _registry(runs_dir: Path) -> RunRegistry:
     agent = ResearchAgent(
         PerQuestionModel(script, delay=delay), ScriptedTools(tool_body),
         AgentConfig(max_steps=5, max_attempts=1, backoff_base=0.0),
     )
-    registry = RunRegistry(AgentPool.fixed(agent, "scripted"), runs_dir, max_running=4,
-                           max_waiting=4)
-    with ServeThread(create_app(registry, mcp_quick_answer_seconds=0.3)) as running:
+    return RunRegistry(AgentPool.fixed(agent, "scripted"), runs_dir, max_running=4,
+                       max_waiting=4)
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.fixture(scope="module")
+def server(runs_dir):
+    app = create_app(_registry(runs_dir), mcp_quick_answer_seconds=0.3)
+    with ServeThread(app) as running:
         yield running
 
 
@@ -111,3 +119,54 @@ def test_a_stopped_run_in_mcp_research_status_says_so_in_words(server):
     status = asyncio.run(go())
     assert status["status"] == "done"
     _assert_stopped_in_words(status["answer"])
+
+
+# ------------------------------------------------------------------- whose runs a visitor sees
+
+
+def _listed(client: httpx.Client) -> dict[str, dict]:
+    body = client.get("/api/runs").json()
+    return {run["id"]: run for run in body["runs"]}
+
+
+def test_a_visitor_sees_their_own_runs_not_others_nor_v1_or_mcp_ones(server, runs_dir):
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("mcp")
+    from mcp import Client
+
+    with httpx.Client(base_url=server.url, timeout=30) as alice, \
+            httpx.Client(base_url=server.url, timeout=30) as bob:
+        assert alice.get("/").status_code == 200 and "drvenus_visitor" in alice.cookies
+        mine = alice.post("/api/runs", json={"question": "alice: who wrote it?"}).json()
+        assert mine["origin"] == "page"
+        theirs = bob.post("/api/runs", json={"question": "bob: who wrote it?"}).json()
+        oa = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        reply = oa.chat.completions.create(
+            model="drvenus", messages=[{"role": "user", "content": "v1: who wrote it?"}])
+        v1_id = reply.id.removeprefix("chatcmpl-")
+
+        async def mcp_run() -> str:
+            async with Client(server.url + "/mcp", read_timeout_seconds=20) as mcp_client:
+                started = await mcp_client.call_tool("start_research",
+                                                     {"question": "mcp: who wrote it?"})
+                return started.structured_content["run_id"]
+
+        mcp_id = asyncio.run(mcp_run())
+        alice_sees, bob_sees = _listed(alice), _listed(bob)
+        with httpx.Client(base_url=server.url, timeout=30) as stranger:
+            assert _listed(stranger) == {}
+        # a run is still reachable by its id (a shared link), only not listed
+        assert alice.get(f"/api/runs/{theirs['id']}").status_code == 200
+    assert mine["id"] in alice_sees and theirs["id"] not in alice_sees
+    assert theirs["id"] in bob_sees and mine["id"] not in bob_sees
+    for run_id in (v1_id, mcp_id):
+        assert run_id not in alice_sees and run_id not in bob_sees
+    # the operator may list every run to every visitor (read back from the files here), with
+    # where each came from
+    with ServeThread(create_app(_registry(runs_dir), mcp=False, all_runs=True)) as other, \
+            httpx.Client(base_url=other.url, timeout=30) as anyone:
+        body = anyone.get("/api/runs").json()
+    assert body["all"] is True
+    origins = {run["id"]: run["origin"] for run in body["runs"]}
+    assert origins[mine["id"]] == "page" and origins[theirs["id"]] == "page"
+    assert origins[v1_id] == "v1" and origins[mcp_id] == "mcp"

@@ -23,7 +23,7 @@ def run(coro):
 def test_finished_runs_are_read_back_from_their_files(tmp_path):
     async def go():
         registry = make_registry(tmp_path)
-        started = registry.start("Who wrote Dracula?")
+        started = registry.start("Who wrote Dracula?", owner="visitor-1")
         record = await started.wait()
         return started.id, record
 
@@ -34,6 +34,11 @@ def test_finished_runs_are_read_back_from_their_files(tmp_path):
     assert again is not None and again.status == "done"
     assert again.question == "Who wrote Dracula?" and again.record["prediction"] == "Bram Stoker"
     assert [r["id"] for r in fresh.list()] == [run_id]
+    # who started it, and from where, is kept in its file: a visitor still sees their own
+    assert again.origin == "page" and again.owner == "visitor-1"
+    assert [r["id"] for r in fresh.list(everyone=False, owner="visitor-1")] == [run_id]
+    assert fresh.list(everyone=False, owner="visitor-2") == []
+    assert fresh.list(everyone=False) == []
     # a file cut short (the server died mid-run) is a "lost" run
     lines = (tmp_path / f"{run_id}.jsonl").read_text().splitlines()
     (tmp_path / "20200101-000000-dead.jsonl").write_text("\n".join(lines[:3]) + "\n")

@@ -93,6 +93,10 @@ def serve(
     ] = DEFAULT_MAX_WAITING,
     max_heavy: MaxHeavyOption = None,
     runs_dir: RunsDirOption = None,
+    all_runs: Annotated[
+        bool, typer.Option("--all-runs", help="List every run (the page's, /v1's and MCP's) to "
+                           "every visitor of the page; by default a visitor sees their own.")
+    ] = False,
     *,
     agent: AgentOptions,
 ) -> None:
@@ -120,7 +124,7 @@ def serve(
         pool, _runs_dir(settings, runs_dir), max_running=max_runs, max_waiting=max_waiting,
         notify=lambda line: err.print(escape(line), highlight=False),
     )
-    app = create_app(registry, token=token)
+    app = create_app(registry, token=token, all_runs=all_runs)
 
     def ready(url: str) -> None:
         hint = f" (open {url}/?token=… once)" if token else ""

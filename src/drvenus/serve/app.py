@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -46,6 +48,21 @@ MAX_REPLAY_BYTES = 32 << 20
 JSON_ONLY_PREFIXES = ("/api/", "/v1/")  # POSTs there must be JSON (MCP checks its own)
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 MODEL_DOWN = "the model server is not answering"
+VISITOR_COOKIE = "drvenus_visitor"  # who started a page's runs: the Runs list shows their own
+VISITOR_ID = re.compile(r"^[0-9a-f]{32}$")
+VISITOR_MAX_AGE = 400 * 24 * 3600
+
+
+def _visitor(request: Request) -> str | None:
+    """The page visitor's id from their cookie (None: no valid one)."""
+    value = request.cookies.get(VISITOR_COOKIE, "")
+    return value if VISITOR_ID.match(value) else None
+
+
+def _remember_visitor(response: Response, visitor: str) -> Response:
+    response.set_cookie(VISITOR_COOKIE, visitor, max_age=VISITOR_MAX_AGE, httponly=True,
+                        samesite="lax", path="/")
+    return response
 
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
@@ -77,9 +94,9 @@ def _question(body: dict[str, Any]) -> str:
     return question  # the registry checks the rest (its length, valid Unicode)
 
 
-def _start(registry: RunRegistry, question: str, choice: Choice) -> Run:
+def _start(registry: RunRegistry, question: str, choice: Choice, owner: str) -> Run:
     try:
-        return registry.start(question, choice)
+        return registry.start(question, choice, origin="page", owner=owner)
     except Busy as exc:
         raise Reject(503, {"error": f"busy: {exc}"}, retry_after=5) from None
     except BadQuestion as exc:
@@ -138,11 +155,15 @@ def _api_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> 
 
     async def create(request: Request) -> Response:
         body = await read_json_body(request, limits["body"])
-        run = _start(registry, _question(body), _choice(body))
-        return _json(201, run.summary())
+        visitor = _visitor(request)
+        owner = visitor or secrets.token_hex(16)
+        run = _start(registry, _question(body), _choice(body), owner)
+        response = _json(201, run.summary())
+        return response if visitor else _remember_visitor(response, owner)
 
     async def listing(request: Request) -> Response:
-        return _json(200, {"runs": registry.list()})
+        runs = registry.list(owner=_visitor(request), everyone=limits["all_runs"] > 0)
+        return _json(200, {"runs": runs, "all": limits["all_runs"] > 0})
 
     async def one(request: Request) -> Response:
         return _json(200, _run_body(_run_or_404(registry, request.path_params["run_id"])))
@@ -239,7 +260,8 @@ def _page_routes(app: FastAPI) -> None:
     from fastapi.staticfiles import StaticFiles
 
     async def index(request: Request) -> Response:
-        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
+        page = FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
+        return page if _visitor(request) else _remember_visitor(page, secrets.token_hex(16))
 
     async def health(request: Request) -> Response:
         return _json(200, {"status": "ok"})
@@ -282,11 +304,14 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     max_replay_bytes: int = MAX_REPLAY_BYTES,
     mcp_quick_answer_seconds: float | None = None,
+    all_runs: bool = False,
 ) -> FastAPI:
     """The server app over ``registry`` (see the module doc). Its lifespan runs the MCP
     session manager and, at shutdown, stops the runs and closes the agents' models and tools.
     ``mcp`` False leaves ``/mcp`` out (no ``mcp`` package needed);
-    ``mcp_quick_answer_seconds``: see :func:`drvenus.serve.mcp_server.build_mcp`."""
+    ``mcp_quick_answer_seconds``: see :func:`drvenus.serve.mcp_server.build_mcp`. The page's
+    Runs list shows each visitor the runs they started there (a cookie says who they are);
+    ``all_runs`` shows every run, ``/v1`` and MCP ones too, to every visitor."""
     require_serve_extra()
     from fastapi import FastAPI
 
@@ -306,7 +331,7 @@ def create_app(
 
     app = FastAPI(title="drvenus", docs_url=None, redoc_url=None, openapi_url=None,
                   lifespan=lifespan)
-    limits = {"body": max_body_bytes, "replay": max_replay_bytes}
+    limits = {"body": max_body_bytes, "replay": max_replay_bytes, "all_runs": int(all_runs)}
     _page_routes(app)
     _api_routes(app, registry, limits)
     _openai_routes(app, registry, limits)

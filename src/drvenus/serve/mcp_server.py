@@ -152,7 +152,7 @@ def _start(registry: RunRegistry, question: str, heavy: int | None = None) -> Ru
     from mcp.server.mcpserver.exceptions import ToolError
 
     try:
-        return registry.start(question, Choice(heavy=heavy))
+        return registry.start(question, Choice(heavy=heavy), origin="mcp")
     except (ValueError, Busy) as exc:  # an empty question, a full server: the call failed
         raise ToolError(str(exc)) from None
 

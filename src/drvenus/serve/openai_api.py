@@ -164,7 +164,7 @@ def start_run(body: Mapping[str, Any], registry: RunRegistry) -> Run:
     check_supported(body)
     question = question_of(body)
     try:
-        return registry.start(question, choice)
+        return registry.start(question, choice, origin="v1")
     except ValueError as exc:
         raise ApiError(str(exc)) from None
 

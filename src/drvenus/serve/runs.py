@@ -37,6 +37,8 @@ from drvenus.text import counted, one_line
 log = logging.getLogger(__name__)
 
 RunStatus = Literal["queued", "running", "done", "lost"]
+Origin = Literal["page", "v1", "mcp"]  # the face a run was started from
+ORIGINS: tuple[str, ...] = Origin.__args__  # type: ignore[attr-defined]
 _SURROGATE = re.compile("[\ud800-\udfff]")  # in a str, always a lone one
 RUN_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]{0,63}$")
 DEFAULT_KEEP = 200
@@ -95,6 +97,8 @@ class Run:
     created: float = field(default_factory=time.time)
     events: list[dict[str, Any]] = field(default_factory=list)
     status: RunStatus = "queued"
+    origin: str = "page"
+    owner: str | None = None  # the page's visitor who started it (their cookie's value)
     task: asyncio.Task[None] | None = None
     writer: TraceWriter | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -164,6 +168,7 @@ class Run:
             "id": self.id,
             "question": self.question,
             "status": self.status,
+            "origin": self.origin,
             "created": self.created,
             "events": len(self.events),
             "termination": record.get("termination"),
@@ -198,16 +203,18 @@ class RunRegistry:
     def active(self) -> int:
         return sum(1 for run in self._runs.values() if not run.finished)
 
-    def start(self, question: str, choice: Choice | None = None) -> Run:
-        """Queue a run; :class:`BadQuestion` (see :func:`check_question`), ValueError for a bad
-        choice, Busy when full."""
+    def start(self, question: str, choice: Choice | None = None, *, origin: str = "page",
+              owner: str | None = None) -> Run:
+        """Queue a run started from ``origin`` (by the page's visitor ``owner``);
+        :class:`BadQuestion` (see :func:`check_question`), ValueError for a bad choice, Busy
+        when full."""
         question = check_question(question)
         choice = self.pool.check(choice or Choice())
         if self.active >= self.max_running + self.max_waiting:
             raise Busy(f"{self.active} runs are already going on or waiting")
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.max_running)
-        run = Run(new_run_id(), question, choice)
+        run = Run(new_run_id(), question, choice, origin=origin, owner=owner)
         if self.runs_dir is not None:
             try:
                 run.writer = TraceWriter(str(self.runs_dir / f"{run.id}.jsonl"))
@@ -231,7 +238,7 @@ class RunRegistry:
 
                 def add(event: TraceEvent) -> None:
                     if event.type == "started":  # the preset's name, never the server's URL
-                        event.data["model"] = label
+                        event.data.update(model=label, origin=run.origin, owner=run.owner)
                     run.add(event)
 
                 await agent.run(run.question, add)
@@ -280,19 +287,31 @@ class RunRegistry:
             return None
         run = Run(run_id, "", created=path.stat().st_mtime, events=events)
         run.status = "done" if run.record is not None else "lost"
-        started = next((e for e in events if e.get("type") == "started"), None)
-        run.question = (started or {}).get("data", {}).get("question", "") or str(
-            (run.record or {}).get("question", "")
-        )
+        started = (next((e for e in events if e.get("type") == "started"), None) or {}).get(
+            "data") or {}
+        run.question = started.get("question", "") or str((run.record or {}).get("question", ""))
+        origin, owner = started.get("origin"), started.get("owner")
+        run.origin = origin if origin in ORIGINS else "page"
+        run.owner = owner if isinstance(owner, str) else None
         return run
 
-    def list(self, limit: int = 50) -> list[dict[str, Any]]:
-        """The newest runs (in memory, then the newest files), newest first."""
-        runs = {run.id: run for run in self._runs.values()}
+    def list(self, limit: int = 50, *, everyone: bool = True, owner: str | None = None
+             ) -> list[dict[str, Any]]:
+        """The newest runs (in memory, then the newest files), newest first: all of them
+        (``/v1`` and MCP runs too), or, ``everyone`` False, those the page's visitor ``owner``
+        started from the page."""
+        def shown(run: Run) -> bool:
+            return everyone or (owner is not None and run.origin == "page"
+                                and run.owner == owner)
+
+        runs = {run.id: run for run in self._runs.values() if shown(run)}
         if self.runs_dir is not None and len(runs) < limit:
             files = sorted(self.runs_dir.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
-            for path in reversed(files[-limit:]):
-                if path.stem not in runs and (run := self.get(path.stem)) is not None:
+            for path in reversed(files[-limit * 4:]):  # a bounded look back at the files
+                if len(runs) >= limit:
+                    break
+                if path.stem not in runs and (run := self.get(path.stem)) is not None \
+                        and shown(run):
                     runs[run.id] = run
         ordered = sorted(runs.values(), key=lambda r: r.created, reverse=True)
         return [run.summary() for run in ordered[:limit]]
@@ -332,6 +351,7 @@ class RunRegistry:
 
 __all__ = [
     "MAX_QUESTION_CHARS",
+    "ORIGINS",
     "BadQuestion",
     "Busy",
     "Run",

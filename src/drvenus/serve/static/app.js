@@ -57,6 +57,17 @@ const NO_ANSWER = {  // what the answer box says when a run ends without one (no
 const FORCED_NOTE = "Forced answer: the step or token budget ran out before the model answered " +
   "on its own, so it was asked for its best answer from what it had found. Check the sources.";
 
+const STATUSES = {  // a run not over yet, or one whose server stopped mid-run
+  queued: "Waiting for a free slot",
+  running: "Researching",
+  lost: "Lost (the server stopped during the run)",
+};
+const ORIGINS = { page: "this page", v1: "the OpenAI-compatible API (/v1)", mcp: "an MCP client" };
+
+function runStatus(run) {
+  return run.termination ? inWords(run.termination) : STATUSES[run.status] || run.status;
+}
+
 function inWords(termination) {
   return TERMINATIONS[termination] || String(termination || "").replace(/_/g, " ");
 }
@@ -496,15 +507,19 @@ async function stop() {
 async function loadRuns() {
   const list = $("run-list");
   try {
-    const { runs } = await api("/api/runs");
+    const { runs, all } = await api("/api/runs");
     list.replaceChildren(...runs.map((run) => {
       const when = new Date(run.created * 1000).toLocaleString();
+      const origin = all ? ` · from ${ORIGINS[run.origin] || run.origin}` : "";
       const item = el("li", {}, el("div", { class: "q" }, run.question || "(no question)"),
-        el("div", { class: "meta" }, `${when} · ${run.termination || run.status}`));
+        el("div", { class: "meta" }, `${when} · ${runStatus(run)}${origin}`));
       item.addEventListener("click", () => { stopReplay(); showTab("ask"); follow(run.id, run.question); });
       return item;
     }));
-    if (!runs.length) list.replaceChildren(el("li", { class: "meta" }, "No runs yet."));
+    if (!runs.length) {
+      list.replaceChildren(el("li", { class: "meta" },
+        all ? "No runs yet." : "No runs of yours yet: runs you start from this browser are listed here."));
+    }
   } catch (err) { flash(err.message); }
 }
 
