@@ -170,7 +170,7 @@ def _sentences(texts: Sequence[str], question: str) -> list[_Sentence]:
     held = Counter(w for st in stems for w in st)
     n = max(len(out), 1)
     for s, st in zip(out, stems, strict=True):
-        s.match = sum(math.log(1 + n / held[w]) for w in st)
+        s.match = math.fsum(math.log(1 + n / held[w]) for w in st)
         s.weights = [math.log(1 + n / held[w.lower()[:5]]) if a and held[w.lower()[:5]] else 0.0
                      for w, a in zip(s.words, s.asked, strict=True)]
     return out

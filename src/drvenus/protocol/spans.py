@@ -214,7 +214,7 @@ def focus_sentences(texts: Sequence[str], question: str, k: int) -> tuple[str, .
     n = len(sentences)
 
     def score(i: int, words: set[str]) -> float:
-        return sum(math.log(1 + n / held[w]) for w in words & stems[i])
+        return math.fsum(math.log(1 + n / held[w]) for w in words & stems[i])
 
     ranked = sorted(range(n), key=lambda i: (-score(i, wanted), i))
     # a second hop's reading answers what the first did not: the question's words that the
