@@ -123,8 +123,25 @@ def test_the_terminal_shows_each_run_then_the_final_answer():
     for event in events:
         trace(event)
     text = console.export_text()
-    assert text.count("Question") == 1 and "run 2 answered: Bram Stoker" in text
-    assert "Final answer from 2 runs" in text
+    assert text.count("Question") == 1 and "run 2 Answered: Bram Stoker" in text
+    assert text.count("Writing one answer from 2 runs") == 1 and "Voting" not in text
+
+
+def test_the_terminal_words_a_failed_synthesis_and_its_vote():
+    from rich.console import Console
+
+    from drvenus.cli.console import LiveTrace
+
+    _, events = heavy("synthesise", Researchers(synthesis="no tags at all"), runs=2)
+    console = Console(record=True, width=200)
+    trace = LiveTrace(console)
+    for event in events:
+        trace(event)
+    text = console.export_text()
+    assert text.count("Writing one answer from 2 runs") == 1
+    assert text.count("Voting over the answers of 2 runs") == 1
+    assert "the synthesis failed; the runs' answers are voted on instead" in text
+    assert "synthesis_failed" not in text and "Final answer from" not in text
 
 
 def test_runs_after_the_first_sample_differently():

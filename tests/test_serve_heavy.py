@@ -99,7 +99,7 @@ def test_heavy_over_the_web_api_keeps_every_run(client, runs_dir):
     assert final[-1]["type"] == "finished" and final[-1]["view"]["prediction"] == SYNTHESISED
     body = client.get(f"/api/runs/{run_id}").json()
     assert body["status"] == "done" and body["prediction"] == SYNTHESISED
-    assert body["result"]["heavy"] == {"runs": 3, "chosen_by": "synthesis"}
+    assert body["result"]["heavy"] == {"runs": 3, "chosen_by": "synthesis", "how": "synthesised"}
     assert body["result"]["sources"] == [DRACULA]  # read by the runs, not the synthesis
     # the stored run: every event, in order; read back (a restarted server) and replayed
     stored = read_events(runs_dir / f"{run_id}.jsonl")
@@ -176,7 +176,7 @@ def test_openai_heavy_by_extra_body_and_by_model_suffix(server):
     reasoning = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or ""
                         for c in chunks if c.choices)
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert "[run 3] Done (answered): Bram Stoker" in reasoning
+    assert "[run 3] Answered: Bram Stoker" in reasoning
     assert content.startswith(SYNTHESISED)  # the answer is content; the runs are reasoning
     assert "[run" not in content
 

@@ -182,3 +182,20 @@ def test_serve_says_when_its_model_server_is_down_and_logs_each_run(tmp_path):
     text = "".join(live.lines)
     assert f"run {run_id} started: Who wrote Dracula?" in text
     assert f"run {run_id} finished: answered" in text
+
+
+def test_heavy_views_are_short_and_say_what_chose_the_answer():
+    from drvenus.serve.view import finished_view, headline
+
+    answer = ("**Bram Stoker** wrote [Dracula](https://en.wikipedia.org/wiki/Dracula_(novel)) "
+              "in 1897.\n\n| book | year |\n|---|---|\n| Dracula | 1897 |\n\n" + "More. " * 50)
+    line = headline(answer)
+    assert line.startswith("Bram Stoker wrote Dracula in 1897. book year Dracula 1897")
+    assert len(line) <= 100 and "\n" not in line and "*" not in line and "](" not in line
+    assert headline("snake_case and 2*3*4") == "snake_case and 2*3*4"
+    run = {"termination": "answered", "prediction": "A", "messages": []}
+    for chosen_by, how in (("synthesis", "synthesised"), ("vote", "by vote"),
+                           ("interrupted", "stopped before an answer was chosen")):
+        record = {"termination": "interrupted", "prediction": "No answer found", "messages": [],
+                  "extra": {"heavy": {"chosen_by": chosen_by, "runs": [run, run]}}}
+        assert finished_view(record)["heavy"]["how"] == how

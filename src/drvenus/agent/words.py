@@ -33,6 +33,20 @@ FORCED_NOTE = (
     "so it was asked for its best answer from what it had found. Check the sources."
 )
 FORCED_TERMINATIONS = frozenset({"answered_max_steps", "answered_token_limit"})
+# what an ``error`` event's kind means (a retry, or a step that failed for good)
+ERROR_WORDS: dict[str, str] = {
+    "repetition": "the model repeated itself",
+    "parse_error": "the model's turn could not be read",
+    "duplicate_tool_call": "a tool call already made",
+    "empty_output": "the model returned nothing",
+    "llm_error": "the model server failed",
+    "tool_error": "the tools failed",
+    "unreadable_turns": "too many unreadable turns in a row",
+    "compaction_failed": "the model could not write its report",
+    "synthesis_failed": "the synthesis failed; the runs' answers are voted on instead",
+    "interrupted": "stopped",
+    "exception": "the run failed with an error",
+}
 NO_ANSWER = "No answer found"  # the record's prediction when the model wrote nothing
 _TAG = re.compile(r"</?[A-Za-z_][A-Za-z0-9_]*>")
 MAX_THOUGHTS = 1500
@@ -42,6 +56,12 @@ def termination_words(termination: Any) -> str:
     """``answered_max_steps`` -> "Answered at the step limit" (an unknown name, spaced)."""
     name = str(termination or "")
     return TERMINATION_WORDS.get(name, name.replace("_", " "))
+
+
+def error_words(kind: Any) -> str:
+    """``synthesis_failed`` -> "the synthesis failed; ..." (an unknown kind, spaced)."""
+    name = str(kind or "error")
+    return ERROR_WORDS.get(name, name.replace("_", " "))
 
 
 def is_forced(record: Mapping[str, Any]) -> bool:
@@ -92,9 +112,11 @@ def no_answer_text(record: Mapping[str, Any]) -> str:
 
 
 __all__ = [
+    "ERROR_WORDS",
     "FORCED_NOTE",
     "NO_ANSWER_WORDS",
     "TERMINATION_WORDS",
+    "error_words",
     "is_forced",
     "last_thoughts",
     "no_answer_reason",

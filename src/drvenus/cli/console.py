@@ -16,7 +16,14 @@ from rich.table import Table
 
 from drvenus import protocol
 from drvenus.agent import TraceEvent
-from drvenus.agent.words import FORCED_NOTE, is_forced, no_answer_text, termination_words
+from drvenus.agent.words import (
+    FORCED_NOTE,
+    error_words,
+    is_forced,
+    no_answer_reason,
+    no_answer_text,
+    termination_words,
+)
 from drvenus.text import counted
 
 
@@ -52,12 +59,16 @@ class LiveTrace:
                                f"{escape(_short(what, 100))}")
         elif e.type == "finished":
             r = e.data["record"]
-            self.console.print(f"  {label} {r['termination']}: "
-                               f"{escape(_short(str(r.get('prediction')), 120))}")
+            what = (_short(str(r.get("prediction")), 120) if r["termination"].startswith(
+                "answered") else no_answer_reason(r))
+            self.console.print(f"  {label} {escape(termination_words(r['termination']))}: "
+                               f"{escape(what)}")
 
     def _on_started(self, e: TraceEvent) -> None:
-        if e.data.get("heavy"):
-            self.console.print(f"[bold]Final answer from {e.data['heavy']} runs[/]")
+        if e.data.get("heavy"):  # the synthesis, or the vote (a failed synthesis's fallback too)
+            how = ("Voting over the answers of" if e.data.get("heavy_mode") == "vote"
+                   else "Writing one answer from")
+            self.console.print(f"[bold]{how} {e.data['heavy']} runs[/]")
             return
         self.console.print(Panel(escape(e.data["question"]), title="Question", expand=False))
         model, window = e.data.get("model"), e.data.get("context_window")
@@ -80,9 +91,9 @@ class LiveTrace:
                 self.console.print(f"  [dim italic]{escape(_short(parsed.thinking, 300))}[/]")
 
     def _on_error(self, e: TraceEvent) -> None:
-        kind = e.data.get("kind", "error")
+        kind = error_words(e.data.get("kind", "error"))
         detail = e.data.get("message") or ""
-        label = f"{kind}, no more attempts" if e.data.get("last") else f"retry ({kind})"
+        label = kind if e.data.get("last") else f"retry ({kind})"
         self.console.print(f"  [yellow]↻ {label}[/] [dim]{escape(_short(detail, 120))}[/]")
 
     def _on_tool_call(self, e: TraceEvent) -> None:

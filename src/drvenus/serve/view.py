@@ -13,13 +13,14 @@ whose events are rebuilt from the conversation.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from drvenus import protocol
 from drvenus.agent import TraceEvent
 from drvenus.agent.events import split_researches
-from drvenus.agent.words import no_answer_text
+from drvenus.agent.words import error_words, no_answer_reason, no_answer_text, termination_words
 from drvenus.llm.openai_compat import without_address
 from drvenus.net.server import MAX_JSON_DEPTH, json_problem
 from drvenus.records import parse_json_text
@@ -29,6 +30,18 @@ from drvenus.text import one_line
 EventDict = dict[str, Any]
 MAX_SNIPPET = 400
 MAX_EVIDENCE = 4000
+MAX_HEADLINE = 100
+HEAVY_HOW = {"synthesis": "synthesised", "vote": "by vote"}  # else: stopped before either
+_LINK = re.compile(r"!?\[([^\]]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
+_LINE_MARKS = re.compile(r"^\s*(?:#+|>+|[-*+]|\d+[.)])\s+|^[\s|:-]*-{3,}[\s|:-]*$", re.M)
+_INLINE_MARKS = re.compile(r"\*\*|__|~~|`+|(?<!\w)[*_]|[*_](?!\w)|\|")
+
+
+def headline(markdown: str, limit: int = MAX_HEADLINE) -> str:
+    """A Markdown answer as one short plain line (a Heavy lane's header): links as their text,
+    no emphasis, heading, list or table marks (``snake_case`` and ``2*3`` stay)."""
+    text = _LINE_MARKS.sub("", _LINK.sub(r"\1", markdown or ""))
+    return one_line(_INLINE_MARKS.sub(" ", text), limit)
 
 
 def _clip(text: str | None, n: int) -> str:
@@ -184,10 +197,13 @@ def finished_view(record: Mapping[str, Any]) -> dict[str, Any]:
     messages = [m for r in [record, *runs] for m in (r.get("messages") or [])
                 if isinstance(m, Mapping)]
     heavy = (record.get("extra") or {}).get("heavy") if runs else None
+    answered = termination.startswith("answered")
+    chosen_by = heavy.get("chosen_by") if heavy else None
     return {
         "termination": termination,
-        "answered": termination.startswith("answered"),
+        "answered": answered,
         "prediction": record.get("prediction", ""),
+        "headline": headline(str(record.get("prediction") or "")) if answered else "",
         "error": _public(record.get("error")),
         "tool_call_count": record.get("tool_call_count", 0),
         "turns": record.get("turns", 0),
@@ -195,7 +211,9 @@ def finished_view(record: Mapping[str, Any]) -> dict[str, Any]:
         "elapsed_seconds": record.get("elapsed_seconds", 0.0),
         "usage": record.get("usage") or {},
         "sources": visited_sources(messages),
-        "heavy": {"runs": len(runs), "chosen_by": heavy.get("chosen_by")} if heavy else None,
+        "heavy": {"runs": len(runs), "chosen_by": chosen_by,
+                  "how": HEAVY_HOW.get(str(chosen_by), "stopped before an answer was chosen")}
+        if heavy else None,
     }
 
 
@@ -251,9 +269,15 @@ def progress_line(event: Mapping[str, Any]) -> str | None:
     if run is None:
         return _progress(event)
     view = describe(event) if event.get("type") == "finished" else {}
-    line = (f"Done ({view['termination']}): {one_line(str(view['prediction']), 200)}"
-            if view else _progress(event))
+    line = _run_done(view) if view else _progress(event)
     return None if line is None else f"[run {run + 1}] {line}"
+
+
+def _run_done(view: Mapping[str, Any]) -> str:
+    """A Heavy run's last line: its end in words and its answer (or why it has none)."""
+    if view["answered"]:
+        return f"{termination_words(view['termination'])}: {view['headline']}"
+    return no_answer_reason(view)
 
 
 def _progress(event: Mapping[str, Any]) -> str | None:
@@ -274,7 +298,9 @@ def _progress(event: Mapping[str, Any]) -> str | None:
     if kind == "tool_result":
         return _result_lines(view)
     if kind == "error":
-        return f"Retry ({view['kind']}): {one_line(view['message'], 200)}".rstrip(": ")
+        what = error_words(view["kind"])
+        line = what[:1].upper() + what[1:] if view["last"] else f"Retry ({what})"
+        return f"{line}: {one_line(view['message'], 200)}".rstrip(": ")
     if kind == "limit_notice":
         return f"Limit reached ({view.get('reason') or 'budget'}): answering now"
     if kind == "compaction":
@@ -489,6 +515,7 @@ __all__ = [
     "final_text",
     "finished_view",
     "for_client",
+    "headline",
     "heavy_runs",
     "load_saved",
     "progress_line",

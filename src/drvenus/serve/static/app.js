@@ -294,9 +294,15 @@ const renderers = {
     if (Number.isInteger(ev.run)) {  // one of Heavy mode's runs ended
       const lane = runLane(ev.run);
       dropEmptySteps(lane);
+      // a short plain header; the run's whole answer, rendered, closes its lane
       lane.querySelector(".lane-status").textContent = " · " + inWords(v.termination) +
-        (v.answered ? `: ${v.prediction}` : "");
+        (v.answered ? `: ${v.headline || ""}` : "");
       lane.classList.toggle("failed", !v.answered);
+      if (v.answered && v.headline !== v.prediction) {
+        lane.querySelector("ol").append(el("li", { class: "lane-answer" },
+          el("details", { class: "thinking" }, el("summary", {}, "Run's answer"),
+             rich(v.html, v.prediction))));
+      }
       return;
     }
     dropEmptySteps($("timeline"));
@@ -335,7 +341,7 @@ function showAnswer(v) {
   const parts = [inWords(v.termination), counted(v.tool_call_count, "tool call"),
                  counted(v.turns, "turn")];
   if (v.heavy) {
-    parts.push(`${v.heavy.runs} runs, ${v.heavy.chosen_by === "synthesis" ? "synthesised" : "by vote"}`);
+    parts.push(`${v.heavy.runs} runs, ${v.heavy.how}`);
   }
   if (v.elapsed_seconds > 0) parts.push(`${v.elapsed_seconds.toFixed(1)} s`);
   $("a-meta").textContent = parts.join(" · ");
