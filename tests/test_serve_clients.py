@@ -170,3 +170,65 @@ def test_a_visitor_sees_their_own_runs_not_others_nor_v1_or_mcp_ones(server, run
     origins = {run["id"]: run["origin"] for run in body["runs"]}
     assert origins[mine["id"]] == "page" and origins[theirs["id"]] == "page"
     assert origins[v1_id] == "v1" and origins[mcp_id] == "mcp"
+
+
+# ------------------------------------------------------------------ Ctrl-C while a page follows
+
+
+def test_ctrl_c_on_serve_while_a_page_follows_a_run_ends_cleanly(tmp_path):
+    """The followed run is stopped at once: the page's stream ends with the run's last events
+    (``interrupted``) instead of being cut, and no CancelledError traceback is printed."""
+    import json
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from stub_server import Reply, StubServer
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"id": "1", "title": "Dracula", "url": PAGE,
+                                  "text": "Dracula is an 1897 novel by Bram Stoker."}) + "\n")
+    search = call("search", query=["Dracula"])
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "DRVENUS_CACHE_DIR": str(tmp_path)}
+    with StubServer([search], default=Reply(content=search, delay=30)) as stub:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "drvenus", "serve", "--port", "0", "--base-url",
+             stub.base_url, "--model-name", "m", "--corpus", str(corpus)],
+            stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            url = None
+            while url is None:
+                line = proc.stderr.readline()
+                assert line, "serve exited before it was ready"
+                found = re.search(r"serving on (http://\S+?):? ", line)
+                url = found.group(1) if found else None
+            page = httpx.Client(base_url=url, timeout=60)
+            run_id = page.post("/api/runs", json={"question": "Who wrote Dracula?"}).json()["id"]
+            received: list[str] = []
+
+            def follow() -> None:
+                with page.stream("GET", f"/api/runs/{run_id}/events") as r:
+                    received.extend(r.iter_lines())
+
+            follower = threading.Thread(target=follow, daemon=True)
+            follower.start()
+            for _ in range(600):  # the second model call hangs: the run is mid-research
+                if len(stub.chat_requests) >= 2:
+                    break
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=60)
+            follower.join(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr
+    assert "event: end" in received  # the stream ended properly, not cut
+    finished = [json.loads(line[5:]) for line in received
+                if line.startswith("data:") and '"type": "finished"' in line]
+    assert finished and finished[-1]["view"]["termination"] == "interrupted"

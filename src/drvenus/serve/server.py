@@ -33,6 +33,7 @@ def serve_app(
     sock = bind_socket(host, port)
     try:
         server = uvicorn_server(app, sock, lifespan="on", graceful_seconds=5)
+        _stop_runs_on_exit(server, app)
         url = socket_url(sock)
         if on_ready is not None:
             on_ready(url)
@@ -40,6 +41,31 @@ def serve_app(
         asyncio.run(server.serve(sockets=[sock]))
     finally:
         sock.close()
+
+
+def _stop_runs_on_exit(server: Any, app: Any) -> None:
+    """On Ctrl-C (or SIGTERM), stop the runs at once: the streams that follow them (a browser's
+    page, a /v1 client) end with the runs' last event, ``interrupted``, and the server exits
+    without waiting out its graceful shutdown for them (and cancelling them mid-stream)."""
+    registry = getattr(app.state, "registry", None)
+    if registry is None:
+        return
+    handle_exit = server.handle_exit
+    stopping: list[asyncio.Future[Any]] = []  # held, so the task is not collected early
+
+    def on_exit(sig: int, frame: Any) -> None:
+        handle_exit(sig, frame)
+        if stopping:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not serving yet (or any more): the lifespan stops the runs
+            return
+        def stop() -> None:
+            stopping.append(asyncio.ensure_future(registry.aclose()))
+        loop.call_soon_threadsafe(stop)
+
+    server.handle_exit = on_exit
 
 
 class ServeThread(ServerThread):
