@@ -98,7 +98,7 @@ def test_no_import_circles():
 
 # Layers, lowest first: a module may import its own layer or lower ones, never a higher one.
 LAYERS = [
-    {"protocol", "text", "jsonl", "flags", "net", "records"},
+    {"protocol", "text", "jsonl", "flags", "net", "records", "signals"},
     {"config", "reference", "questions", "corpus", "llm", "grading"},
     {"agent", "tools"},
     {"stack", "batch"},

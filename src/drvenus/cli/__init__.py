@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from drvenus import __version__
+from drvenus import __version__, signals
 from drvenus.cli.agent import ask, run
 from drvenus.cli.common import CheckedGroup, out, setup_logging
 from drvenus.cli.data import data_app
@@ -83,10 +83,15 @@ def _is_click_error(exc: BaseException, name: str) -> bool:
 
 def main() -> None:
     """The console script: usage errors (a bad option value, a missing argument) print one
-    line and exit 2, instead of click's multi-line box."""
+    line and exit 2, instead of click's multi-line box. SIGTERM is handled like Ctrl-C
+    (:mod:`drvenus.signals`), its exit code 143."""
+    signals.install()
     try:
         code = app(prog_name="drvenus", standalone_mode=False)
     except typer.Abort:
+        if signals.terminated():
+            typer.echo("drvenus: terminated (SIGTERM)", err=True)
+            raise SystemExit(signals.TERMINATED) from None
         typer.echo("drvenus: aborted", err=True)
         raise SystemExit(1) from None
     except Exception as exc:
@@ -102,7 +107,7 @@ def main() -> None:
         hint = " (see --help)" if _is_click_error(exc, "UsageError") else ""
         typer.echo(f"{where}: {one_line(exc.format_message(), 400)}{hint}", err=True)  # type: ignore[attr-defined]
         raise SystemExit(getattr(exc, "exit_code", 2)) from None
-    raise SystemExit(code if isinstance(code, int) else 0)
+    raise SystemExit(signals.exit_code(code) if isinstance(code, int) else 0)
 
 
 __all__ = ["app", "main"]

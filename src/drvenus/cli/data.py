@@ -23,6 +23,7 @@ from drvenus.data.export import EXPORT_FORMATS
 from drvenus.data.options import CleanOptions
 from drvenus.data.resample import ResamplePolicy
 from drvenus.grading.judge import JudgeConfig
+from drvenus.signals import stopped_by
 
 data_app = typer.Typer(
     cls=CheckedGroup,
@@ -95,8 +96,8 @@ def clean(*, opts: CleanOptions) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         stats = _run_with_progress(opts)
-    except KeyboardInterrupt:
-        err.print("[yellow]interrupted[/yellow]: no output written")
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (drvenus.signals): workers stopped first
+        err.print(f"[yellow]{stopped_by()}[/yellow]: no output written")
         raise typer.Exit(INTERRUPTED) from None
     except (ValueError, OSError) as exc:
         raise fail(exc) from None

@@ -6,13 +6,15 @@ worker processes (or in this process with one worker), results come back in inpu
   plain picklable object sent with each chunk: workers hold no state between chunks.
 - :class:`WorkerPool` keeps at most ``2 * workers + 1`` chunks in flight (memory stays bounded)
   and yields results in submission order, so the output is the same for any worker count.
-  Workers ignore Ctrl-C (SIGINT): the main process handles it, cancels what has not started,
-  and waits for the chunks in progress, so an interrupted run prints no worker tracebacks.
+  Workers ignore Ctrl-C (SIGINT) and SIGTERM: the main process handles both, cancels what has
+  not started, and waits for the chunks in progress, so an interrupted run prints no worker
+  tracebacks; on Linux a worker dies with its parent (:func:`drvenus.signals.worker_init`), so
+  even a killed parent leaves no worker behind.
 """
 
 from __future__ import annotations
 
-import signal
+import os
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -23,6 +25,7 @@ import pyarrow as pa
 
 from drvenus.data.reading import Chunk, ipc_bytes
 from drvenus.data.rows import ChunkStats, RowError, RowOptions, process_rows
+from drvenus.signals import worker_init
 
 _ARROW_ROW_ERRORS = (pa.ArrowException, UnicodeError, TypeError, ValueError, OverflowError)
 
@@ -82,10 +85,6 @@ def _to_batch(records: list[dict], schema: pa.Schema, stats: ChunkStats | None) 
         return pa.RecordBatch.from_pylist(good, schema=schema)
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 class WorkerPool:
     """Runs a :class:`ChunkTask` over chunks with ``workers`` processes (one: in this process).
 
@@ -98,7 +97,9 @@ class WorkerPool:
 
     def __enter__(self) -> WorkerPool:
         if self.workers > 1:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_ignore_sigint)
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers, initializer=worker_init, initargs=(os.getpid(),)
+            )
         return self
 
     def __exit__(
