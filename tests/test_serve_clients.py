@@ -23,7 +23,18 @@ PAGE = "https://en.wikipedia.org/wiki/Dracula"
 MARKUP = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<answer>")
 
 
-def script(question: str) -> list[str]:
+def _forced(messages: list[dict[str, str]]) -> str:
+    """Searches until told the budget is spent, then answers (a forced answer)."""
+    notice = protocol.notice_kind(protocol.unwrap_tool_response(messages[-1]["content"]) or "")
+    if notice is not None:
+        return answer("Bram Stoker")
+    turn = sum(1 for m in messages if m["role"] == "assistant")
+    return call("search", query=[f"Dracula author {turn}"])
+
+
+def script(question: str) -> list:
+    if question.startswith("forced"):
+        return [_forced]
     if question.startswith("slow"):
         return [call("search", query=["Dracula author"]), call("visit", url=[PAGE], goal="who"),
                 answer("Bram Stoker")]
@@ -232,3 +243,73 @@ def test_ctrl_c_on_serve_while_a_page_follows_a_run_ends_cleanly(tmp_path):
     finished = [json.loads(line[5:]) for line in received
                 if line.startswith("data:") and '"type": "finished"' in line]
     assert finished and finished[-1]["view"]["termination"] == "interrupted"
+
+
+# ------------------------------------------------------------------------- /v1 in a chat app
+
+
+def _client(server):
+    openai = pytest.importorskip("openai")
+    return openai, openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_v1_marks_a_forced_answer(server):
+    _, oa = _client(server)
+    reply = oa.chat.completions.create(
+        model="drvenus", messages=[{"role": "user", "content": "forced: who wrote Dracula?"}])
+    content = reply.choices[0].message.content
+    assert content.startswith("Bram Stoker\n\n_Forced answer: the step or token budget ran out")
+    assert reply.choices[0].finish_reason == "stop"
+
+
+def test_v1_researches_a_follow_up_with_the_conversation_as_context(server):
+    _, oa = _client(server)
+    reply = oa.chat.completions.create(model="drvenus", messages=[
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Who wrote Dracula?"},
+        {"role": "assistant", "content": f"Bram Stoker\n\nSources:\n- {PAGE}"},
+        {"role": "user", "content": "When was he born?"},
+    ])
+    run_id = reply.id.removeprefix("chatcmpl-")
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        question = c.get(f"/api/runs/{run_id}").json()["question"]
+    assert "User: Who wrote Dracula?" in question and "Assistant: Bram Stoker" in question
+    assert question.endswith("When was he born?") and PAGE not in question
+    assert "Be brief." not in question
+    # a first question is researched as it is
+    first = oa.chat.completions.create(
+        model="drvenus", messages=[{"role": "user", "content": "Who wrote Dracula?"}])
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        body = c.get(f"/api/runs/{first.id.removeprefix('chatcmpl-')}").json()
+    assert body["question"] == "Who wrote Dracula?"
+
+
+def test_v1_honours_stop_and_max_tokens_and_refuses_what_it_cannot_do(server):
+    openai, oa = _client(server)
+    question = [{"role": "user", "content": "Who wrote Dracula?"}]
+    stopped = oa.chat.completions.create(model="drvenus", messages=question, stop=["Stoker"])
+    assert stopped.choices[0].message.content == "Bram "
+    assert stopped.choices[0].finish_reason == "stop"
+    short = oa.chat.completions.create(model="drvenus", messages=question, max_tokens=1)
+    assert short.choices[0].message.content == "Bram"  # about four bytes a token
+    assert short.choices[0].finish_reason == "length"
+    chunks = list(oa.chat.completions.create(model="drvenus", messages=question, stream=True,
+                                             max_completion_tokens=1))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Bram"
+    assert chunks[-1].choices[0].finish_reason == "length"
+    with pytest.raises(openai.BadRequestError) as json_format:
+        oa.chat.completions.create(model="drvenus", messages=question,
+                                   response_format={"type": "json_object"})
+    assert json_format.value.param == "response_format"
+    image = [{"role": "user", "content": [
+        {"type": "text", "text": "Who is this?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]
+    with pytest.raises(openai.BadRequestError) as pictures:
+        oa.chat.completions.create(model="drvenus", messages=image)
+    assert pictures.value.param == "messages" and "images" in pictures.value.message
+    with pytest.raises(openai.BadRequestError) as bad_stop:
+        oa.chat.completions.create(model="drvenus", messages=question, stop=[""])
+    assert bad_stop.value.param == "stop"
+    text = oa.chat.completions.create(model="drvenus", messages=question,
+                                      response_format={"type": "text"})
+    assert text.choices[0].message.content.startswith("Bram Stoker")

@@ -238,10 +238,10 @@ def _openai_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) 
         model = str(body.get("model") or oa.MODEL_ID)
         if body.get("stream"):
             return StreamingResponse(
-                oa.stream(run, model, include_usage=oa.wants_usage(body)),
+                oa.stream(run, model, include_usage=oa.wants_usage(body), body=body),
                 media_type="text/event-stream", headers=SSE_HEADERS,
             )
-        return _json(200, await oa.complete(run, model))
+        return _json(200, await oa.complete(run, model, body))
 
     app.add_route("/v1/models", models, methods=["GET"])
     app.add_route("/v1/models/{model:path}", model, methods=["GET"])

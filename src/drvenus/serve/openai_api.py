@@ -27,8 +27,9 @@ from http import HTTPStatus
 from typing import Any
 
 from drvenus.serve.agents import AgentPool, Choice, whole_number
-from drvenus.serve.runs import Run, RunRegistry
+from drvenus.serve.runs import MAX_QUESTION_CHARS, Run, RunRegistry
 from drvenus.serve.view import final_text, progress_line
+from drvenus.text import BYTES_PER_TOKEN, estimate_tokens, one_line
 
 MODEL_ID = "drvenus"
 HEAVY_SUFFIX = re.compile(r"^(?P<base>.+)\+heavy(?P<runs>[0-9]{1,6})$")  # drvenus+heavy4
@@ -94,7 +95,8 @@ def model_info(model: str, pool: AgentPool) -> dict[str, Any]:
 
 
 def _text_of(content: Any) -> str:
-    """A message's text: a string, or the text parts of a list of content parts."""
+    """A message's text: a string, or the text parts of a list of content parts (a user
+    message's other parts are refused by :func:`check_supported`)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -107,17 +109,43 @@ def _text_of(content: Any) -> str:
 
 
 def question_of(body: Mapping[str, Any]) -> str:
-    """The last user message of a chat request; ApiError when there is none."""
+    """What a chat request researches: its last user message, after the conversation's
+    earlier turns when it has any (a follow-up such as "When was he born?" keeps its subject);
+    ApiError when there is no user message with text."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError("'messages' must be a non-empty list")
-    for message in reversed(messages):
-        if isinstance(message, Mapping) and message.get("role") == "user":
-            text = _text_of(message.get("content")).strip()
-            if text:
-                return text
+    turns = [m for m in messages if isinstance(m, Mapping)
+             and m.get("role") in ("user", "assistant")]
+    last = max((i for i, m in enumerate(turns) if m.get("role") == "user"), default=None)
+    question = _text_of(turns[last].get("content")).strip() if last is not None else ""
+    if not question:
+        raise ApiError("the conversation has no user message with text to research")
+    room = MAX_QUESTION_CHARS - len(question) - len(EARLIER) - len(FOLLOW_UP) - 3
+    earlier = _earlier_turns(turns[:last], min(MAX_CONTEXT_CHARS, room))
+    return f"{EARLIER}\n{earlier}\n\n{FOLLOW_UP}{question}" if earlier else question
+
+
+EARLIER = "Earlier in this conversation:"
+FOLLOW_UP = "Question (it follows up on the conversation above): "
+MAX_CONTEXT_CHARS = 2000  # the earlier turns a follow-up carries, newest first
+MAX_TURN_CHARS = 600
+
+
+def _earlier_turns(turns: list[Mapping[str, Any]], budget: int) -> str:
+    """The earlier turns as ``User: ...`` / ``Assistant: ...`` lines (an answer without its
+    sources list), the newest that fit in ``budget`` characters."""
+    lines: list[str] = []
+    for message in reversed(turns):
+        text = _text_of(message.get("content")).split("\n\nSources:\n", 1)[0].strip()
+        if not text:
+            continue
+        who = "User" if message.get("role") == "user" else "Assistant"
+        line = f"{who}: {one_line(text, MAX_TURN_CHARS)}"
+        if sum(len(x) + 1 for x in lines) + len(line) > budget:
             break
-    raise ApiError("the conversation has no user message with text to research")
+        lines.append(line)
+    return "\n".join(reversed(lines))
 
 
 def choice_of(body: Mapping[str, Any], pool: AgentPool) -> Choice:
@@ -148,7 +176,9 @@ def choice_of(body: Mapping[str, Any], pool: AgentPool) -> Choice:
 
 
 def check_supported(body: Mapping[str, Any]) -> None:
-    """ApiError for what one research run cannot give: several choices, the caller's tools."""
+    """ApiError for what one research run cannot give: several choices, the caller's tools, a
+    JSON response format, content other than text (images, audio, files); and for ``stop``
+    and ``max_tokens`` that cannot be honoured (see :func:`shape_content`)."""
     n = body.get("n")
     if n is not None and n != 1:
         raise ApiError("n must be 1: each request is one research run with one answer",
@@ -156,6 +186,74 @@ def check_supported(body: Mapping[str, Any]) -> None:
     if body.get("tools") or body.get("functions"):
         raise ApiError("tools are not supported: drvenus researches with its own search and "
                          "visit tools and answers in text", param="tools")
+    response_format = body.get("response_format")
+    if response_format is not None and not (
+        isinstance(response_format, Mapping) and response_format.get("type") == "text"
+    ):
+        raise ApiError("response_format is not supported: drvenus answers in text (Markdown) "
+                       "with its sources; only {\"type\": \"text\"} is accepted",
+                       param="response_format")
+    _parts_check(body.get("messages"))
+    _stops(body.get("stop"))
+    _max_tokens(body)
+
+
+def _parts_check(messages: Any) -> None:
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        for part in content if isinstance(content, list) else []:
+            kind = part.get("type") if isinstance(part, Mapping) else None
+            if kind != "text":
+                what = {"image_url": "images", "input_audio": "audio", "file": "files"}.get(
+                    str(kind), f"content parts of type {kind!r}")
+                raise ApiError(f"{what} are not supported: drvenus researches questions "
+                               "written as text", param="messages")
+
+
+def _stops(stop: Any) -> list[str]:
+    """``stop`` as a list of strings (up to 4, as OpenAI takes them); ApiError otherwise."""
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or len(stops) > 4 or not all(
+        isinstance(x, str) and x for x in stops
+    ):
+        raise ApiError("stop must be a non-empty string or a list of up to 4 of them",
+                       param="stop")
+    return stops
+
+
+def _max_tokens(body: Mapping[str, Any]) -> int | None:
+    """``max_completion_tokens`` (or the older ``max_tokens``): a whole number from 1, or None."""
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ApiError(f"{name} must be a whole number from 1", param=name)
+        return value
+    return None
+
+
+def shape_content(record: Mapping[str, Any], body: Mapping[str, Any]) -> tuple[str, str]:
+    """The reply's content and ``finish_reason``: the answer (see :func:`final_text`) cut at
+    the first ``stop`` string (``stop``) or to ``max_tokens`` estimated tokens (``length``)."""
+    text, finish = final_text(record), finish_reason(record)
+    cuts = [i for stop in _stops(body.get("stop")) if (i := text.find(stop)) != -1]
+    if cuts:
+        text, finish = text[: min(cuts)], "stop"
+    limit = _max_tokens(body)
+    if limit is not None and estimate_tokens(text) > limit:
+        text, finish = _clip_tokens(text, limit), "length"
+    return text, finish
+
+
+def _clip_tokens(text: str, limit: int) -> str:
+    """The longest start of ``text`` (at a word where it can) of at most ``limit`` tokens."""
+    data = text.encode("utf-8")[: int(limit * BYTES_PER_TOKEN)]
+    head = data.decode("utf-8", "ignore")
+    cut = head.rfind(" ")
+    return head[:cut] if cut > len(head) // 2 else head
 
 
 def start_run(body: Mapping[str, Any], registry: RunRegistry) -> Run:
@@ -186,9 +284,12 @@ def finish_reason(record: Mapping[str, Any]) -> str:
     return "stop" if str(record.get("termination", "")).startswith("answered") else "length"
 
 
-async def complete(run: Run, model: str) -> dict[str, Any]:
-    """The whole chat.completion once the run is over."""
+async def complete(run: Run, model: str, body: Mapping[str, Any] | None = None
+                   ) -> dict[str, Any]:
+    """The whole chat.completion once the run is over (``body``: the request's ``stop`` and
+    ``max_tokens``)."""
     record = await run.wait() or {}
+    content, finish = shape_content(record, body or {})
     reasoning = "\n".join(
         line for event in run.events if (line := progress_line(event)) is not None
     )
@@ -202,10 +303,10 @@ async def complete(run: Run, model: str) -> dict[str, Any]:
                 "index": 0,
                 "message": {
                     "role": "assistant",
-                    "content": final_text(record),
+                    "content": content,
                     "reasoning_content": reasoning,
                 },
-                "finish_reason": finish_reason(record),
+                "finish_reason": finish,
             }
         ],
         "usage": _usage(record),
@@ -229,7 +330,8 @@ def wants_usage(body: Mapping[str, Any]) -> bool:
     return isinstance(options, Mapping) and options.get("include_usage") is True
 
 
-async def stream(run: Run, model: str, *, include_usage: bool = False) -> AsyncIterator[bytes]:
+async def stream(run: Run, model: str, *, include_usage: bool = False,
+                 body: Mapping[str, Any] | None = None) -> AsyncIterator[bytes]:
     """Server-sent chat.completion.chunk events: progress as reasoning, then the answer (and,
     with ``include_usage``, a usage chunk, as OpenAI sends it). Closing the stream leaves the
     run going (its result stays in the registry)."""
@@ -241,8 +343,9 @@ async def stream(run: Run, model: str, *, include_usage: bool = False) -> AsyncI
         line = progress_line(item[1])
         if line is not None:
             yield _chunk(run, model, {"reasoning_content": line + "\n"})
-    yield _chunk(run, model, {"content": final_text(run.record or {})})
-    yield _chunk(run, model, {}, finish=finish_reason(run.record or {}))
+    content, finish = shape_content(run.record or {}, body or {})
+    yield _chunk(run, model, {"content": content})
+    yield _chunk(run, model, {}, finish=finish)
     if include_usage:
         body = {
             "id": f"chatcmpl-{run.id}", "object": "chat.completion.chunk",
@@ -323,6 +426,7 @@ __all__ = [
     "model_info",
     "models_list",
     "question_of",
+    "shape_content",
     "start_run",
     "stream",
     "wants_usage",

@@ -20,7 +20,14 @@ from typing import Any
 from drvenus import protocol
 from drvenus.agent import TraceEvent
 from drvenus.agent.events import split_researches
-from drvenus.agent.words import error_words, no_answer_reason, no_answer_text, termination_words
+from drvenus.agent.words import (
+    FORCED_NOTE,
+    error_words,
+    is_forced,
+    no_answer_reason,
+    no_answer_text,
+    termination_words,
+)
 from drvenus.llm.openai_compat import without_address
 from drvenus.net.server import MAX_JSON_DEPTH, json_problem
 from drvenus.records import parse_json_text
@@ -333,6 +340,8 @@ def final_text(record: Mapping[str, Any]) -> str:
     view = finished_view(record)
     if view["answered"]:
         text = str(view["prediction"]).strip()
+        if is_forced(record):  # the budget ran out: said, as the page marks it
+            text += f"\n\n_{FORCED_NOTE}_"
     else:  # in words, as the page says it: never the model's raw markup
         text = no_answer_text({**record, "error": view["error"]})
     if view["sources"]:
