@@ -65,3 +65,19 @@ def test_a_stopped_run_on_the_terminal_is_told_in_words():
     assert "Stopped before the model gave an answer." in text
     assert "I had found that Bram Stoker wrote it." in text
     assert "interrupted" not in text and "last output" not in text
+
+
+def test_the_terminal_says_tokens_used_apart_from_the_context_and_ends_in_words():
+    from drvenus.cli.console import summary_table
+
+    record = {"termination": "answered_max_steps", "prediction": "Bram Stoker", "messages": [],
+              "tool_call_count": 1, "turns": 2, "final_token_count": 115,
+              "elapsed_seconds": 1.0, "usage": {"prompt_tokens": 200, "completion_tokens": 20}}
+    text = _render(record)
+    assert "context 115 tokens · 220 tokens used" in text
+    assert "Answered at the step limit" in text and "answered_max_steps" not in text
+    assert "Forced answer" in text
+    console = Console(record=True, width=100, color_system=None)
+    console.print(summary_table({"answered": 3, "llm_error": 1}, [1.0, 2.0], 0))
+    table = console.export_text()
+    assert "The model could not be reached" in table and "llm_error" not in table

@@ -199,3 +199,31 @@ def test_heavy_views_are_short_and_say_what_chose_the_answer():
         record = {"termination": "interrupted", "prediction": "No answer found", "messages": [],
                   "extra": {"heavy": {"chosen_by": chosen_by, "runs": [run, run]}}}
         assert finished_view(record)["heavy"]["how"] == how
+
+
+def test_a_model_named_by_its_server_is_called_so_in_the_run_and_tokens_used_are_counted(
+        tmp_path):
+    """A model configured by its server's address alone: the run's view names it as the
+    server reported it ("fake"), as the settings menu does, not "the configured model
+    server"; the result counts the tokens used apart from the final context's size."""
+    from drvenus.serve.agents import UNNAMED_MODEL
+    from drvenus.serve.view import finished_view, for_client
+
+    model = ScriptedModel([answer("Bram Stoker")], usage=True)
+    model.model = "fake"  # what the server's /models said
+    pool = AgentPool({"default": Preset(UNNAMED_MODEL, lambda: model)},
+                     {"default": Preset("tools", ScriptedTools)})
+
+    async def go():
+        registry = RunRegistry(pool, tmp_path)
+        started = registry.start("Who wrote Dracula?")
+        await started.wait()
+        return started
+
+    done = run(go())
+    assert pool.options()["models"][0]["label"] == "fake"
+    assert for_client(0, done.events[0])["view"]["model"] == "fake"
+    view = finished_view(done.record)
+    usage = done.record["usage"]
+    assert view["tokens_used"] == usage["prompt_tokens"] + usage["completion_tokens"] > 0
+    assert view["tokens_used"] != view["final_token_count"]

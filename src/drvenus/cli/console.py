@@ -154,12 +154,19 @@ class LiveTrace:
         self.console.print(
             f"[{style}]{escape(termination_words(r['termination']))}[/] · "
             f"{counted(r['tool_call_count'], 'tool call')} · {counted(r['turns'], 'turn')} · "
-            f"{r['final_token_count']} tokens · {r['elapsed_seconds']:.1f}s"
+            f"context {r['final_token_count']} tokens{_used(r)} · {r['elapsed_seconds']:.1f}s"
         )
         if is_forced(r):
             self.console.print(f"[yellow]{escape(FORCED_NOTE)}[/]")
         if not answered:  # in words, never the model's raw markup
             self.console.print(escape(no_answer_text(r)))
+
+
+def _used(record: dict[str, Any]) -> str:
+    """`` · 220 tokens used`` (the model calls' prompt and completion tokens in all)."""
+    usage = record.get("usage") or {}
+    used = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
+    return f" · {used} tokens used" if used else ""
 
 
 def _pace(done: int, total: int, seconds: float) -> str:
@@ -249,16 +256,17 @@ class BatchProgress:
         """``item`` finished and saved with ``record``."""
         self.active.pop(item.id, None)
         self.finished += 1
-        self.overall.update(self.task, advance=1, last=f"[dim]{record.termination}[/]")
+        self.overall.update(self.task, advance=1,
+                            last=f"[dim]{escape(termination_words(record.termination))}[/]")
 
 
 def summary_table(terminations: dict[str, int], elapsed: list[float], skipped: int) -> Table:
     table = Table(title="Batch summary", show_lines=False)
-    table.add_column("termination")
+    table.add_column("how the run ended")
     table.add_column("count", justify="right")
     for name, count in sorted(terminations.items(), key=lambda kv: -kv[1]):
-        table.add_row(name, str(count))
-    table.add_row("[dim]skipped (already done)[/]", str(skipped))
+        table.add_row(escape(termination_words(name)), str(count))
+    table.add_row("[dim]Skipped (already done)[/]", str(skipped))
     if elapsed:
         mean = sum(elapsed) / len(elapsed)
         table.caption = f"{len(elapsed)} finished · mean {mean:.1f}s per question"

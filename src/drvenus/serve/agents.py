@@ -103,6 +103,10 @@ class AgentPool:
             "heavy_cap": self.heavy_cap,
         }
 
+    def label_of(self, key: str) -> str:
+        """How model preset ``key`` is named to people (see :meth:`_label`)."""
+        return self._label(key, self.models[key])
+
     def _label(self, key: str, preset: Preset) -> str:
         """The preset's label, or the name its server reported once it was asked (a model
         configured by its server's address alone)."""

@@ -234,7 +234,7 @@ class RunRegistry:
                 run._notify()
                 self._say(f"run {run.id} started: {one_line(run.question, 80)}")
                 agent = await self.pool.agent(run.choice)
-                label = self.pool.models[self.pool.check(run.choice).model or ""].label
+                label = self.pool.label_of(self.pool.check(run.choice).model or "")
 
                 def add(event: TraceEvent) -> None:
                     if event.type == "started":  # the preset's name, never the server's URL

@@ -215,6 +215,7 @@ def finished_view(record: Mapping[str, Any]) -> dict[str, Any]:
         "tool_call_count": record.get("tool_call_count", 0),
         "turns": record.get("turns", 0),
         "final_token_count": record.get("final_token_count", 0),
+        "tokens_used": tokens_used(record),
         "elapsed_seconds": record.get("elapsed_seconds", 0.0),
         "usage": record.get("usage") or {},
         "sources": visited_sources(messages),
@@ -222,6 +223,16 @@ def finished_view(record: Mapping[str, Any]) -> dict[str, Any]:
                   "how": HEAVY_HOW.get(str(chosen_by), "stopped before an answer was chosen")}
         if heavy else None,
     }
+
+
+def tokens_used(record: Mapping[str, Any]) -> int:
+    """The tokens a run's model calls read and wrote in all (its usage), where
+    ``final_token_count`` is only the size of its context at the end."""
+    usage = record.get("usage")
+    if not isinstance(usage, Mapping):
+        return 0
+    return sum(int(usage.get(k) or 0) for k in ("prompt_tokens", "completion_tokens")
+               if isinstance(usage.get(k), int | float))
 
 
 def _public(text: Any) -> Any:
@@ -528,6 +539,7 @@ __all__ = [
     "heavy_runs",
     "load_saved",
     "progress_line",
+    "tokens_used",
     "tool_result_view",
     "visited_sources",
 ]

@@ -343,6 +343,7 @@ function showAnswer(v) {
   if (v.heavy) {
     parts.push(`${v.heavy.runs} runs, ${v.heavy.how}`);
   }
+  if (v.tokens_used > 0) parts.push(`${v.tokens_used} tokens used`);
   if (v.elapsed_seconds > 0) parts.push(`${v.elapsed_seconds.toFixed(1)} s`);
   $("a-meta").textContent = parts.join(" · ");
 }
@@ -408,7 +409,9 @@ async function follow(runId, question) {
     if (state.runId !== runId) return;
     state.finished = true;
     setStatus("no such run on this server", "failed");
-    flash(`Run ${runId}: ${err.message}`);
+    flash(/^no run /.test(err.message)
+      ? "This server has no run with that id: check the link, or pick a run under Runs."
+      : `Cannot open that run: ${err.message}`);
     return;
   }
   connect();
