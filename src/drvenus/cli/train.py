@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from drvenus.cli.common import err, fail, log_progress, out, with_options
+from drvenus.cli.common import INTERRUPTED, err, fail, log_progress, out, with_options
 from drvenus.train.options import check_paths
 from drvenus.train.rl.config import NO_JUDGE, RLConfig, RLConfigError
 from drvenus.train.sft.config import SFTConfig
@@ -96,6 +96,7 @@ def sft(
     from drvenus.train.sft.config import load_config
 
     _check_config_file(config)
+    settings: SFTConfig | None = None
     try:
         settings = load_config(config, **values)
         check_paths(settings, ("train", "val", "model"), hub=("model",), ask_hub=not dry_run)
@@ -115,7 +116,21 @@ def sft(
         result = train(settings)
     except (ValueError, OSError) as exc:
         raise fail(exc) from None
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM; a checkpoint being written was finished
+        _say_stopped(settings.output if settings is not None else None)
+        raise typer.Exit(INTERRUPTED) from None
     _print_summary(result)
+
+
+def _say_stopped(output: Any) -> None:
+    """One line: training stopped, and where ``--resume`` picks it up."""
+    from drvenus.signals import stopped_by
+    from drvenus.train.sft.trainer import latest_checkpoint
+
+    last = latest_checkpoint(output) if output else None
+    where = (f"--resume continues from {last}" if last
+             else "no complete checkpoint yet (--resume starts from the beginning)")
+    err.print(f"[yellow]{stopped_by()}[/yellow]: training stopped; {where}")
 
 
 # ---------------------------------------------------------------- rl

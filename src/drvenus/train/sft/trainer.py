@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from drvenus import signals
 from drvenus.train.sft.config import (
     CHECKPOINTING_ABOVE_TOKENS,
     CONFIG_FILE,
@@ -234,6 +236,11 @@ def _trainer_class(aggregation: str = "row-mean", sequence_parallel: bool = Fals
                 self._tokens, self._since = 0, now
             super().log(logs, start_time)
 
+        def _save_checkpoint(self, model, trial) -> None:
+            # Ctrl-C or SIGTERM while a checkpoint is written waits for it: never half of one
+            with signals.deferred():
+                super()._save_checkpoint(model, trial)
+
     return SFTTrainer
 
 
@@ -336,25 +343,57 @@ def _checkpointing_reason(config: SFTConfig) -> str:
     return f"{on} (unset: micro batch x max length = {tokens} {sign} {CHECKPOINTING_ABOVE_TOKENS})"
 
 
-def latest_checkpoint(output: str | Path) -> str | None:
-    """The newest ``checkpoint-N`` folder in ``output``, or None."""
-    from transformers.trainer_utils import get_last_checkpoint
+# The Trainer writes a checkpoint's trainer_state.json last: without it (or with half of it) the
+# save was cut short (the process killed while writing it) and the checkpoint cannot resume.
+TRAINER_STATE = "trainer_state.json"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
+
+def checkpoints(output: str | Path) -> list[tuple[int, Path, bool]]:
+    """The ``checkpoint-N`` folders of ``output`` as ``(N, folder, complete)``, oldest first."""
     folder = Path(output)
-    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir()
+             if p.is_dir() and (m := _CHECKPOINT.match(p.name))]
+    return [(n, p, _complete(p)) for n, p in sorted(found)]
+
+
+def _complete(checkpoint: Path) -> bool:
+    try:
+        state = json.loads((checkpoint / TRAINER_STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(state, dict)
+
+
+def latest_checkpoint(output: str | Path) -> str | None:
+    """The newest complete ``checkpoint-N`` folder in ``output``, or None."""
+    complete = [p for _, p, ok in checkpoints(output) if ok]
+    return str(complete[-1]) if complete else None
 
 
 def _resume_point(config: SFTConfig) -> str | None:
-    found = latest_checkpoint(config.output)
+    found = checkpoints(config.output)
+    latest = latest_checkpoint(config.output)
+    last_ok = max((n for n, _, ok in found if ok), default=-1)
+    newer = [p.name for n, p, ok in found if not ok and n > last_ok]
+    cut = (f"{', '.join(newer)} {'is' if len(newer) == 1 else 'are'} incomplete (no complete "
+           f"{TRAINER_STATE}: the run was stopped while saving)") if newer else ""
     if config.resume:
-        if found is None:
-            log.warning("--resume: no checkpoint in %s, starting from the beginning", config.output)
+        if latest is None:
+            log.warning("--resume: no complete checkpoint in %s%s; starting from the beginning",
+                        config.output, f" ({cut})" if cut else "")
+        elif cut:
+            log.warning("--resume: %s; resuming from the last complete one, %s", cut,
+                        Path(latest).name)
         else:
-            log.info("resuming from %s", found)
-        return found
-    if found is not None:
-        raise SFTConfigError(f"{config.output} already has checkpoints: pass --resume to "
-                             "continue the run, or choose another --output")
+            log.info("resuming from %s", latest)
+        return latest
+    if found:
+        raise SFTConfigError(f"{config.output} already has checkpoints{f' ({cut})' if cut else ''}"
+                             ": pass --resume to continue the run from the last complete one, "
+                             "or choose another --output")
     return None
 
 
@@ -398,5 +437,5 @@ def train(config: SFTConfig, *, callbacks: list[Any] | None = None) -> SFTResult
                      output.training_loss, resume_from, list(trainer.state.log_history), stats)
 
 
-__all__ = ["SFTResult", "build_data", "collator", "latest_checkpoint", "load_model",
+__all__ = ["SFTResult", "build_data", "checkpoints", "collator", "latest_checkpoint", "load_model",
            "load_tokenizer", "parallelism_config", "train", "training_arguments"]
