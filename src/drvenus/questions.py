@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from drvenus.jsonl import bounded_lines, too_long
 from drvenus.protocol import ANSWER_SPLIT
 from drvenus.records import read_records
 
@@ -118,8 +119,10 @@ def _rows(path: Path) -> list[tuple[str, Any]]:
     if name.endswith(".txt"):
         out: list[tuple[str, Any]] = []
         with path.open("rb") as fh:
-            for n, line in enumerate(fh, 1):
-                if line.strip():
+            for n, line in enumerate(bounded_lines(fh), 1):
+                if line is None:  # never held whole
+                    out.append((f"line {n}", ValueError(too_long())))
+                elif line.strip():
                     try:
                         out.append((f"line {n}", {"question": line.decode("utf-8").strip()}))
                     except UnicodeDecodeError:

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 TABLE_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".csv", ".xlsx", ".parquet")
 TRAJECTORY_SUFFIXES = (".json", ".jsonl", ".jsonl.gz", ".parquet", ".pq")
 _BLANK = b" \t\r\n\xef\xbb\xbf"  # whitespace and the UTF-8 byte-order mark
+#: The largest ``.json`` document read (whole, as JSON documents must be); JSON lines stream.
+MAX_DOCUMENT_BYTES = 256 << 20
 
 
 class RecordsError(ValueError):
@@ -68,15 +70,49 @@ def parse_json_text(text: str | bytes, where: str = "the file") -> list[Any]:
     return rows
 
 
+#: The largest system prompt text file (a prompt is a few KB; a trajectory file is read as rows).
+MAX_PROMPT_BYTES = 1 << 20
+#: The largest YAML config file (sft / rl --config).
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def check_prompt_file(path: str | Path) -> None:
+    """Refuse a system prompt text file over :data:`MAX_PROMPT_BYTES` before it is read whole
+    (a trajectory file's prompt is its first row's: JSON lines and parquet stream, a ``.json``
+    document is bounded by :data:`MAX_DOCUMENT_BYTES`)."""
+    path = Path(path)
+    if path.name.lower().endswith(TRAJECTORY_SUFFIXES):
+        return
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return  # the reader says what is wrong with it
+    if size > MAX_PROMPT_BYTES:
+        raise RecordsError(f"system prompt file {path}: {size:,} bytes, over the "
+                           f"{MAX_PROMPT_BYTES:,}-byte limit of a prompt")
+
+
+def read_bounded(path: Path, limit: int, advice: str = "") -> bytes:
+    """The bytes of a file read whole, refused (before reading more than ``limit + 1`` bytes:
+    a pipe has no size) when it is over ``limit`` bytes. Raises :class:`RecordsError`."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(limit + 1)
+    except OSError as exc:
+        raise RecordsError(f"{path}: {exc.strerror or exc}") from None
+    if len(raw) > limit:
+        raise RecordsError(f"{path}: over {limit:,} bytes, too large to read whole"
+                           + (f"; {advice}" if advice else ""))
+    return raw
+
+
 def iter_json_file(path: Path) -> Iterator[Any]:
     """The records of a ``.json`` / ``.jsonl(.gz)`` file. JSON lines stream; a malformed line
     raises :class:`RecordsError` with its number."""
     name = path.name.lower()
     if name.endswith(".json"):
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise RecordsError(f"{path}: {exc.strerror or exc}") from None
+        raw = read_bounded(path, MAX_DOCUMENT_BYTES, "write it as JSON lines (.jsonl), which "
+                           "stream")
         try:
             yield from parse_json_text(raw, str(path))
         except UnicodeDecodeError:

@@ -112,7 +112,13 @@ class AgentOptions:
 
     @property
     def prompt_file(self) -> str | None:
-        return str(self.system_prompt_file) if self.system_prompt_file else None
+        """The system prompt file (refused when far too large to be one)."""
+        if not self.system_prompt_file:
+            return None
+        from drvenus.records import check_prompt_file
+
+        check_prompt_file(self.system_prompt_file)
+        return str(self.system_prompt_file)
 
 
 # a bad setting from an option is named by the option's flag

@@ -22,6 +22,7 @@ from drvenus.data.rows import RowOptions
 from drvenus.data.writing import OUTPUT_NAMES
 from drvenus.protocol import build_system_prompt, load_system_prompt, prompt_date
 from drvenus.protocol.profiles import DEFAULT_PROTOCOL
+from drvenus.records import check_prompt_file
 
 
 class NothingReadError(DataInputError):
@@ -48,6 +49,7 @@ class RunPlan:
 
 def _system_prompt(opts: CleanOptions) -> tuple[str, str | None]:
     if opts.system_prompt_file is not None:
+        check_prompt_file(opts.system_prompt_file)
         return load_system_prompt(opts.system_prompt_file), opts.current_date
     from drvenus.reference.profiles import profile
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from drvenus.flags import flag
+from drvenus.records import MAX_CONFIG_BYTES, RecordsError, read_bounded
 
 T = TypeVar("T")
 
@@ -157,7 +158,12 @@ def read_values(cls: type, path: str | Path | None, overrides: dict[str, Any],
     values: dict[str, Any] = {}
     if path is not None:
         try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            raw = read_bounded(Path(path), MAX_CONFIG_BYTES)
+            loaded = yaml.safe_load(raw.decode("utf-8"))
+        except RecordsError as exc:
+            raise error(str(exc)) from None
+        except UnicodeDecodeError:
+            raise error(f"{path}: not UTF-8 text") from None
         except yaml.YAMLError as exc:
             raise error(f"{path}: not valid YAML ({one_line_reason(exc)})") from None
         if loaded is not None and not isinstance(loaded, dict):

@@ -93,6 +93,7 @@ class RolloutConfig:
         """The rollout settings of ``config`` (default: RLConfig's defaults), ``overrides``
         (field names of this class) on top. The system prompt file is read here, once."""
         from drvenus.protocol import load_system_prompt
+        from drvenus.records import check_prompt_file
 
         c = config or RLConfig()
         protocol = overrides.get("protocol") or c.protocol_name()
@@ -110,6 +111,7 @@ class RolloutConfig:
             "context": ContextPolicy(c.context_strategy, c.keep_last),  # type: ignore[arg-type]
         }
         if "system_prompt" not in overrides and c.system_prompt_file:
+            check_prompt_file(c.system_prompt_file)
             values["system_prompt"] = load_system_prompt(c.system_prompt_file)
         if "texts" not in overrides:
             values["texts"] = profile(protocol).rl_texts()
