@@ -264,7 +264,7 @@ def test_openai_client_non_stream_and_stream(server):
     )
     message = reply.choices[0].message
     assert message.content.startswith("Bram Stoker")
-    assert f"Sources:\n- {DRACULA}" in message.content
+    assert f"Sources:\n- [Dracula]({DRACULA})" in message.content  # by title, as a link
     assert "Searching: Dracula author" in message.model_extra["reasoning_content"]
     chunks = list(oa.chat.completions.create(
         model="drvenus", stream=True,

@@ -35,6 +35,11 @@ def _forced(messages: list[dict[str, str]]) -> str:
 def script(question: str) -> list:
     if question.startswith("forced"):
         return [_forced]
+    if question.startswith(("visit", "cites")):
+        reply = ("Bram Stoker.\n\n**Sources:**\n- " + PAGE if question.startswith("cites")
+                 else "Bram Stoker")
+        return [call("search", query=["Dracula author"]), call("visit", url=[PAGE], goal="who"),
+                answer(reply)]
     if question.startswith("slow"):
         return [call("search", query=["Dracula author"]), call("visit", url=[PAGE], goal="who"),
                 answer("Bram Stoker")]
@@ -313,3 +318,45 @@ def test_v1_honours_stop_and_max_tokens_and_refuses_what_it_cannot_do(server):
     text = oa.chat.completions.create(model="drvenus", messages=question,
                                       response_format={"type": "text"})
     assert text.choices[0].message.content.startswith("Bram Stoker")
+
+
+# ------------------------------------------------------------------------ reports to take away
+
+
+def test_a_run_report_and_trace_can_be_downloaded(server, tmp_path):
+    from drvenus.agent import read_trace
+
+    with httpx.Client(base_url=server.url, timeout=30) as page:
+        running = page.post("/api/runs", json={"question": "slow: who wrote it?"}).json()["id"]
+        early = page.get(f"/api/runs/{running}/report")
+        run_id = page.post("/api/runs", json={"question": "visit: who wrote Dracula?"}).json()["id"]
+        with page.stream("GET", f"/api/runs/{run_id}/events") as r:
+            for _ in r.iter_lines():
+                pass
+        report = page.get(f"/api/runs/{run_id}/report")
+        trace = page.get(f"/api/runs/{run_id}/trace")
+        missing = page.get("/api/runs/nope/report")
+        page.post(f"/api/runs/{running}/cancel", json={})
+    assert early.status_code == 409 and "not over" in early.json()["error"]
+    assert missing.status_code == 404
+    assert report.status_code == 200 and report.headers["content-type"].startswith("text/markdown")
+    assert report.headers["content-disposition"] == f'attachment; filename="drvenus-{run_id}.md"'
+    text = report.text
+    assert text.startswith("# visit: who wrote Dracula?\n\nBram Stoker\n\n## Sources\n\n")
+    assert f"- [Dracula]({PAGE})" in text and "Answered · 2 tool calls · 3 turns" in text
+    assert trace.headers["content-disposition"].endswith(f'drvenus-{run_id}.jsonl"')
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(trace.content)
+    [events] = read_trace(path)
+    assert events[0]["type"] == "started" and events[-1]["type"] == "finished"
+
+
+def test_v1_does_not_add_a_second_sources_list_to_an_answer_that_has_one(server):
+    _, oa = _client(server)
+    cites = oa.chat.completions.create(
+        model="drvenus", messages=[{"role": "user", "content": "cites: who wrote Dracula?"}])
+    content = cites.choices[0].message.content
+    assert content.lower().count("sources") == 1, content
+    plain = oa.chat.completions.create(
+        model="drvenus", messages=[{"role": "user", "content": "visit: who wrote Dracula?"}])
+    assert plain.choices[0].message.content == f"Bram Stoker\n\nSources:\n- [Dracula]({PAGE})"

@@ -35,7 +35,7 @@ from drvenus.net.guard import OPEN_PATHS, Guard
 from drvenus.net.server import MAX_BODY_BYTES, Busy, Reject, read_json_body, require_serve_extra
 from drvenus.serve.agents import Choice, whole_number
 from drvenus.serve.runs import MAX_QUESTION_CHARS, BadQuestion, Run, RunRegistry
-from drvenus.serve.view import finished_view, for_client, load_saved
+from drvenus.serve.view import finished_view, for_client, load_saved, report_markdown
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
@@ -129,6 +129,23 @@ def _resume_index(request: Request) -> int:
         raise Reject(400, {"error": "Last-Event-ID / after must be an event index"}) from None
 
 
+def _download(registry: RunRegistry, run_id: str, what: str) -> Response:
+    """A run's ``report`` (Markdown, once it is over) or its ``trace`` (JSONL), as a file."""
+    from fastapi.responses import Response
+
+    run = _run_or_404(registry, run_id)
+    if what == "trace":
+        lines = [json.dumps(e, ensure_ascii=False) for e in run.events]
+        body, kind, ext = "".join(x + "\n" for x in lines), "application/x-ndjson", "jsonl"
+    elif run.record is None:
+        raise Reject(409, {"error": "the run is not over yet: its report comes at its end"})
+    else:
+        body, kind, ext = report_markdown(run.record, run.id), "text/markdown", "md"
+    disposition = f'attachment; filename="drvenus-{run.id}.{ext}"'
+    return Response(body.encode("utf-8", "replace"), 200, media_type=f"{kind}; charset=utf-8",
+                    headers={"Content-Disposition": disposition, "Cache-Control": "no-store"})
+
+
 async def _sse(run: Run, after: int) -> AsyncIterator[bytes]:
     yield f"event: run\ndata: {json.dumps(run.summary(), ensure_ascii=False)}\n\n".encode()
     async for item in run.follow(after):
@@ -173,7 +190,14 @@ def _api_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> 
         stream = _sse(run, _resume_index(request))
         return StreamingResponse(stream, media_type="text/event-stream", headers=SSE_HEADERS)
 
+    async def report(request: Request) -> Response:
+        return _download(registry, request.path_params["run_id"], "report")
+
+    async def trace(request: Request) -> Response:
+        return _download(registry, request.path_params["run_id"], "trace")
+
     async def cancel(request: Request) -> Response:
+
         run = _run_or_404(registry, request.path_params["run_id"])
         stopped = await registry.cancel(run.id)
         return _json(200, {"stopped": stopped, **run.summary()})
@@ -207,6 +231,8 @@ def _api_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> 
     app.add_route("/api/runs/{run_id}", one, methods=["GET"])
     app.add_route("/api/runs/{run_id}/events", events, methods=["GET"])
     app.add_route("/api/runs/{run_id}/cancel", cancel, methods=["POST"])
+    app.add_route("/api/runs/{run_id}/report", report, methods=["GET"])
+    app.add_route("/api/runs/{run_id}/trace", trace, methods=["GET"])
     app.add_route("/api/replay", replay, methods=["POST"])
 
 

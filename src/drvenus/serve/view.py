@@ -188,6 +188,40 @@ def visited_sources(messages: Iterable[Mapping[str, Any]]) -> list[str]:
     return seen
 
 
+def source_titles(messages: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """The title the conversation's searches gave each URL (the first one met)."""
+    titles: dict[str, str] = {}
+    for message in messages:
+        if message.get("role") != "user":
+            continue
+        body = protocol.unwrap_tool_response(str(message.get("content", "")))
+        for entry in (protocol.parse_search_body(body) if body is not None else None) or []:
+            for hit in entry["web_page_info_list"]:
+                url, title = str(hit.get("url") or ""), one_line(hit.get("title") or "", 200)
+                if url and title:
+                    titles.setdefault(url, title)
+    return titles
+
+
+_OWN_SOURCES = re.compile(r"^\s*(?:#{1,6}\s*)?(?:\*\*|__)?(?:sources|references)(?:\*\*|__)?"
+                          r"\s*:?\s*(?:\*\*|__)?\s*$", re.I | re.M)
+
+
+def lists_sources(answer: str) -> bool:
+    """Whether an answer has its own list of sources (a "Sources" or "References" heading)."""
+    return bool(_OWN_SOURCES.search(answer or ""))
+
+
+def sources_markdown(pages: Iterable[Mapping[str, str]]) -> str:
+    """``- [Title](url)`` lines (a bare URL where no title is known)."""
+    lines = []
+    for page in pages:
+        title = page.get("title", "").replace("[", "(").replace("]", ")")
+        url = page["url"].replace(" ", "%20").replace(")", "%29")
+        lines.append(f"- [{title}]({url})" if title else f"- {page['url']}")
+    return "\n".join(lines)
+
+
 def heavy_runs(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The records of Heavy mode's runs that a result record keeps (``extra.heavy.runs``)."""
     extra = record.get("extra")
@@ -205,6 +239,8 @@ def finished_view(record: Mapping[str, Any]) -> dict[str, Any]:
                 if isinstance(m, Mapping)]
     heavy = (record.get("extra") or {}).get("heavy") if runs else None
     answered = termination.startswith("answered")
+    sources = visited_sources(messages)
+    titles = source_titles(messages)
     chosen_by = heavy.get("chosen_by") if heavy else None
     return {
         "termination": termination,
@@ -218,7 +254,8 @@ def finished_view(record: Mapping[str, Any]) -> dict[str, Any]:
         "tokens_used": tokens_used(record),
         "elapsed_seconds": record.get("elapsed_seconds", 0.0),
         "usage": record.get("usage") or {},
-        "sources": visited_sources(messages),
+        "sources": sources,
+        "source_pages": [{"url": url, "title": titles.get(url, "")} for url in sources],
         "heavy": {"runs": len(runs), "chosen_by": chosen_by,
                   "how": HEAVY_HOW.get(str(chosen_by), "stopped before an answer was chosen")}
         if heavy else None,
@@ -355,9 +392,33 @@ def final_text(record: Mapping[str, Any]) -> str:
             text += f"\n\n_{FORCED_NOTE}_"
     else:  # in words, as the page says it: never the model's raw markup
         text = no_answer_text({**record, "error": view["error"]})
-    if view["sources"]:
-        text += "\n\nSources:\n" + "\n".join(f"- {url}" for url in view["sources"])
+    if view["sources"] and not (view["answered"] and lists_sources(text)):
+        text += "\n\nSources:\n" + sources_markdown(view["source_pages"])
     return text
+
+
+def report_markdown(record: Mapping[str, Any], run_id: str = "") -> str:
+    """A run's report to take away (Markdown): the question, the answer (or why there is
+    none), the sources by title, and how the run went."""
+    view = finished_view(record)
+    question = one_line(str(record.get("question") or ""), 2000)
+    parts = [f"# {question}" if question else "# Research report"]
+    if view["answered"]:
+        parts.append(str(view["prediction"]).strip())
+        if is_forced(record):
+            parts.append(f"_{FORCED_NOTE}_")
+    else:
+        parts.append(no_answer_text({**record, "error": view["error"]}))
+    if view["sources"]:
+        parts.append("## Sources\n\n" + sources_markdown(view["source_pages"]))
+    how = [termination_words(view["termination"]),
+           f"{view['tool_call_count']} tool calls", f"{view['turns']} turns"]
+    if view["heavy"]:
+        how.append(f"{view['heavy']['runs']} runs, {view['heavy']['how']}")
+    if view["elapsed_seconds"]:
+        how.append(f"{float(view['elapsed_seconds']):.1f} s")
+    parts.append("---\n\n" + " · ".join(how) + (f" · run {run_id}" if run_id else ""))
+    return "\n\n".join(parts) + "\n"
 
 
 # ------------------------------------------------------------------------------ saved files
@@ -539,6 +600,8 @@ __all__ = [
     "heavy_runs",
     "load_saved",
     "progress_line",
+    "report_markdown",
+    "source_titles",
     "tokens_used",
     "tool_result_view",
     "visited_sources",

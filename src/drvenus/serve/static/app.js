@@ -103,6 +103,7 @@ function resetView(question) {
   $("a-text").replaceChildren();
   $("a-sources").replaceChildren();
   $("a-meta").textContent = "";
+  $("a-downloads").hidden = true;
   state.answer = "";
   $("v-question").textContent = question || "";
   $("v-meta").textContent = "";
@@ -336,7 +337,8 @@ function showAnswer(v) {
   if (v.sources === undefined) return;
   sources.replaceChildren(v.sources.length
     ? el("div", {}, el("b", {}, "Sources visited"),
-         el("ul", { class: "sources" }, ...v.sources.map((u) => el("li", {}, link(u)))))
+         el("ul", { class: "sources" }, ...(v.source_pages || v.sources.map((url) => ({ url })))
+           .map((p) => el("li", {}, link(p.url, p.title || p.url)))))
     : el("div", { class: "meta" }, "No page was visited."));
   const parts = [inWords(v.termination), counted(v.tool_call_count, "tool call"),
                  counted(v.turns, "turn")];
@@ -346,6 +348,16 @@ function showAnswer(v) {
   if (v.tokens_used > 0) parts.push(`${v.tokens_used} tokens used`);
   if (v.elapsed_seconds > 0) parts.push(`${v.elapsed_seconds.toFixed(1)} s`);
   $("a-meta").textContent = parts.join(" · ");
+  // the run's report (Markdown, sources by title) and trace (JSONL) to take away
+  const id = state.replay ? null : state.runId;
+  const downloads = $("a-downloads");
+  downloads.hidden = !id;
+  if (id) {
+    const base = `/api/runs/${encodeURIComponent(id)}`;
+    downloads.replaceChildren("Download: ",
+      el("a", { href: `${base}/report`, download: `drvenus-${id}.md` }, "report (Markdown)"), " · ",
+      el("a", { href: `${base}/trace`, download: `drvenus-${id}.jsonl` }, "trace (JSONL)"));
+  }
 }
 
 function render(ev) {
