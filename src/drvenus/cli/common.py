@@ -43,12 +43,22 @@ out = Console()
 err = Console(stderr=True, soft_wrap=True)
 
 BAD_INPUT = 2  # exit code of bad input / a usage error
+RUN_FAILED = 1  # exit code of a run that failed (the model or the tools could not be reached)
 INTERRUPTED = 130  # exit code after Ctrl-C
 
 
 # ---------------------------------------------------------------- the error boundary
 class CliError(Exception):
-    """A user-facing failure: printed as one line, exit code 2."""
+    """A user-facing failure: printed as one line, exit code 2 (``exit_code``)."""
+
+    exit_code = BAD_INPUT
+
+
+class ModelUnreachable(CliError):
+    """Nothing answers at the model server's address: the run could not be made, exit code 1
+    (as a run that ends as ``llm_error``), not bad input."""
+
+    exit_code = RUN_FAILED
 
 
 def known_errors(*extra: type[BaseException]) -> tuple[type[BaseException], ...]:
@@ -61,7 +71,8 @@ def known_errors(*extra: type[BaseException]) -> tuple[type[BaseException], ...]
 
 
 def fail(exc: BaseException | str) -> typer.Exit:
-    """Print ``exc`` as one ``error:`` line on stderr; the ``typer.Exit(2)`` to raise."""
+    """Print ``exc`` as one ``error:`` line on stderr; the ``typer.Exit`` to raise (2, or the
+    error's own ``exit_code``)."""
     from pydantic import ValidationError
 
     if isinstance(exc, ValidationError):
@@ -69,7 +80,7 @@ def fail(exc: BaseException | str) -> typer.Exit:
     else:
         text = str(exc).strip() or type(exc).__name__
     err.print(f"[bold red]error:[/] {escape(text.strip().splitlines()[0])}")
-    return typer.Exit(BAD_INPUT)
+    return typer.Exit(exc.exit_code if isinstance(exc, CliError) else BAD_INPUT)
 
 
 def describe_validation_error(exc: ValidationError, names: Mapping[str, str]) -> str:
@@ -104,7 +115,7 @@ async def require_model_server(model: object, timeout: float = 5.0) -> None:
         await check(timeout)
     except LLMError as exc:
         if exc.unreachable:
-            raise CliError(str(exc)) from None
+            raise ModelUnreachable(str(exc)) from None
 
 
 def notice(message: str) -> None:
