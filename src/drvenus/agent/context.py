@@ -171,6 +171,14 @@ class ContextManager:
         return {"context_strategy": self.policy.strategy, "compactions": self.count}
 
 
+def keep_last_warning(strategy: str | None, keep_last: int | None) -> str | None:
+    """The warning for a ``keep_last`` that the run's strategy will not use, or None."""
+    if keep_last is None or (strategy or "none") == "keep-last-k":
+        return None
+    return (f"--keep-last {keep_last} does nothing with --context-strategy {strategy or 'none'}"
+            " (it is keep-last-k's): add --context-strategy keep-last-k, or drop --keep-last")
+
+
 def small_window_warning(window: int | None, budget: int) -> str | None:
     """The warning for a model window far smaller than the context budget, or None."""
     if not window or window >= SMALL_WINDOW or window * 4 > budget:

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from drvenus.cli.common import name_flags
+from rich.markup import escape
+
+from drvenus.cli.common import err, name_flags
 from drvenus.flags import Cli, flag, option
 
 if TYPE_CHECKING:
@@ -106,9 +108,14 @@ class AgentOptions:
 
     def settings(self) -> Settings:
         """The run's settings: the environment's, with these options on top."""
+        from drvenus.agent.context import keep_last_warning
         from drvenus.config import load_settings
 
-        return load_settings(**_setting_values(self))
+        settings = load_settings(**_setting_values(self))
+        warning = keep_last_warning(settings.context_strategy, settings.keep_last)
+        if warning:  # set but unused: said, not silently ignored
+            err.print(f"[yellow]warning:[/] {escape(warning)}")
+        return settings
 
     @property
     def prompt_file(self) -> str | None:
