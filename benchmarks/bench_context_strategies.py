@@ -76,7 +76,8 @@ class EndlessSearcher:
         self.max_prompt = 0
         self.reprefilled = 0
 
-    async def generate(self, messages, params: SamplingParams, *, grammar=None, timeout=None):
+    async def generate(self, messages, params: SamplingParams, *, grammar=None, state=None,
+                       timeout=None):
         last = messages[-1]["content"]
         if last == protocol.SUMMARY_REQUEST:
             text = REPORT

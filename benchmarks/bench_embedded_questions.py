@@ -17,7 +17,7 @@ through the embedded agent (``drvenus.stack.build_stack(load_settings(), paralle
 stack per variant, questions concurrently in N slots) for every variant:
 
 - ``baseline``: the embedded preset as it was when this benchmark was written (the values of
-  ``EMBEDDED_AGENT``, ``EMBEDDED_SEARCH_TOP_K`` and ``EMBEDDED_GRAMMAR_OPTIONS`` copied below)
+  ``EMBEDDED_AGENT``, ``EMBEDDED_SEARCH_TOP_K`` and the grammar options copied below)
 - ``ours``: the product's current embedded preset (read from drvenus at run time)
 
 Metrics per variant:
@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -58,7 +59,6 @@ import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from drvenus import protocol
@@ -70,6 +70,7 @@ from drvenus.eval.metrics import wilson_interval
 from drvenus.grading.match import exact_match
 from drvenus.llm.base import SamplingParams
 from drvenus.protocol.grammar import PROTOCOL_TAGS
+from drvenus.small.levers import Levers
 
 OUT_DIR = Path(__file__).resolve().parent / "out"
 QUESTIONS_FILE = OUT_DIR / "embedded_questions.jsonl"
@@ -93,15 +94,8 @@ BASELINE_AGENT = AgentConfig(
     min_searches=1,
 )
 BASELINE_SEARCH_TOP_K = 4
-BASELINE_GRAMMAR_OPTIONS: Mapping[str, Any] = MappingProxyType(
-    {
-        "max_think_chars": 240,
-        "max_answer_chars": 120,
-        "max_string_chars": 60,
-        "max_list_items": 2,
-        "plain_queries": True,
-    }
-)
+BASELINE_LEVERS = Levers(think_chars=240, free_answer_chars=120, call_chars=60, call_items=2,
+                         queries_plain=True)
 
 
 @dataclass(frozen=True)
@@ -109,18 +103,17 @@ class Variant:
     name: str
     agent: AgentConfig
     search_top_k: int
-    grammar_options: Mapping[str, Any]
+    levers: Levers
     snippet_chars: int | None = None  # None: the product's (CorpusIndex.snippet_chars)
     retrieval: str | None = None  # None: the product's (Settings.retrieval)
 
 
 def current_variant(name: str = "ours") -> Variant:
     """The product's embedded preset as it is now."""
-    from drvenus import stack
-    from drvenus.llm import embedded
+    from drvenus.small import preset
 
     return Variant(
-        name, stack.EMBEDDED_AGENT, stack.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS
+        name, preset.EMBEDDED_AGENT, preset.EMBEDDED_SEARCH_TOP_K, preset.embedded_levers()
     )
 
 
@@ -128,15 +121,16 @@ def _ours_with(name: str, steps: int | None = None, snippet_chars: int | None = 
                max_tokens: int | None = None, heavy: int | None = None,
                heavy_mode: str = "synthesise", retrieval: str | None = None,
                min_searches: int | None = None, **grammar: Any) -> Callable[[], Variant]:
-    """Ablations: the current preset with a few values changed (``None`` drops an option);
-    ``heavy``: Heavy mode's runs per question (drvenus.agent.heavy)."""
+    """Ablations: the current preset with a few levers changed (``None``: the lever's default,
+    off); ``heavy``: Heavy mode's runs per question (drvenus.agent.heavy)."""
 
     def make() -> Variant:
         from drvenus.agent import HeavyPolicy
 
         v = current_variant(name)
-        options = {**v.grammar_options, **grammar}
-        options = {k: x for k, x in options.items() if x is not None}
+        off = Levers()
+        levers = v.levers.but(**{k: getattr(off, k) if x is None else x
+                                 for k, x in grammar.items()})
         agent = v.agent if steps is None else replace(v.agent, max_steps=steps)
         if heavy is not None:
             agent = replace(agent, heavy=HeavyPolicy(runs=heavy, mode=heavy_mode))  # type: ignore[arg-type]
@@ -144,8 +138,7 @@ def _ours_with(name: str, steps: int | None = None, snippet_chars: int | None = 
             agent = replace(agent, sampling=replace(agent.sampling, max_tokens=max_tokens))
         if min_searches is not None:
             agent = replace(agent, min_searches=min_searches)
-        return Variant(name, agent, v.search_top_k, MappingProxyType(options), snippet_chars,
-                       retrieval)
+        return Variant(name, agent, v.search_top_k, levers, snippet_chars, retrieval)
 
     return make
 
@@ -153,29 +146,29 @@ def _ours_with(name: str, steps: int | None = None, snippet_chars: int | None = 
 # The levers of issue #29, each of which an ablation turns off (``levers-off``: all of them,
 # the preset before the issue: spans of thoughts too, no answer shape, no focus on the
 # question's sentences, the model's own first query, 260-character snippets).
-LEVERS_OFF = dict(answer_spans_thinking=True, answer_spans_shaped=None, answer_spans_focus=None,
-                  question_first_search=None, snippet_chars=260, max_tokens=384)
+LEVERS_OFF = dict(span_thinking=True, span_shaped=None, span_focus=None,
+                  first_search_question=None, snippet_chars=260, max_tokens=384)
 
 
 VARIANTS: dict[str, Callable[[], Variant]] = {
     "baseline": lambda: Variant(
-        "baseline", BASELINE_AGENT, BASELINE_SEARCH_TOP_K, BASELINE_GRAMMAR_OPTIONS
+        "baseline", BASELINE_AGENT, BASELINE_SEARCH_TOP_K, BASELINE_LEVERS
     ),
     "ours": current_variant,
     # ours without the span answer grammar (a free plain one-line answer)
-    "ours-free": _ours_with("ours-free", answer_spans=None, max_answer_words=None),
+    "ours-free": _ours_with("ours-free", span_answers=None, span_words=None),
     # ours with spans of the tool responses only (not of the agent's own thoughts)
-    "ours-read": _ours_with("ours-read", answer_spans_thinking=None),
+    "ours-read": _ours_with("ours-read", span_thinking=None),
     # ours with answers that leave the question's words out
-    "ours-new": _ours_with("ours-new", answer_spans_new_words=True),
+    "ours-new": _ours_with("ours-new", span_new_words=True),
     # ours with answers that may be the question's words alone ("Dracula")
-    "ours-echo": _ours_with("ours-echo", answer_spans_news=None),
+    "ours-echo": _ours_with("ours-echo", span_news=None),
     # ours with a short thought before a forced answer
-    "ours-think": _ours_with("ours-think", answer_think_chars=120),
+    "ours-think": _ours_with("ours-think", forced_think_chars=120),
     # ours with grounded tool calls (visit a result read so far, never repeat a query)
-    "ours-grounded": _ours_with("ours-grounded", grounded_calls=True),
+    "ours-grounded": _ours_with("ours-grounded", calls_grounded=True),
     "ours-grounded-think": _ours_with(
-        "ours-grounded-think", grounded_calls=True, answer_think_chars=120
+        "ours-grounded-think", calls_grounded=True, forced_think_chars=120
     ),
     # ours with the four-step budget first tried (five turns with the forced answer)
     "ours-4steps": _ours_with("ours-4steps", steps=4),
@@ -183,15 +176,15 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
     "ours-2steps": _ours_with("ours-2steps", steps=2),
     # issue #29's levers: all off, and each one off
     "levers-off": _ours_with("levers-off", **LEVERS_OFF),
-    "ours-noshape": _ours_with("ours-noshape", answer_spans_shaped=None),
-    "ours-nofocus": _ours_with("ours-nofocus", answer_spans_focus=None),
-    "ours-ownquery": _ours_with("ours-ownquery", question_first_search=None),
-    "ours-thoughts": _ours_with("ours-thoughts", answer_spans_thinking=True),
+    "ours-noshape": _ours_with("ours-noshape", span_shaped=None),
+    "ours-nofocus": _ours_with("ours-nofocus", span_focus=None),
+    "ours-ownquery": _ours_with("ours-ownquery", first_search_question=None),
+    "ours-thoughts": _ours_with("ours-thoughts", span_thinking=True),
     "ours-snip260": _ours_with("ours-snip260", snippet_chars=260),
-    # the span reader (drvenus.protocol.reader): the answer is one of its K best spans
-    "ours-rank1": _ours_with("ours-rank1", answer_spans_rank=1),
-    "ours-rank3": _ours_with("ours-rank3", answer_spans_rank=3),
-    "ours-norank": _ours_with("ours-norank", answer_spans_rank=None),
+    # the span reader (drvenus.small.reader): the answer is one of its K best spans
+    "ours-rank1": _ours_with("ours-rank1", span_rank=1),
+    "ours-rank3": _ours_with("ours-rank3", span_rank=3),
+    "ours-norank": _ours_with("ours-norank", span_rank=None),
     # Heavy mode (issue 33): four runs per question, then a synthesis turn / a majority vote
     "heavy4": _ours_with("heavy4", heavy=4),
     "heavy4-vote": _ours_with("heavy4-vote", heavy=4, heavy_mode="vote"),
@@ -206,20 +199,19 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
 @contextlib.contextmanager
 def preset(variant: Variant) -> Iterator[None]:
     """The variant's values in place of the product's embedded preset while a stack is built."""
-    from drvenus import stack
     from drvenus.corpus.index import CorpusIndex
-    from drvenus.llm import embedded
+    from drvenus.small import levers, preset
 
-    saved = (stack.EMBEDDED_AGENT, stack.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS,
+    saved = (preset.EMBEDDED_AGENT, preset.EMBEDDED_SEARCH_TOP_K, levers.EMBEDDED_LEVERS,
              CorpusIndex.snippet_chars)
-    stack.EMBEDDED_AGENT = variant.agent
-    stack.EMBEDDED_SEARCH_TOP_K = variant.search_top_k
-    embedded.EMBEDDED_GRAMMAR_OPTIONS = MappingProxyType(dict(variant.grammar_options))
+    preset.EMBEDDED_AGENT = variant.agent
+    preset.EMBEDDED_SEARCH_TOP_K = variant.search_top_k
+    levers.EMBEDDED_LEVERS = variant.levers
     CorpusIndex.snippet_chars = variant.snippet_chars or CorpusIndex.snippet_chars
     try:
         yield
     finally:
-        (stack.EMBEDDED_AGENT, stack.EMBEDDED_SEARCH_TOP_K, embedded.EMBEDDED_GRAMMAR_OPTIONS,
+        (preset.EMBEDDED_AGENT, preset.EMBEDDED_SEARCH_TOP_K, levers.EMBEDDED_LEVERS,
          CorpusIndex.snippet_chars) = saved
 
 
@@ -681,7 +673,7 @@ def main() -> None:
         configs[name] = {
             "agent": repr(variant.agent),
             "search_top_k": variant.search_top_k,
-            "grammar_options": dict(variant.grammar_options),
+            "levers": dataclasses.asdict(variant.levers),
         }
     print_table(summaries)
     RESULTS_FILE.write_text(

@@ -40,8 +40,9 @@ from typing import Any
 from bench_embedded_questions import _stable_order, load_natural_questions
 from drvenus.config import Settings
 from drvenus.grading.match import exact_match, normalize_answer
-from drvenus.protocol.reader import rank_spans
-from drvenus.protocol.spans import question_query, tool_response_text
+from drvenus.protocol.state import tool_response_text
+from drvenus.small.reader import rank_spans
+from drvenus.small.spans import question_query
 from drvenus.stack import build_toolbox
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -32,7 +32,7 @@ import tantivy
 
 from drvenus.corpus import CorpusIndex, iter_documents, open_index
 from drvenus.corpus.documents import builtin_corpus
-from drvenus.protocol.spans import question_query
+from drvenus.small.spans import question_query
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"

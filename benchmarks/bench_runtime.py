@@ -30,7 +30,10 @@ from drvenus.config import load_settings
 from drvenus.llm import embedded
 from drvenus.llm.llamacpp import llamacpp_model
 from drvenus.questions import Question
-from drvenus.stack import EMBEDDED_AGENT, build_stack, build_toolbox
+from drvenus.small.grammar import GrammarBuilder
+from drvenus.small.levers import EMBEDDED_LEVERS
+from drvenus.small.preset import EMBEDDED_AGENT
+from drvenus.stack import build_stack, build_toolbox
 
 OUT = Path(__file__).resolve().parent / "out"
 QUESTION = "Who wrote the novel Dracula?"
@@ -59,7 +62,7 @@ async def cached_run(cache: bool, steps: int, max_tokens: int | None = None
         path,
         name=embedded.EMBEDDED_NAME,
         window=embedded.EMBEDDED_WINDOW,
-        grammar_options=dict(embedded.EMBEDDED_GRAMMAR_OPTIONS),
+        grammar_builder=GrammarBuilder(EMBEDDED_LEVERS),
         extra_body=None if cache else {"cache_prompt": False},
     )
     config = replace(EMBEDDED_AGENT, max_steps=steps, max_context_tokens=7000, time_limit=900)

@@ -42,12 +42,13 @@ class ScriptedModel:
         self.window: int | None = None
 
     async def generate(
-        self, messages, params: SamplingParams, *, grammar=None, timeout=None
+        self, messages, params: SamplingParams, *, grammar=None, state=None, timeout=None
     ) -> Generation:
         self.calls.append(
             {
                 "n_messages": len(messages),
                 "grammar": grammar,
+                "state": state,
                 "seed": params.seed,
                 "timeout": timeout,
                 "max_tokens": params.max_tokens,

@@ -133,12 +133,17 @@ def test_fusion_is_reciprocal_rank(lists: list[list[tuple[int, int]]], k: int) -
 
 def test_the_setting_chooses_the_ranking(tmp_path: Path) -> None:
     from drvenus.config import Settings
+    from drvenus.small.preset import hybrid_search
 
     own = tmp_path / "pages.jsonl"
-    assert Settings().hybrid_search()  # the built-in corpus, wordllama installed
-    assert not Settings(corpus=own).hybrid_search()  # a user's corpus: opt in
-    assert Settings(corpus=own, retrieval="hybrid").hybrid_search()
-    assert not Settings(retrieval="bm25").hybrid_search()
+    assert hybrid_search(Settings())  # the embedded preset, built-in corpus, wordllama installed
+    assert not hybrid_search(Settings(corpus=own))  # a user's corpus: opt in
+    assert hybrid_search(Settings(corpus=own, retrieval="hybrid"))
+    assert not hybrid_search(Settings(retrieval="bm25"))
+    # another model is not the embedded preset: BM25 unless asked
+    assert not hybrid_search(Settings(model_path=tmp_path / "m.gguf"))
+    assert not hybrid_search(Settings(base_url="http://127.0.0.1:9/v1"))
+    assert hybrid_search(Settings(base_url="http://127.0.0.1:9/v1", retrieval="hybrid"))
 
 
 def test_index_build_prepares_hybrid_search(tmp_path: Path) -> None:

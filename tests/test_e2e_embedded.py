@@ -8,7 +8,8 @@ import pytest
 
 from drvenus import protocol
 from drvenus.agent import TERMINATIONS
-from drvenus.protocol.spans import clause_words, span_sources
+from drvenus.protocol.state import TurnState
+from drvenus.small.spans import clause_words, span_sources
 from test_cli import drvenus
 
 
@@ -37,7 +38,7 @@ def test_ask_dracula_on_the_embedded_defaults(tmp_path):
     # the answer is a span of what the agent read or thought (issue #17): never garbled
     assert rec["termination"].startswith("answered"), rec["termination"]
     answer = rec["prediction"]
-    texts = span_sources(rec["messages"][:-1], thinking=True)
+    texts = span_sources(TurnState.of(rec["messages"][:-1]), thinking=True)
     spans = {" ".join(c[i:j]) for t in texts for c in clause_words(t)
              for i in range(len(c)) for j in range(i + 1, len(c) + 1)}
     assert answer in spans, answer

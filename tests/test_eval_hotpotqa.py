@@ -19,10 +19,10 @@ from drvenus.eval.metrics import RunResult, summarize
 from drvenus.eval.report import build_report, render_markdown
 from drvenus.grading.judge import JudgeClient, JudgeConfig
 from drvenus.grading.match import HOTPOTQA, SQUAD, exact_match, f1_score
-from drvenus.llm.embedded import EMBEDDED_GRAMMAR_OPTIONS
 from drvenus.protocol import ANSWER_SPLIT, build_system_prompt, initial_messages, wrap_tool_response
-from drvenus.protocol.grammar import grammar_for_kind
-from drvenus.protocol.spans import answer_shape
+from drvenus.small.grammar import grammar_for_kind
+from drvenus.small.levers import EMBEDDED_LEVERS
+from drvenus.small.spans import answer_shape
 from gbnf import Grammar
 from scripted import answer, call
 from stub_server import StubServer
@@ -269,7 +269,7 @@ def test_a_grounded_answer_is_yes_or_no_to_a_yes_no_question():
     """The embedded model's answer is a span of what it read; no span says "no", so a yes/no
     question is answered yes or no (and only such a question)."""
     def accepts(question: str, body: str) -> bool:
-        grammar = grammar_for_kind("answer", False, _read(question), **EMBEDDED_GRAMMAR_OPTIONS)
+        grammar = grammar_for_kind("answer", False, _read(question), EMBEDDED_LEVERS)
         return Grammar(grammar).accepts(f"<think>\n\n</think>\n<answer>\n{body}\n</answer>")
 
     comparison = "Are the Eiffel Tower and Big Ben both in France?"
@@ -286,7 +286,7 @@ def test_llama_cpp_samples_the_yes_no_grammar(embedded_gguf):
     from drvenus.llm.llamacpp import LlamaCppServer
 
     grammar = grammar_for_kind("answer", False, _read("Is the Eiffel Tower in Paris?"),
-                               **EMBEDDED_GRAMMAR_OPTIONS)
+                               EMBEDDED_LEVERS)
     server = LlamaCppServer(embedded_gguf, window=1024, n_threads=1)
     try:
         reply = server.chat({"messages": [{"role": "user", "content": "Hi"}], "grammar": grammar,

@@ -12,7 +12,6 @@ from functools import cache
 import pytest
 
 from drvenus.llm import SamplingParams
-from drvenus.llm.embedded import EMBEDDED_GRAMMAR_OPTIONS
 from drvenus.protocol import (
     STEP_LIMIT_MESSAGE,
     build_system_prompt,
@@ -22,7 +21,11 @@ from drvenus.protocol import (
     wrap_tool_response,
 )
 from drvenus.protocol.grammar import grammar_for_kind, protocol_grammar
-from drvenus.protocol.spans import (
+from drvenus.protocol.state import TurnState
+from drvenus.small.grammar import GrammarBuilder
+from drvenus.small.grammar import grammar_for_kind as small_grammar
+from drvenus.small.levers import EMBEDDED_LEVERS
+from drvenus.small.spans import (
     PLAIN_SHAPE,
     AnswerShape,
     answer_shape,
@@ -267,7 +270,7 @@ def test_plain_queries_leave_the_rest_alone():
     assert accepts(plain, ANSWER) and accepts(plain, search_with("a" * 12))
     assert not accepts(plain, search_with("a" * 13))
     assert not accepts(plain, search_with("a", "b", "c"))  # max_list_items
-    embedded = grammar_for_kind("any", **EMBEDDED_GRAMMAR_OPTIONS)
+    embedded = small_grammar("any", levers=EMBEDDED_LEVERS)
     assert accepts(embedded, search_with("Dracula author"))
     assert not accepts(embedded, SEARCH)  # one query per call for the embedded model
     assert not accepts(embedded, search_with("the_book_2026"))
@@ -301,11 +304,19 @@ def test_grammar_options_validated():
         protocol_grammar(allow_tool_call=False, allow_answer=False)
     with pytest.raises(ValueError):
         protocol_grammar(max_list_items=0)
+    with pytest.raises(ValueError):  # a span holds a word
+        protocol_grammar(answer_spans=(("Bram", "Stoker"), ()))
+    with pytest.raises(TypeError):  # an answering policy is the small agent's, not the protocol's
+        protocol_grammar(max_answer_words=10)
     # a word bound on free text glues words together: only a span answer takes one
     with pytest.raises(ValueError):
-        protocol_grammar(plain_answer=True, max_answer_words=10)
+        EMBEDDED_LEVERS.but(span_answers=False)
     with pytest.raises(ValueError):
-        protocol_grammar(answer_spans=("Bram Stoker",), max_answer_words=0)
+        EMBEDDED_LEVERS.but(span_words=0)
+    with pytest.raises(ValueError, match="unknown lever 'answer_spans_rank'"):
+        EMBEDDED_LEVERS.but(answer_spans_rank=1)  # a typo (an old name) fails at once
+    with pytest.raises(ValueError, match="span reader"):
+        EMBEDDED_LEVERS.but(span_reader="bert")
 
 
 # -- span answers: grounded, and never glued ----------------------------------------------------
@@ -328,16 +339,16 @@ SPAN_MESSAGES = [
 
 # the embedded options with every span read as answer material (no focus on the question's
 # sentences, no answer shape)
-ALL_SPANS = {**EMBEDDED_GRAMMAR_OPTIONS, "answer_spans_focus": 0, "answer_spans_shaped": False}
+ALL_SPANS = EMBEDDED_LEVERS.but(span_focus=0, span_shaped=False)
 
 
 def _answer_of(body: str) -> str:
     return f"<think>\n\n</think>\n<answer>\n{body}\n</answer>"
 
 
-def _span_language(messages, **options) -> set[str]:
+def _span_language(messages, levers) -> set[str]:
     """Every answer body the forced-answer grammar admits (the language is finite)."""
-    grammar = Grammar(grammar_for_kind("answer", False, messages, **options))
+    grammar = Grammar(small_grammar("answer", False, messages, levers))
     return grammar.sentences("answer-span")
 
 
@@ -353,10 +364,9 @@ def test_span_answers_never_glue_words():
     """The whole language of the embedded forced answer, enumerated: each answer is one span of
     what was read (or thought), whole words with one space between them; no two adjacent words
     are ever glued and no word is cut, whatever the bound."""
-    texts = span_sources(SPAN_MESSAGES, thinking=True)
+    texts = span_sources(TurnState.of(SPAN_MESSAGES), thinking=True)
     for bound in (1, 3, 8):
-        options = {**ALL_SPANS, "max_answer_words": bound}
-        language = _span_language(SPAN_MESSAGES, **options)
+        language = _span_language(SPAN_MESSAGES, ALL_SPANS.but(span_words=bound))
         assert {"Bram Stoker", "Aldous Huxley", "Tolkien", "1,234 days"} <= language or bound < 2
         vocabulary = {w for text in texts for clause in clause_words(text) for w in clause}
         for answer in language:
@@ -368,7 +378,7 @@ def test_span_answers_never_glue_words():
         for bad in ("AldousiaHuxley", "AldousHuxley", "Rite ofspring", "ParkServ",
                     "The answer is:", "1.1.1.2.1.1.1.1", "Bram Stoker.", "Bram  Stoker"):
             assert bad not in language
-    grammar = grammar_for_kind("answer", False, SPAN_MESSAGES, **ALL_SPANS)
+    grammar = small_grammar("answer", False, SPAN_MESSAGES, ALL_SPANS)
     assert accepts(grammar, _answer_of("Bram Stoker"))
     assert accepts(grammar, _answer_of("J. R. R. Tolkien"))  # initials keep their stops
     assert accepts(grammar, _answer_of("Irish author Bram Stoker"))
@@ -392,31 +402,29 @@ def test_year_ranges_and_dashes_split_into_answers():
                     "query": "James Watson", "web_page_info_list": [{
                         "title": "James Watson", "url": "https://en.wikipedia.org/wiki/J_Watson",
                         "snippet": "American biologist (1928–2025)"}]}]))}]
-    grammar = grammar_for_kind("answer", False, messages, **EMBEDDED_GRAMMAR_OPTIONS)
+    grammar = small_grammar("answer", False, messages, EMBEDDED_LEVERS)
     assert accepts(grammar, _answer_of("1928")) and accepts(grammar, _answer_of("2025"))
     assert not accepts(grammar, _answer_of("1928–2025"))
 
 
 def test_span_sources():
-    texts = span_sources(SPAN_MESSAGES)
+    texts = span_sources(TurnState.of(SPAN_MESSAGES))
     assert len(texts) == 1 and "Bram Stoker" in texts[0] and "https:" not in texts[0]
-    assert span_sources(SPAN_MESSAGES, thinking=True)[0] == "It was Bram Stoker."
+    assert span_sources(TurnState.of(SPAN_MESSAGES), thinking=True)[0] == "It was Bram Stoker."
     # nothing read yet: the question itself; the grammar stays well formed either way
-    assert span_sources(SPAN_MESSAGES[:2]) == ("Who wrote the novel Dracula?",)
-    assert span_sources(SPAN_MESSAGES[:1]) == ()
-    plain = grammar_for_kind("answer", False, SPAN_MESSAGES[:1], **EMBEDDED_GRAMMAR_OPTIONS)
+    assert span_sources(TurnState.of(SPAN_MESSAGES[:2])) == ("Who wrote the novel Dracula?",)
+    assert span_sources(TurnState.of(SPAN_MESSAGES[:1])) == ()
+    plain = small_grammar("answer", False, SPAN_MESSAGES[:1], EMBEDDED_LEVERS)
     assert accepts(plain, _answer_of("Bram Stoker wrote it"))
     visit = "The useful information in https://x.example for user goal g as follows: \n\n" \
         "Summary: \nIt was written by Bram Stoker."
-    assert "useful information" not in span_sources([{"role": "user", "content": "q"},
-                                                     {"role": "user",
-                                                      "content": wrap_tool_response(visit)}])[0]
+    assert "useful information" not in span_sources(TurnState.of([
+        {"role": "user", "content": "q"},
+        {"role": "user", "content": wrap_tool_response(visit)}]))[0]
 
 
 def test_span_answers_can_leave_the_question_out():
-    language = _span_language(
-        SPAN_MESSAGES, **EMBEDDED_GRAMMAR_OPTIONS, answer_spans_new_words=True
-    )
+    language = _span_language(SPAN_MESSAGES, EMBEDDED_LEVERS.but(span_new_words=True))
     assert "Bram Stoker" in language
     # "Who ...?" asks for a name: a run of capitalised words, not "Irish author Bram Stoker"
     assert "Irish author Bram Stoker" not in language and "Irish" in language
@@ -436,13 +444,11 @@ VARIANT_OPTIONS = [
 VARIANTS = dict.fromkeys([  # (without duplicates)
     *(protocol_grammar(prefilled, **options) for prefilled in (False, True) for options in
       VARIANT_OPTIONS),
-    *(grammar_for_kind(kind, prefilled, SPAN_MESSAGES, **EMBEDDED_GRAMMAR_OPTIONS)
+    *(small_grammar(kind, prefilled, SPAN_MESSAGES, EMBEDDED_LEVERS)
       for kind in ("any", "answer") for prefilled in (False, True)),
-    grammar_for_kind("answer", False, SPAN_MESSAGES, **EMBEDDED_GRAMMAR_OPTIONS,
-                     answer_spans_new_words=True),
-    grammar_for_kind("any", False, SPAN_MESSAGES[:-1],
-                     **{**EMBEDDED_GRAMMAR_OPTIONS, "grounded_calls": True}),
-    *(grammar_for_kind(kind, **EMBEDDED_GRAMMAR_OPTIONS) for kind in ("tool_call", "search")),
+    small_grammar("answer", False, SPAN_MESSAGES, EMBEDDED_LEVERS, span_new_words=True),
+    small_grammar("any", False, SPAN_MESSAGES[:-1], EMBEDDED_LEVERS, calls_grounded=True),
+    *(small_grammar(kind, levers=EMBEDDED_LEVERS) for kind in ("tool_call", "search")),
     *(grammar_for_kind(kind) for kind in ("any", "tool_call", "search", "answer")),
 ])
 
@@ -483,12 +489,7 @@ def test_llama_cpp_reports_a_broken_grammar(server):
 
 # The embedded model's own grammar options (plain queries, two list items), with bounds tight
 # enough that a sample is a few dozen tokens.
-SAMPLING_OPTIONS = {
-    **EMBEDDED_GRAMMAR_OPTIONS,
-    "max_think_chars": 120,
-    "max_answer_chars": 80,
-    "max_string_chars": 40,
-}
+SAMPLING_LEVERS = EMBEDDED_LEVERS.but(think_chars=120, free_answer_chars=80, call_chars=40)
 QUESTION = initial_messages("Who wrote the novel Dracula?", build_system_prompt("2025-01-01"))
 
 
@@ -501,7 +502,7 @@ def model(embedded_gguf):
         embedded_gguf,
         window=2048,
         n_threads=1,
-        grammar_options=SAMPLING_OPTIONS,
+        grammar_builder=GrammarBuilder(SAMPLING_LEVERS),
     )
     yield llm
     asyncio.run(llm.aclose())
@@ -529,15 +530,15 @@ def test_constrained_samples_are_valid(model, kind, prefilled, seed):
     if turn.kind == "tool_call":
         assert turn.tool_call.name in (("search",) if kind == "search" else ("search", "visit"))
     # what llama.cpp sampled under the grammar, the recognizer accepts
-    grammar = grammar_for_kind(kind or "any", prefilled, **SAMPLING_OPTIONS)
+    grammar = small_grammar(kind or "any", prefilled, levers=SAMPLING_LEVERS)
     assert accepts(grammar, text.removeprefix("<think>\n") if prefilled else text), text
 
 
 def test_grounded_calls_visit_what_was_found_and_never_repeat_a_query():
-    options = {**EMBEDDED_GRAMMAR_OPTIONS, "grounded_calls": True, "question_first_search": False}
-    before = grammar_for_kind("any", False, SPAN_MESSAGES[:2], **options)
+    options = EMBEDDED_LEVERS.but(calls_grounded=True, first_search_question=False)
+    before = small_grammar("any", False, SPAN_MESSAGES[:2], options)
     assert accepts(before, search_with("Dracula")) and not accepts(before, VISIT)  # no results
-    after = grammar_for_kind("any", False, SPAN_MESSAGES[:-1], **options)
+    after = small_grammar("any", False, SPAN_MESSAGES[:-1], options)
     assert accepts(after, VISIT)  # a result of the search
     assert accepts(after, VISIT.replace("Dracula", "Brave_New_World"))
     assert not accepts(after, VISIT.replace("Dracula", "Bram_Stoker"))  # never an invented URL
@@ -547,22 +548,21 @@ def test_grounded_calls_visit_what_was_found_and_never_repeat_a_query():
     assert not accepts(after, search_with("D" * 61))  # the length bound holds on every path
     assert accepts(after, search_with("D" + "a" * 59))
     visited = [*SPAN_MESSAGES[:-1], {"role": "assistant", "content": VISIT}]
-    left = grammar_for_kind("any", False, visited, **options)
+    left = small_grammar("any", False, visited, options)
     assert not accepts(left, VISIT) and accepts(left, VISIT.replace("Dracula", "Brave_New_World"))
-    search_only = grammar_for_kind("search", False, SPAN_MESSAGES[:-1], **options)
+    search_only = small_grammar("search", False, SPAN_MESSAGES[:-1], options)
     assert not accepts(search_only, search_with("Dracula"))
     assert accepts(search_only, search_with("Irish author"))
 
 
 def test_span_answers_can_be_made_to_say_something_new():
-    options = {**EMBEDDED_GRAMMAR_OPTIONS, "answer_spans_news": True,
-               "answer_spans_shaped": False}  # not only names: any span of the sentences
-    language = _span_language(SPAN_MESSAGES, **options)
+    # not only names: any span of the sentences
+    options = EMBEDDED_LEVERS.but(span_news=True, span_shaped=False)
+    language = _span_language(SPAN_MESSAGES, options)
     assert "Bram Stoker" in language and "Dracula is an 1897 Gothic horror novel" in language
     assert "Dracula" not in language and "Dracula is" not in language  # only the question's
     assert "novel" not in language and "Dracula is an" not in language  # "an" says nothing
-    assert language <= _span_language(SPAN_MESSAGES, **{**EMBEDDED_GRAMMAR_OPTIONS,
-                                                         "answer_spans_shaped": False})
+    assert language <= _span_language(SPAN_MESSAGES, EMBEDDED_LEVERS.but(span_shaped=False))
 
 
 # -- answer shapes: what the question asks for --------------------------------------------------
@@ -607,8 +607,7 @@ def _shaped_language(question: str, snippet: str) -> set[str]:
                     "query": "q", "web_page_info_list": [{
                         "title": "Page", "url": "https://en.wikipedia.org/wiki/Page",
                         "snippet": snippet}]}]))}]
-    options = {**EMBEDDED_GRAMMAR_OPTIONS, "answer_spans_shaped": True, "max_answer_words": 3}
-    return _span_language(messages, **options)
+    return _span_language(messages, EMBEDDED_LEVERS.but(span_shaped=True, span_words=3))
 
 
 def test_shaped_span_answers_keep_the_asked_kind():
@@ -645,18 +644,17 @@ def test_the_first_search_asks_the_question_and_answers_come_from_its_sentences(
     other query), later searches are free; a span answer comes from the sentences that match
     the question most."""
     question = "Who wrote the novel Dracula?"
-    first = grammar_for_kind("search", False, SPAN_MESSAGES[:2], **EMBEDDED_GRAMMAR_OPTIONS)
+    first = small_grammar("search", False, SPAN_MESSAGES[:2], EMBEDDED_LEVERS)
     assert accepts(first, search_with("Wrote novel Dracula"))
     assert not accepts(first, search_with("Dracula"))
-    later = grammar_for_kind("any", False, SPAN_MESSAGES[:-1], **EMBEDDED_GRAMMAR_OPTIONS)
+    later = small_grammar("any", False, SPAN_MESSAGES[:-1], EMBEDDED_LEVERS)
     assert accepts(later, search_with("Bram Stoker"))
-    texts = span_sources(SPAN_MESSAGES)
+    texts = span_sources(TurnState.of(SPAN_MESSAGES))
     # the best sentence, and the first two lines read (the top result's title and description)
     assert focus_sentences(texts, question, 1) == (
         "Dracula", "Dracula is an 1897 Gothic horror novel by Irish author Bram Stoker.")
     assert "A 1932 novel by Aldous Huxley (see The Rite of Spring; National Park Service)." in \
         focus_sentences(texts, "Which 1932 novel did Aldous Huxley write?", 1)
-    focused = _span_language(SPAN_MESSAGES, **{**EMBEDDED_GRAMMAR_OPTIONS,
-                                               "answer_spans_focus": 1})
+    focused = _span_language(SPAN_MESSAGES, EMBEDDED_LEVERS.but(span_focus=1))
     assert "Bram Stoker" in focused and "Aldous Huxley" not in focused
 

@@ -1,11 +1,15 @@
 """The package's layout rules, checked on the source: no import circles (every import counts,
-lazy and type-only ones too), the layers of docs/ARCHITECTURE.md point down, and no function
-is longer than MAX_FUNCTION_LINES."""
+lazy and type-only ones too), the layers of docs/ARCHITECTURE.md point down, no function
+is longer than MAX_FUNCTION_LINES, and the small agent has one home (no lever named outside
+``drvenus/small/``; ``protocol/`` imports nothing of it)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+from drvenus.small.levers import Levers
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -101,6 +105,7 @@ LAYERS = [
     {"protocol", "text", "jsonl", "flags", "net", "records", "signals"},
     {"config", "reference", "questions", "corpus", "llm", "grading"},
     {"agent", "tools"},
+    {"small"},  # the small agent: above the loop it steers, below what assembles it
     {"stack", "batch"},
     {"data", "train", "eval", "serve", "recipe"},
     {"cli", "__main__"},
@@ -153,3 +158,36 @@ def test_no_function_over_the_limit():
                                            MAX_FUNCTION_LINES)
     ]
     assert long == []
+
+
+# -- the small agent's one home (issue 41) ------------------------------------------------------
+
+SMALL = SRC / "drvenus" / "small"
+
+
+def _lever_mentions(text: str, names: tuple[str, ...]) -> set[str]:
+    return {n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", text)}
+
+
+def test_the_lever_check_finds_a_lever():
+    assert _lever_mentions("x = options.span_rank\nspan_rank=1", ("span_rank",)) == {"span_rank"}
+    assert not _lever_mentions("answer_spans_rank max_span_words", ("span_rank", "span_words"))
+
+
+def test_no_lever_is_named_outside_the_small_agent():
+    """A lever (a field of :class:`drvenus.small.levers.Levers`) is named only in
+    ``drvenus/small/``: every other module gets the policy through the small agent."""
+    names = Levers.names()
+    found = [
+        f"{path.relative_to(SRC)}: {', '.join(sorted(hits))}"
+        for path in sorted(SRC.rglob("*.py"))
+        if SMALL not in path.parents
+        and (hits := _lever_mentions(path.read_text(encoding="utf-8"), names))
+    ]
+    assert found == []
+
+
+def test_the_protocol_imports_nothing_of_the_small_agent():
+    graph = _graph()
+    assert not [f"{src} -> {dst}" for src, targets in graph.items() for dst in targets
+                if src.startswith("drvenus.protocol") and dst.startswith("drvenus.small")]

@@ -21,6 +21,8 @@ from drvenus.llm.llamacpp import (
     missing_cpu_flags,
 )
 from drvenus.protocol import build_system_prompt, initial_messages, parse_turn
+from drvenus.small.grammar import GrammarBuilder
+from drvenus.small.levers import EMBEDDED_LEVERS
 
 MESSAGES = initial_messages("Who wrote the novel Dracula?", build_system_prompt("2025-01-01"))
 FREE = SamplingParams(max_tokens=8, seed=1, temperature=0.0)
@@ -29,7 +31,7 @@ FREE = SamplingParams(max_tokens=8, seed=1, temperature=0.0)
 @pytest.fixture(scope="module")
 def model(embedded_gguf):
     m = llamacpp_model(
-        embedded_gguf, window=2048, parallel=2, grammar_options=dict(emb.EMBEDDED_GRAMMAR_OPTIONS),
+        embedded_gguf, window=2048, parallel=2, grammar_builder=GrammarBuilder(EMBEDDED_LEVERS),
     )
     yield m
     asyncio.run(m.aclose())

@@ -22,9 +22,10 @@ from pathlib import Path
 
 from drvenus import protocol
 from drvenus.config import load_settings
-from drvenus.llm.embedded import EMBEDDED_GRAMMAR_OPTIONS
-from drvenus.protocol.grammar import grammar_for_kind
-from drvenus.protocol.spans import question_query
+from drvenus.protocol.state import TurnState
+from drvenus.small.grammar import turn_grammar
+from drvenus.small.levers import EMBEDDED_LEVERS
+from drvenus.small.spans import question_query
 from drvenus.stack import build_toolbox
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ def _digest(grammar: str) -> str:
 
 
 def _grammar(kind: str, messages: list[dict[str, str]]) -> str:
-    return grammar_for_kind(kind, False, messages, **EMBEDDED_GRAMMAR_OPTIONS)
+    return turn_grammar(kind, TurnState.of(messages), EMBEDDED_LEVERS)
 
 
 async def _digests() -> dict[str, dict[str, str]]:

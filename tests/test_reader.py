@@ -1,4 +1,4 @@
-"""The span reader (drvenus.protocol.reader): its candidates, its ranking with the shipped
+"""The span reader (drvenus.small.reader): its candidates, its ranking with the shipped
 weights, its place in the answer grammar, and the fit of recipes/embedded/train_reader.py."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from drvenus.protocol import wrap_tool_response
-from drvenus.protocol.grammar import grammar_for_kind
-from drvenus.protocol.reader import FEATURES, WEIGHTS, candidates, rank_spans
-from drvenus.protocol.spans import clause_words, question_words
+from drvenus.small.grammar import grammar_for_kind
+from drvenus.small.reader import FEATURES, WEIGHTS, candidates, rank_spans
+from drvenus.small.spans import clause_words, question_words
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes" / "embedded"))
 from train_reader import accuracy, fit, norm  # noqa: E402
@@ -111,17 +111,17 @@ def test_a_plain_question_answers_with_the_ranked_spans_whole_and_a_name_questio
     # a plain "what" question: one of the reader's two best spans, whole
     plain = "What was first contested in the late 19th century, a winter sport on skis?"
     messages = search_messages(plain, [("Ski jumping", snippet)])
-    grammar = Grammar(grammar_for_kind("answer", messages=messages, answer_spans=True,
-                                       answer_spans_rank=2, max_answer_words=8))
+    grammar = Grammar(grammar_for_kind("answer", messages=messages, span_answers=True,
+                                       span_rank=2, span_words=8))
     best = {b.text for b in rank_spans([f"Ski jumping\n{snippet}"], plain, 2)}
     assert _answers(grammar, [*best, *tries]) == best
     # "in which country": the answer shape narrows it; the reader is not asked
     named = "In which country was ski jumping first contested?"
     messages = search_messages(named, [("Ski jumping", snippet)])
-    ranked = Grammar(grammar_for_kind("answer", messages=messages, answer_spans=True,
-                                      answer_spans_rank=2, max_answer_words=8))
-    unranked = Grammar(grammar_for_kind("answer", messages=messages, answer_spans=True,
-                                        max_answer_words=8))
+    ranked = Grammar(grammar_for_kind("answer", messages=messages, span_answers=True,
+                                      span_rank=2, span_words=8))
+    unranked = Grammar(grammar_for_kind("answer", messages=messages, span_answers=True,
+                                        span_words=8))
     assert _answers(ranked, tries) == _answers(unranked, tries) and len(_answers(ranked, tries)) > 2
 
 

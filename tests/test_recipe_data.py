@@ -9,7 +9,6 @@ from functools import cache
 
 from drvenus import protocol
 from drvenus.grading.match import normalize_answer
-from drvenus.protocol.spans import question_query
 from drvenus.recipe.articles import RESERVED_COUNT, is_reserved, load_articles
 from drvenus.recipe.build import (
     BuildConfig,
@@ -33,6 +32,7 @@ from drvenus.recipe.questions import (
 )
 from drvenus.recipe.teacher import Teacher, tool_response_bodies
 from drvenus.recipe.tokens import ChatTokenCounter
+from drvenus.small.spans import question_query
 
 SEED = 17
 SYSTEM = protocol.build_system_prompt("2026-12-01")
@@ -268,11 +268,11 @@ def test_teacher_tool_responses_are_the_live_toolbox_bytes():
 
 
 def test_teacher_turns_are_in_the_embedded_grammar():
-    from drvenus.llm.embedded import EMBEDDED_GRAMMAR_OPTIONS
-    from drvenus.protocol.grammar import grammar_for_kind
+    from drvenus.small.grammar import grammar_for_kind
+    from drvenus.small.levers import EMBEDDED_LEVERS
     from gbnf import Grammar
 
-    grammar = Grammar(grammar_for_kind("any", **dict(EMBEDDED_GRAMMAR_OPTIONS)))
+    grammar = Grammar(grammar_for_kind("any", levers=EMBEDDED_LEVERS))
     _, solved, _ = solved_sample()
     turns = [m["content"] for t in list(solved.values())[:6] for m in t.messages
              if m["role"] == "assistant"]
@@ -282,7 +282,7 @@ def test_teacher_turns_are_in_the_embedded_grammar():
     # of the shape the question asks for
     # (the reader's pick on plain questions aside: the teacher answers with the gold span,
     # which the reader may rank second; the model learns the answer, the reader then chooses)
-    options = {**EMBEDDED_GRAMMAR_OPTIONS, "answer_spans_rank": 0}
+    options = EMBEDDED_LEVERS.but(span_rank=0)
     checked = 0
     for traj in list(solved.values())[:8]:
         msgs = traj.messages
@@ -290,7 +290,7 @@ def test_teacher_turns_are_in_the_embedded_grammar():
             if m["role"] != "assistant":
                 continue
             kind = "search" if i == 2 else "any"
-            turn_grammar = Grammar(grammar_for_kind(kind, False, msgs[:i], **options))
+            turn_grammar = Grammar(grammar_for_kind(kind, False, msgs[:i], options))
             assert turn_grammar.accepts(m["content"]), (traj.question.question, m["content"])
             checked += 1
     assert checked >= 8
@@ -300,7 +300,8 @@ def test_a_second_hop_focuses_on_what_the_first_did_not_answer():
     """The embedded answer focus on a real two-hop reading: once the first search has shown
     that "the country whose capital is Tegucigalpa" is Honduras, the sentences kept of the
     second search are those about "bordered to the west", not the capital again."""
-    from drvenus.protocol.spans import focus_sentences, span_sources
+    from drvenus.protocol.state import TurnState
+    from drvenus.small.spans import focus_sentences, span_sources
 
     question = ("The country or region whose capital is Tegucigalpa is bordered to the west by "
                 "whom?")
@@ -309,7 +310,7 @@ def test_a_second_hop_focuses_on_what_the_first_did_not_answer():
         body = asyncio.run(toolbox().call(protocol.ToolCall(protocol.SEARCH,
                                                             {"query": [query]})))
         messages.append({"role": "user", "content": protocol.wrap_tool_response(body)})
-    focus = focus_sentences(span_sources(messages), question, 3)
+    focus = focus_sentences(span_sources(TurnState.of(messages)), question, 3)
     assert any(s.startswith("It is bordered to the west by Guatemala") for s in focus), focus
 
 

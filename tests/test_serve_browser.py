@@ -122,7 +122,7 @@ def test_ask_watch_reconnect_replay_in_a_browser(served, browser, artifacts):
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(served.url + "/")
     page.wait_for_selector("#opt-model option", state="attached")  # settings from the server
-    from drvenus.stack import EMBEDDED_AGENT
+    from drvenus.small.preset import EMBEDDED_AGENT
 
     assert page.input_value("#opt-steps") == str(EMBEDDED_AGENT.max_steps)  # the preset's limit
     about = page.inner_text("#model-about")  # what the embedded model is and can do

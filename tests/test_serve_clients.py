@@ -5,6 +5,7 @@ sees, and the details of ``/v1`` in a chat app."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 
@@ -196,7 +197,6 @@ def test_ctrl_c_on_serve_while_a_page_follows_a_run_ends_cleanly(tmp_path):
     (``interrupted``) instead of being cut, and no CancelledError traceback is printed."""
     import json
     import os
-    import re
     import signal
     import subprocess
     import sys
@@ -360,3 +360,34 @@ def test_v1_does_not_add_a_second_sources_list_to_an_answer_that_has_one(server)
     plain = oa.chat.completions.create(
         model="drvenus", messages=[{"role": "user", "content": "visit: who wrote Dracula?"}])
     assert plain.choices[0].message.content == f"Bram Stoker\n\nSources:\n- [Dracula]({PAGE})"
+
+
+# --------------------------------------------------------------------------- MCP for scripts
+
+
+def test_mcp_deep_research_has_a_structured_result_with_the_run_id(server):
+    pytest.importorskip("mcp")
+    from mcp import Client
+
+    async def go():
+        async with Client(server.url + "/mcp", read_timeout_seconds=20) as mcp_client:
+            tools = {t.name: t for t in (await mcp_client.list_tools()).tools}
+            quick = await mcp_client.call_tool("deep_research",
+                                               {"question": "visit: who wrote Dracula?"})
+            slow = await mcp_client.call_tool("deep_research", {"question": "slow: who?"})
+            status = await mcp_client.call_tool(
+                "research_status",
+                {"run_id": slow.structured_content["run_id"], "wait_seconds": 0.1})
+            return tools["deep_research"], quick, slow, status.structured_content
+
+    tool, quick, slow, status = asyncio.run(go())
+    assert set(tool.output_schema["properties"]) >= {"run_id", "status", "answer", "sources"}
+    done = quick.structured_content
+    assert done["status"] == "done" and done["answered"] is True and done["run_id"]
+    assert done["answer"].startswith("Bram Stoker") and done["sources"] == [PAGE]
+    assert quick.content[0].text == done["answer"]  # people and models read the same text
+    waiting = slow.structured_content
+    assert waiting["status"] in ("queued", "running") and waiting["answer"] is None
+    assert f'run_id "{waiting["run_id"]}"' in slow.content[0].text
+    # the latest action says what the agent does, never a bare "Step N"
+    assert not re.fullmatch(r"Step \d+", status["last"]), status

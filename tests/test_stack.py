@@ -6,7 +6,8 @@ import asyncio
 
 from drvenus.config import load_settings
 from drvenus.llm.base import SamplingParams
-from drvenus.stack import EMBEDDED_AGENT, FULL_AGENT, agent_config, build_stack
+from drvenus.small.preset import EMBEDDED_AGENT
+from drvenus.stack import FULL_AGENT, agent_config, build_stack
 from stub_server import StubServer
 
 

@@ -1,4 +1,4 @@
-"""Fit the span reader's weights (``drvenus.protocol.reader``) on a recipe build's questions.
+"""Fit the span reader's weights (``drvenus.small.reader``) on a recipe build's questions.
 
 For every question of the build (``DATA/questions.jsonl``: the ``train-sft`` and ``train-rl``
 splits to fit, the build's own ``dev`` split to choose the regularisation; never the natural
@@ -9,7 +9,7 @@ weights maximise the softmax probability of the gold spans in each list (listwis
 regression, L2, full-batch gradient descent with Adam). Comparison and yes/no questions are
 left out: their answers are the choices the question names, not a span.
 
-Writes the weights to ``--out`` (default: the package's ``drvenus/protocol/reader.json``) and
+Writes the weights to ``--out`` (default: the package's ``drvenus/small/reader.json``) and
 prints top-1 and top-3 accuracy on the dev lists and on all dev questions.
 
 Usage: python recipes/embedded/train_reader.py --data DATA [--out FILE] [--limit N]
@@ -29,12 +29,13 @@ from typing import Any
 import numpy as np
 
 from drvenus.config import load_settings
-from drvenus.protocol.reader import FEATURES, candidates
-from drvenus.protocol.spans import answer_shape, question_query, tool_response_text
+from drvenus.protocol.state import tool_response_text
 from drvenus.protocol.tools import ToolCall
+from drvenus.small.reader import FEATURES, candidates
+from drvenus.small.spans import answer_shape, question_query
 from drvenus.stack import build_toolbox
 
-PACKAGE_WEIGHTS = Path(__file__).resolve().parents[2] / "src/drvenus/protocol/reader.json"
+PACKAGE_WEIGHTS = Path(__file__).resolve().parents[2] / "src/drvenus/small/reader.json"
 SKIP_SOURCES = ("wiki-comparison", "wiki-yes-no")
 L2_GRID = (1e-4, 1e-3, 1e-2)
 

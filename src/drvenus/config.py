@@ -83,8 +83,9 @@ class Settings(BaseSettings):
     corpus: Path | None = None
     search_top_k: int | None = Field(default=None, ge=1)
     # the local index's ranking: bm25, or hybrid (BM25 fused with a small embedding model's
-    # article vectors, drvenus.corpus.dense); None: hybrid on the built-in corpus when the
-    # model's package is installed, else bm25
+    # article vectors, drvenus.corpus.dense); None: hybrid for the embedded preset on the
+    # built-in corpus when the model's package is installed, else bm25
+    # (drvenus.small.preset.hybrid_search)
     retrieval: RetrievalName | None = None
     search: str = "local"
     visit: str | None = None
@@ -214,13 +215,6 @@ class Settings(BaseSettings):
 
     def jina_api_keys(self) -> list[str]:
         return [k.strip() for k in (_secret(self.jina_api_key) or "").split(",") if k.strip()]
-
-    def hybrid_search(self) -> bool:
-        """Whether the local index searches hybrid (``retrieval``; by default on the built-in
-        corpus when the embedding model's package is installed)."""
-        from drvenus.corpus.dense import use_hybrid
-
-        return use_hybrid(self.retrieval, self.corpus)
 
     def search_providers(self) -> list[str]:
         return [name.strip().lower() for name in self.search.split(",") if name.strip()]

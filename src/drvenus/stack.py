@@ -2,7 +2,8 @@
 
 The CLI, batch runs, evaluation and the servers all build their agent here, so a flag means the
 same thing everywhere. Two presets: the embedded tiny model (SmolLM2-135M, grammar on, a few
-steps, a small context) and real models such as DR-Venus-4B (DR-Venus inference defaults). The
+steps, a small context: :mod:`drvenus.small.preset`, which also says when it applies) and real
+models such as DR-Venus-4B (DR-Venus inference defaults). The
 assembled :class:`Stack` owns everything it opened and closes it.
 
 ``settings.protocol`` names the profile (:func:`drvenus.reference.profiles.profile`) whose words
@@ -24,30 +25,11 @@ from drvenus.config import Settings
 from drvenus.llm.base import ChatModel, SamplingParams
 from drvenus.protocol import ProtocolTexts, load_system_prompt
 from drvenus.reference.profiles import profile
+from drvenus.small import preset
+from drvenus.small.heavy import evidence_scorer
+from drvenus.small.preset import is_embedded
 
 log = logging.getLogger(__name__)
-
-# The embedded model is tiny: a short, grammar-constrained run that finishes in about half a
-# minute on two CPU cores. Its first tool call must be a search (it would otherwise invent URLs);
-# greedy decoding without a presence penalty keeps it copying from what it read (a penalty pushes
-# it away from the very words of the answer); four steps (the trained adapter's trajectories: up
-# to three tool calls, such as search, visit, search, then its answer), else the forced answer,
-# whose grammar is a span of what it read or thought (EMBEDDED_GRAMMAR_OPTIONS); no resampling
-# (the grammar already guarantees the format). Chosen with
-# benchmarks/bench_embedded_questions.py (issues #17, #29).
-EMBEDDED_AGENT = AgentConfig(
-    max_steps=4,  # the trained adapter's trajectories: up to 3 tool calls, then the answer
-    max_context_tokens=6500,
-    time_limit=110.0,
-    max_attempts=1,
-    backoff_base=0.0,
-    sampling=SamplingParams(
-        temperature=0.0, top_p=0.95, top_k=20, presence_penalty=0.0, max_tokens=448, seed=0
-    ),
-    constrained=True,
-    min_searches=1,
-)
-EMBEDDED_SEARCH_TOP_K = 5
 
 # DR-Venus inference defaults for real models.
 FULL_AGENT = AgentConfig()
@@ -68,10 +50,6 @@ class Stack:
             close = getattr(self.tools, "aclose", None)
             if close is not None:
                 await close()
-
-
-def is_embedded(settings: Settings) -> bool:
-    return settings.base_url is None and settings.model_path is None
 
 
 def adapter_file(settings: Settings) -> Path | None:
@@ -146,7 +124,7 @@ def _once(message: str, say: Callable[[str], object]) -> None:
 def agent_config(settings: Settings, system_prompt_file: str | None = None) -> AgentConfig:
     """The preset for the model the settings select, with the settings' budgets on top (and,
     with ``protocol`` dr-venus, DR-Venus's texts, and its sampling for a real model)."""
-    cfg = EMBEDDED_AGENT if is_embedded(settings) else FULL_AGENT
+    cfg = preset.EMBEDDED_AGENT if is_embedded(settings) else FULL_AGENT
     chosen = profile(settings.protocol)
     changes: dict[str, object] = {"texts": chosen.texts(settings), "reader": chosen.reader()}
     if not is_embedded(settings):  # the embedded preset's greedy short turns stay
@@ -171,6 +149,9 @@ def agent_config(settings: Settings, system_prompt_file: str | None = None) -> A
             **{k: v for k, v in (("runs", settings.heavy), ("mode", settings.heavy_mode))
                if v is not None},
         )
+    if is_embedded(settings):  # Heavy mode's vote breaks a tie with the small agent's reader
+        heavy = changes.get("heavy", cfg.heavy)
+        changes["heavy"] = replace(heavy, scorer=evidence_scorer(preset.embedded_levers()))
     if settings.constrained is not None:  # else the preset's: on for the embedded model only
         changes["constrained"] = settings.constrained
     if system_prompt_file:
@@ -211,6 +192,7 @@ def build_model(
         notify=notify,
         adapter=adapter_file(settings),
         kv_cache=settings.kv_cache,
+        grammar_builder=preset.grammar_builder(settings),
     )
 
 
@@ -267,7 +249,7 @@ def build_toolbox(settings: Settings, *, progress: bool = False, metrics: Any = 
     index = None
     if "local" in search_names or "local" in visit_names:
         index = open_index(settings.corpus, cache_dir=settings.cache_root(), progress=progress,
-                           dense=settings.hybrid_search())
+                           dense=preset.hybrid_search(settings))
     online = [n for n in (*search_names, *visit_names) if n != "local"]
     cache = None
     if online and settings.tool_cache:
@@ -280,7 +262,8 @@ def build_toolbox(settings: Settings, *, progress: bool = False, metrics: Any = 
         searxng_url=settings.searxng_url,
         index=index,
     )
-    top_k = settings.search_top_k or (EMBEDDED_SEARCH_TOP_K if is_embedded(settings) else 10)
+    top_k = settings.search_top_k or (
+        preset.EMBEDDED_SEARCH_TOP_K if is_embedded(settings) else 10)
     visit = Visit(
         _page_readers(settings, visit_names, index),
         build_extractor(settings),

@@ -8,11 +8,15 @@ model), :data:`MEMBER_TEMPERATURE`: N greedy runs would all be the same run. The
 
 - ``synthesise`` (default): the model reads each run's answer, its final reasoning and the
   sources it read (:func:`drvenus.protocol.synthesis_messages`) and writes the final answer in
-  one answer turn (under the answer grammar when the run is constrained). If that turn fails
-  (no answer, the model unreachable; under a grammar, an answer that is none of the runs'
-  answers: a small constrained model copies spans of the prompt), the vote decides.
+  one answer turn. Constrained, the turn's state names the original question and the runs'
+  answers with what each run read (:class:`~drvenus.protocol.state.RunAnswer`), so that the
+  model's grammar can make it choose among those answers (the small agent's does:
+  :mod:`drvenus.small.heavy`). If that turn fails (no answer, the model unreachable; under a
+  grammar, an answer that is none of the runs' answers), the vote decides.
 - ``vote``: a deterministic majority over the normalised answers of the runs that answered
-  (:func:`drvenus.grading.match.normalize_answer`); a tie goes to the earliest run.
+  (:func:`drvenus.grading.match.normalize_answer`); a tie goes to the answer the policy's
+  ``scorer`` rates best in its runs' evidence (the small agent's reader), then to the earliest
+  run.
 
 The final decision is a run of its own in the trace (``started`` with ``heavy`` set to N and
 ``heavy_mode`` to ``synthesis`` or ``vote``, then its turn, ``answer`` and ``finished``). Its
@@ -28,8 +32,8 @@ import contextlib
 import inspect
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from drvenus import protocol
@@ -38,6 +42,10 @@ from drvenus.agent.record import ResultRecord
 from drvenus.config import HEAVY_MODES, HeavyModeName
 from drvenus.grading.match import normalize_answer
 from drvenus.llm.base import ChatModel, LLMError, SamplingParams
+from drvenus.protocol.state import RunAnswer, TurnState
+
+# rates each run's answer in the evidence that run read (higher is better): a vote's tie-break
+EvidenceScorer = Callable[[str, Sequence[RunAnswer]], list[float]]
 
 # characters of the synthesis prompt per token of the context budget (a safe underestimate)
 CHARS_PER_BUDGET_TOKEN = 3
@@ -49,10 +57,11 @@ MEMBER_SEED_STRIDE = 7919
 
 @dataclass(frozen=True)
 class HeavyPolicy:
-    """How many runs, and how their answers become one."""
+    """How many runs, and how their answers become one (``scorer``: the vote's tie-break)."""
 
     runs: int = 1
     mode: HeavyModeName = "synthesise"
+    scorer: EvidenceScorer | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.runs < 1:
@@ -99,20 +108,30 @@ def candidate_of(record: ResultRecord) -> protocol.Candidate:
     return protocol.Candidate(answer, reasoning, tuple(dict.fromkeys(sources)))
 
 
+def run_answers(records: Sequence[ResultRecord]) -> list[RunAnswer]:
+    """Each run's answer ("" when it found none) and the texts it read."""
+    return [RunAnswer(r.prediction if r.answered and r.prediction.strip() else "",
+                      TurnState.of(r.messages).read) for r in records]
+
+
 def votes(records: Sequence[ResultRecord]) -> Counter[str]:
     return Counter(normalize_answer(r.prediction) for r in records
                    if r.answered and r.prediction.strip())
 
 
-def majority_vote(records: Sequence[ResultRecord]) -> int | None:
-    """The index of the run whose answer most runs gave (the earliest on a tie); None when
-    no run answered."""
+def majority_vote(records: Sequence[ResultRecord],
+                  scores: Sequence[float] | None = None) -> int | None:
+    """The index of the run whose answer most runs gave; on a tie, the run whose answer
+    ``scores`` (one a run) rates best, then the earliest; None when no run answered."""
     counts = votes(records)
     if not counts:
         return None
     best = max(counts.values())
-    return next(i for i, r in enumerate(records) if r.answered and r.prediction.strip()
-                and counts[normalize_answer(r.prediction)] == best)
+    tied = [i for i, r in enumerate(records) if r.answered and r.prediction.strip()
+            and counts[normalize_answer(r.prediction)] == best]
+    if scores is None:
+        return tied[0]
+    return max(tied, key=lambda i: (scores[i], -i))
 
 
 class _Emitter:
@@ -160,7 +179,8 @@ async def run_heavy(agent: Member, config: Any, question: str,
     if policy.mode == "synthesise" and votes(records):
         final, note = await _synthesise(agent, config, question, records, emit)
     if final is None:
-        final = await _vote(agent, question, records, emit, note)
+        scores = policy.scorer(question, run_answers(records)) if policy.scorer else None
+        final = await _vote(agent, question, records, emit, note, scores)
     final.elapsed_seconds = round(time.monotonic() - start, 3)
     await emit(TraceEvent("finished", 0, {"record": final.to_dict()}))
     return final
@@ -182,6 +202,8 @@ async def _synthesise(
     try:
         gen = await agent.model.generate(
             messages, config.sampling, grammar="answer" if config.constrained else None,
+            state=TurnState(question=question,
+                            answers=tuple(a for a in run_answers(records) if a.answer)),
             timeout=config.time_limit,
         )
     except LLMError as exc:
@@ -220,8 +242,8 @@ async def _synthesise(
 
 
 async def _vote(agent: Member, question: str, records: list[ResultRecord], emit: _Emitter,
-                note: str | None) -> ResultRecord:
-    chosen = majority_vote(records)
+                note: str | None, scores: Sequence[float] | None = None) -> ResultRecord:
+    chosen = majority_vote(records, scores)
     base = records[chosen if chosen is not None else 0]
     await emit(TraceEvent("started", 0, {
         "question": question, "messages": [dict(m) for m in base.messages],

@@ -50,6 +50,7 @@ from drvenus.net.retry import RetryPolicy
 from drvenus.net.secrets import redact
 from drvenus.protocol import DRVENUS_TEXTS, ParsedTurn, ProtocolTexts
 from drvenus.protocol.parse import DRVENUS_READER, TurnReader
+from drvenus.protocol.state import TurnState
 from drvenus.text import MESSAGE_OVERHEAD_TOKENS
 
 log = logging.getLogger(__name__)
@@ -218,6 +219,8 @@ class _QuestionRun:
         system = self.cfg.system_prompt or self.cfg.texts.prompt(self.cfg.current_date)
         self.messages = hooks.messages(question, system)
         self.head = len(self.messages)  # messages a limit notice never replaces
+        # what the conversation holds (question, texts read, queries): a turn grammar's input
+        self.state = TurnState.of(self.messages)
         self.context = ContextManager(config.context, config.max_context_tokens)
         self.start = _now()
         self.step = 0
@@ -268,6 +271,7 @@ class _QuestionRun:
         old = self.messages[-1]["content"]
         message = {"role": role, "content": content}
         self.messages[-1] = message
+        self.state = TurnState.of(self.messages)
         self.meter.replace(old, content)
         await self.emit("limit_notice", message=message, replace=True, **data)
 
@@ -347,6 +351,7 @@ class _QuestionRun:
                 self.messages if messages is None else messages,
                 self._params(),
                 grammar=self._grammar(forced) if messages is None else None,
+                state=self.state if messages is None else None,
                 # a little past the run's own limit, so that a slow model ends as "timeout"
                 timeout=self.remaining() + REQUEST_GRACE,
             )
@@ -466,6 +471,7 @@ class _QuestionRun:
         await self.append(
             "tool_result", "user", protocol.wrap_tool_response(body), name=call.name, content=body
         )
+        self.state = self.state.after_response(str(body))
 
     async def run(self) -> ResultRecord:
         cfg = self.cfg
@@ -499,6 +505,7 @@ class _QuestionRun:
                 "turn", "assistant", parsed.content, outcome.completion_tokens,
                 kind=parsed.kind, forced=last is not None,
             )
+            self.state = self.state.after_turn(parsed.content, parsed.tool_call)
             self.turns += 1
             if last is not None:
                 return await self._last_turn(last, parsed)
@@ -531,6 +538,7 @@ class _QuestionRun:
         if done is None:
             return False
         self.messages, self.head = done.messages, done.head
+        self.state = TurnState.of(self.messages)
         self.seen_calls = self._visible_calls()
         self.meter.reset([m["content"] for m in self.messages])
         await self.emit(

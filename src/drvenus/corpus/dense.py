@@ -58,8 +58,10 @@ def dense_available() -> bool:
 
 
 def use_hybrid(retrieval: str | None, corpus: object | None) -> bool:
-    """Whether to search hybrid: ``retrieval`` ("bm25" / "hybrid") when given, else on the
-    built-in corpus (``corpus`` None) when the model's package is installed."""
+    """Whether an index build prepares hybrid search (its article vectors): ``retrieval``
+    ("bm25" / "hybrid") when given, else for the built-in corpus (``corpus`` None), which the
+    embedded preset searches hybrid (:func:`drvenus.small.preset.hybrid_search`), when the
+    model's package is installed."""
     if retrieval is not None:
         return retrieval == "hybrid"
     return corpus is None and dense_available()

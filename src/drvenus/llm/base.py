@@ -8,11 +8,19 @@ from typing import Literal, Protocol, runtime_checkable
 from drvenus.net.retry import TransientError
 from drvenus.net.secrets import redact
 from drvenus.protocol import STOP_STRINGS
+from drvenus.protocol.state import TurnState
 
 # The turns a grammar-constrained generation may produce: any well-formed turn, or only one
 # kind (a tool call, a search call, or an answer: the agent forces an answer at its limits).
 # ``None`` where a grammar is asked for means free generation.
 GrammarKind = Literal["any", "tool_call", "search", "answer"]
+
+
+class GrammarBuilder(Protocol):
+    """Builds a turn's GBNF grammar from its kind and the conversation's state (a backend
+    given one builds every constrained turn's grammar with it: the small agent's, per turn)."""
+
+    def __call__(self, kind: str, prefilled_think: bool, state: TurnState) -> str: ...
 
 
 class LLMError(TransientError):
@@ -78,10 +86,13 @@ class ChatModel(Protocol):
         params: SamplingParams,
         *,
         grammar: GrammarKind | None = None,
+        state: TurnState | None = None,
         timeout: float | None = None,
     ) -> Generation:
         """Sample one assistant turn. ``grammar``: None samples freely; "any" admits only
         well-formed protocol turns, "tool_call" / "search" / "answer" only that kind.
+        ``state``: the conversation so far, for a grammar built per turn (the agent loop
+        keeps it; None: read from ``messages``).
         ``timeout``: seconds this call may take at most. One attempt: raises
         :class:`LLMError` (see its ``retryable`` flag)."""
         ...

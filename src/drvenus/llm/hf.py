@@ -46,6 +46,7 @@ from transformers import (
 from drvenus.llm.base import Generation, GrammarKind, LLMError, SamplingParams
 from drvenus.net import DEFAULT_REQUEST_TIMEOUT
 from drvenus.protocol import assistant_text, template_prefills_think
+from drvenus.protocol.state import TurnState
 
 log = logging.getLogger(__name__)
 
@@ -359,6 +360,7 @@ class TransformersModel:
         params: SamplingParams,
         *,
         grammar: GrammarKind | None = None,
+        state: TurnState | None = None,
         timeout: float | None = None,
     ) -> Generation:
         if grammar:

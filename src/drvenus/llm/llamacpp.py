@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from drvenus.llm.base import LLMError
+from drvenus.llm.base import GrammarBuilder, LLMError
 from drvenus.llm.gguf import GGUFInfo, read_gguf_info
 from drvenus.llm.openai_compat import OpenAICompatModel, error_detail, status_error
 from drvenus.net import DEFAULT_REQUEST_TIMEOUT
@@ -360,7 +360,7 @@ def llamacpp_model(
     window: int | None = None,
     parallel: int = 1,
     n_threads: int | None = None,
-    grammar_options: dict[str, Any] | None = None,
+    grammar_builder: GrammarBuilder | None = None,
     timeout: float = DEFAULT_REQUEST_TIMEOUT,
     extra_body: dict[str, Any] | None = None,
     adapter: str | os.PathLike[str] | None = None,
@@ -380,7 +380,7 @@ def llamacpp_model(
         timeout=timeout,
         grammar_mode="gbnf-field",
         prefilled_think=server.info.prefills_think(),
-        grammar_options=grammar_options,
+        grammar_builder=grammar_builder,
         extra_body=extra_body,
     )
 

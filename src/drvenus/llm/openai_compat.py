@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from drvenus.llm.base import Generation, GrammarKind, LLMError, SamplingParams
+from drvenus.llm.base import Generation, GrammarBuilder, GrammarKind, LLMError, SamplingParams
 from drvenus.net import (
     DEFAULT_REQUEST_TIMEOUT,
     LoopClient,
@@ -43,6 +43,7 @@ from drvenus.net import (
 )
 from drvenus.protocol import assistant_text
 from drvenus.protocol.grammar import grammar_for_kind
+from drvenus.protocol.state import TurnState
 from drvenus.text import estimate_tokens, one_line
 
 log = logging.getLogger(__name__)
@@ -216,7 +217,7 @@ class OpenAICompatModel:
         grammar_mode: str = "auto",
         prefilled_think: bool = False,
         grammar: str | None = None,
-        grammar_options: Mapping[str, Any] | None = None,
+        grammar_builder: GrammarBuilder | None = None,
         tokenizer: Callable[[str], int] | None = None,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
@@ -227,8 +228,8 @@ class OpenAICompatModel:
         transient failures (0: the caller retries). ``prefilled_think``: the chat template opens
         the turn inside the think block (Qwen3-Thinking): the grammar variant without it is sent
         and the tag is restored in the returned text. ``grammar``: a GBNF grammar replacing the
-        protocol one; ``grammar_options``: bounds for
-        :func:`~drvenus.protocol.grammar.protocol_grammar`.
+        protocol one; ``grammar_builder``: builds each constrained turn's grammar from its kind
+        and the conversation's state (the small agent's; None: the plain protocol grammar).
         ``tokenizer``: exact token counts, else estimated. ``extra_body``: merged into every
         request (e.g. ``chat_template_kwargs``).
         """
@@ -251,7 +252,7 @@ class OpenAICompatModel:
         self.prefilled_think = prefilled_think
         self.extra_body = dict(extra_body or {})
         self._grammar = grammar
-        self._grammar_options = dict(grammar_options or {})
+        self._grammar_builder = grammar_builder
         self._tokenizer = tokenizer
         self._probe_lock: asyncio.Lock | None = None
         self._probed = False
@@ -278,11 +279,12 @@ class OpenAICompatModel:
         params: SamplingParams,
         *,
         grammar: GrammarKind | None = None,
+        state: TurnState | None = None,
         timeout: float | None = None,
     ) -> Generation:
         if self.model is None or (grammar and self.grammar_mode == "auto"):
             await self._probe(timeout)
-        body = self.request_body(messages, params, grammar)
+        body = self.request_body(messages, params, grammar, state)
 
         async def attempt(seconds: float | None) -> Any:
             return await self.transport.request("POST", "/chat/completions", body, seconds)
@@ -316,7 +318,8 @@ class OpenAICompatModel:
     # -- request and response ----------------------------------------------------------------
 
     def request_body(
-        self, messages: list[dict[str, str]], params: SamplingParams, kind: str | None
+        self, messages: list[dict[str, str]], params: SamplingParams, kind: str | None,
+        state: TurnState | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
@@ -337,7 +340,7 @@ class OpenAICompatModel:
             body["seed"] = params.seed
         body.update(self.extra_body)
         if kind:
-            grammar = self.grammar_of(kind, messages)
+            grammar = self.grammar_of(kind, messages, state)
             body.update(grammar_fields(self._resolved_grammar_mode(), grammar))
         return body
 
@@ -374,12 +377,18 @@ class OpenAICompatModel:
 
     # -- grammar -----------------------------------------------------------------------------
 
-    def grammar_of(self, kind: str, messages: list[dict[str, str]] | None = None) -> str:
-        """The GBNF grammar for one turn kind (and, for a grammar built per turn such as span
-        answers, the conversation so far); a user-supplied grammar is used for every kind."""
-        return self._grammar or grammar_for_kind(
-            kind, self.prefilled_think, messages, **self._grammar_options
-        )
+    def grammar_of(self, kind: str, messages: list[dict[str, str]] | None = None,
+                   state: TurnState | None = None) -> str:
+        """The GBNF grammar for one turn kind: a user-supplied grammar for every kind, else the
+        builder's for the conversation's ``state`` (None: read from ``messages``), else the
+        plain protocol grammar."""
+        if self._grammar:
+            return self._grammar
+        if self._grammar_builder is not None:
+            if state is None:
+                state = TurnState.of(messages or ())
+            return self._grammar_builder(kind, self.prefilled_think, state)
+        return grammar_for_kind(kind, self.prefilled_think)
 
     def _resolved_grammar_mode(self) -> str:
         mode = self.grammar_mode

@@ -22,26 +22,10 @@ reads it; xgrammar (vLLM structured outputs, SGLang) reads the same syntax.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
-
-from drvenus.protocol.reader import rank_spans
-from drvenus.protocol.spans import (
-    PLAIN_SHAPE,
-    AnswerShape,
-    answer_shape,
-    focus_sentences,
-    past_queries,
-    question_of,
-    question_query,
-    question_words,
-    result_urls,
-    span_sources,
-    spans_of,
-    weak_word,
-)
 
 # Tags that free text must never contain: the protocol's own, and the stop string.
 PROTOCOL_TAGS: tuple[str, ...] = (
@@ -79,7 +63,6 @@ DEFAULT_MAX_THINK_CHARS: int | None = None
 DEFAULT_MAX_ANSWER_CHARS: int | None = None
 DEFAULT_MAX_STRING_CHARS = 500
 DEFAULT_MAX_LIST_ITEMS = 5
-DEFAULT_MAX_SPAN_WORDS = 8  # words of a span answer (answer_spans) when no bound is given
 
 _CLASS_ESCAPES = {
     "\\": "\\\\",
@@ -188,57 +171,29 @@ def _json_string(rules: _Rules, name: str, first: str, item: str, max_chars: int
     return rules.add(name, f'"\\"" {first} {_repeat(item, max(max_chars - 1, 0))} "\\""')
 
 
-def _answer_spans(
-    rules: _Rules, texts: tuple[str, ...], max_words: int, question: str, news: str = "",
-    shape: AnswerShape = PLAIN_SHAPE, focus: tuple[int, str] = (0, ""),
-    rank: tuple[int, str] = (0, ""),
+def _answer_span_rules(
+    rules: _Rules, choices: tuple[str, ...] | None, spans: tuple[tuple[str, ...], ...] | None,
+    new_words: frozenset[str] | None,
 ) -> str | None:
-    """An answer that is one span of at most ``max_words`` words of ``texts`` (see
-    :mod:`drvenus.protocol.spans`), one space between words: a trie of words, one rule per node
-    with children, where the answer may end after any word. The vocabulary is closed, so no
-    answer can glue two words together or stop inside one. The words of ``question`` are left
-    out (an answer says what the question does not); with ``news`` (the question again) they
-    may appear, but an answer must also hold a word of its own (not "Dracula" alone for "Who
-    wrote Dracula?"). ``shape`` (:func:`~drvenus.protocol.spans.answer_shape`) keeps the spans
-    of the kind the question asks for: one of its choices, yes or no, a span that starts with a
-    number or a time, a run of capitalised words; when it keeps none, every span stays.
-    ``focus`` (k, question): spans of the k sentences that match the question most
-    (:func:`~drvenus.protocol.spans.focus_sentences`), when one of them has a span of the shape.
-    ``rank`` (k, question): for a question whose wording names no kind of answer (a plain
-    "what ..." question: :data:`~drvenus.protocol.spans.PLAIN_SHAPE`), the k spans the span
-    reader ranks best (:func:`~drvenus.protocol.reader.rank_spans`), each whole, in place of
-    the focus. (On names, numbers and times the shape narrows better: on the natural dev
-    sample the reader's first span was right for 8 of 37 plain single-hop questions where the
-    model got none, and for 1 of 7 name questions where the model got 4.)
-    Return the body's expression, or None when no span is left."""
-    if shape.choices or shape.yes_no:
-        options = shape.choices or ("yes", "no")
-        return rules.add("answer-span", " | ".join(_literal(o) for o in options))
-    if rank[0] and answer_shape(rank[1]) == PLAIN_SHAPE:
-        best = rank_spans(texts, rank[1], rank[0], max_words=max_words)
-        if best:
-            return rules.add("answer-span", " | ".join(_literal(b.text) for b in best))
-    exclude = question_words(question)
-
-    def shaped(sources: Sequence[str]) -> list[tuple[str, ...]]:
-        return [shape.trim(sp) for sp in spans_of(sources, max_words, exclude)
-                if shape.first(sp[0])]
-
-    # the sentences that match the question most, unless none of them holds an answer of the
-    # asked shape; then anything read of that shape; then anything read
-    k, topic = focus
-    spans = (k and shaped(focus_sentences(texts, topic, k))) or shaped(texts)
-    spans = spans or spans_of(texts, max_words, exclude)
+    """The answer body when it is one of ``choices`` (whole), or one span of ``spans`` (each a
+    run of words): a trie of words, one rule per node with children, where the answer may end
+    after any word, one space between words. The vocabulary is closed, so no answer can glue
+    two words together or stop inside one. With ``new_words``, an answer holds at least one of
+    them (not the question's words alone). Return the body's expression, or None when nothing
+    is left (then the answer is plain text)."""
+    if choices:
+        return rules.add("answer-span", " | ".join(_literal(o) for o in choices))
+    if not spans:
+        return None
     trie: dict[str, dict] = {}
     for span in spans:
         node = trie
         for word in span:
             node = node.setdefault(word, {})
-    old = question_words(news) if news else frozenset()
     count = 0
 
     def is_new(word: str) -> bool:
-        return word.lower() not in old and not weak_word(word)
+        return new_words is None or word in new_words
 
     def alternatives(node: dict[str, dict], said: bool) -> str | None:
         nonlocal count
@@ -255,7 +210,7 @@ def _answer_spans(
                 alts.append(_literal(word))
         return " | ".join(alts) if alts else None
 
-    body = alternatives(trie, not news)
+    body = alternatives(trie, new_words is None)
     return None if body is None else rules.add("answer-span", body)
 
 
@@ -275,24 +230,18 @@ class GrammarOptions:
     plain text (no ``<`` or ``>``, no control characters) that starts with a letter or a digit:
     never markup, a stray tag, a quotation or a second paragraph. ``capital_queries`` (with
     ``plain_queries``): a query starts with a capital letter or a digit, like a title or a
-    question, never with a lower-case fragment such as ``druc``. ``answer_spans``: the answer is
-    one span of words of these texts (the tool responses read so far, see
-    :mod:`drvenus.protocol.spans`), of at most ``max_answer_words`` words (default
-    ``DEFAULT_MAX_SPAN_WORDS``): a grounded answer that can never glue words together or stop
-    inside a word (with no word in the texts, a plain answer); ``answer_question``: the
-    question, whose words a span answer leaves out; ``answer_news``: the question, whose words
-    a span answer may repeat but not only them. ``answer_shape``: the kind of answer the
-    question asks for, which a span answer keeps to
-    (:class:`~drvenus.protocol.spans.AnswerShape`); ``answer_focus`` (k, question): a span
-    answer comes from the k sentences that match the question most, when they hold one of the
-    shape. ``visit_urls``: the URLs a visit may open (the search results read so far; None: any
-    ``http(s)://`` URL). ``used_queries`` (with ``plain_queries``): queries already searched,
-    which a search may not ask again. ``search_query``: the one query a search may ask (the
-    question's own words for the first search). ``max_answer_words`` needs ``answer_spans``: a
-    word bound on free text cannot be kept without gluing words (when the bound is reached a
-    model that wants a space can only go on with the word). ``plain_think``: the think block has
-    no ``<`` at all, so each of its characters is at least one token and its bound is a token
-    bound too (a tag-like ``<...`` run counts as one character otherwise).
+    question, never with a lower-case fragment such as ``druc``. ``answer_choices``: the answer
+    is one of these texts, whole. ``answer_spans``: the answer is one of these runs of words or
+    a prefix of one (a grounded answer, the spans of what was read: it can never glue words
+    together or stop inside a word; with no span, a plain answer); ``answer_new_words``: a span
+    answer holds at least one of these words (not only the question's). Which choices and
+    spans a turn gets is the answering policy of whoever builds the grammar (the small agent,
+    :mod:`drvenus.small`). ``visit_urls``: the URLs a visit may open (the search results read
+    so far; None: any ``http(s)://`` URL). ``used_queries`` (with ``plain_queries``): queries
+    already searched, which a search may not ask again. ``search_query``: the one query a
+    search may ask (the question's own words for the first search). ``plain_think``: the think
+    block has no ``<`` at all, so each of its characters is at least one token and its bound is
+    a token bound too (a tag-like ``<...`` run counts as one character otherwise).
     """
 
     allow_tool_call: bool = True
@@ -306,14 +255,10 @@ class GrammarOptions:
     answer_think_chars: int | None = None
     plain_answer: bool = False
     capital_queries: bool = False
-    max_answer_words: int | None = None
     plain_think: bool = False
-    answer_spans: tuple[str, ...] | None = None
-    answer_question: str = ""
-    answer_news: str = ""
-    answer_shape: AnswerShape = PLAIN_SHAPE
-    answer_focus: tuple[int, str] = (0, "")
-    answer_rank: tuple[int, str] = (0, "")
+    answer_choices: tuple[str, ...] | None = None
+    answer_spans: tuple[tuple[str, ...], ...] | None = None
+    answer_new_words: frozenset[str] | None = None
     visit_urls: tuple[str, ...] | None = None
     used_queries: tuple[str, ...] = ()
     search_query: str | None = None
@@ -325,9 +270,8 @@ class GrammarOptions:
             raise ValueError("tools must be a non-empty subset of ('search', 'visit')")
         if self.max_list_items < 1 or self.max_string_chars < 1:
             raise ValueError("max_list_items and max_string_chars must be at least 1")
-        if self.max_answer_words is not None and (
-                self.max_answer_words < 1 or self.answer_spans is None):
-            raise ValueError("max_answer_words must be at least 1, and needs answer_spans")
+        if any(not span for span in self.answer_spans or ()):
+            raise ValueError("an answer span holds at least one word")
 
 
 _DEFAULT_OPTIONS = GrammarOptions()
@@ -362,18 +306,14 @@ def _grammar(prefilled_think: bool, o: GrammarOptions) -> str:
     )
 
     text_item = _tag_free_text(r, "text", excluded="")
-    think_chars = o.max_think_chars
+    think_bound = o.max_think_chars
     if not o.allow_tool_call and o.answer_think_chars is not None:
-        think_chars = o.answer_think_chars
+        think_bound = o.answer_think_chars
     think_item = r.add("think-item", "[^<]") if o.plain_think else text_item
-    r.add("think", _repeat(think_item, think_chars))
+    r.add("think", _repeat(think_item, think_bound))
 
     if o.allow_answer:
-        spans = None
-        if o.answer_spans is not None:
-            bound = o.max_answer_words or DEFAULT_MAX_SPAN_WORDS
-            spans = _answer_spans(r, o.answer_spans, bound, o.answer_question, o.answer_news,
-                                  o.answer_shape, o.answer_focus, o.answer_rank)
+        spans = _answer_span_rules(r, o.answer_choices, o.answer_spans, o.answer_new_words)
         _answer_rules(r, text_item, o.plain_answer or spans is not None, o.max_answer_chars,
                       spans)
     if o.allow_tool_call:
@@ -552,82 +492,37 @@ def _tool_call_rules(
         r.add("url", f'"\\"" url-scheme {_repeat(json_item, max_string_chars, 1)} "\\""')
 
 
-def grammar_for_kind(
-    kind: str,
-    prefilled_think: bool = False,
-    messages: Sequence[Mapping[str, str]] | None = None,
-    **options: object,
-) -> str:
-    """:func:`protocol_grammar` for a turn kind: "any", "tool_call", "search" (a search call
-    only) or "answer". The option ``answer_spans=True`` makes the answer a span of the tool
-    responses in ``messages`` (the conversation so far, see
-    :func:`drvenus.protocol.spans.span_sources`), ``answer_spans_thinking=True`` of the
-    agent's own thoughts too, ``answer_spans_new_words=True`` without the question's words,
-    ``answer_spans_news=True`` with at least one word that is not the question's,
-    ``answer_spans_shaped=True`` of the kind of answer the question asks for (a number, a time,
-    a name, yes or no, one of its choices: :func:`~drvenus.protocol.spans.answer_shape`).
-    ``answer_spans_focus=K``: spans of the K sentences read that match the question most
-    (:func:`~drvenus.protocol.spans.focus_sentences`).
-    ``answer_spans_rank=K``: for a plain "what" question (no answer shape), one of the K spans
-    the span reader ranks best (:func:`~drvenus.protocol.reader.rank_spans`), whole.
-    ``question_first_search=True``: the first search asks the question's own content words
-    (:func:`~drvenus.protocol.spans.question_query`), what a search engine finds the page by.
-    ``grounded_calls=True``: a visit opens one of the search results read so far (no visit
-    before there are any) and a search never repeats an earlier query. Grammars built per
-    question and per turn."""
+def turn_kinds(kind: str, allow_tool_call: bool = True, allow_answer: bool = True,
+               tools: Sequence[str] = ("search", "visit")) -> tuple[bool, bool, tuple[str, ...]]:
+    """What a turn of ``kind`` ("any", "tool_call", "search": a search call only, or "answer")
+    may be: (a tool call, an answer, the tools a call may name). The flags may narrow the kind
+    further (a model built with an answer-free grammar); when they exclude it, the kind wins."""
     if kind not in ("any", "tool_call", "search", "answer"):
         raise ValueError(f"unknown grammar kind {kind!r}")
-    grounded = bool(options.pop("answer_spans", False))
-    thinking = bool(options.pop("answer_spans_thinking", False))
-    new_words = bool(options.pop("answer_spans_new_words", False))
-    grounded_calls = bool(options.pop("grounded_calls", False))
-    news = bool(options.pop("answer_spans_news", False))
-    shaped = bool(options.pop("answer_spans_shaped", False))
-    question_first = bool(options.pop("question_first_search", False))
-    focus = int(options.pop("answer_spans_focus", 0))  # type: ignore[call-overload]
-    rank = int(options.pop("answer_spans_rank", 0))  # type: ignore[call-overload]
-    # Options may narrow the kind further (e.g. a model built with an answer-free grammar).
-    allow_call = kind != "answer" and bool(options.pop("allow_tool_call", True))
-    allow_answer = kind in ("any", "answer") and bool(options.pop("allow_answer", True))
-    tools = tuple(options.pop("tools", ("search", "visit")))  # type: ignore[arg-type]
+    allow_call = kind != "answer" and allow_tool_call
+    allow = kind in ("any", "answer") and allow_answer
+    chosen = tuple(tools)
     if kind == "search":
-        tools = tuple(t for t in tools if t == "search")
-    if not (allow_call or allow_answer):  # options exclude the kind asked for: the kind wins
-        allow_call, allow_answer = kind != "answer", kind == "answer"
-    if question_first and allow_call and "search" in tools and not past_queries(messages or ()):
-        query = question_query(question_of(messages or ()))
-        if query:  # the first search asks the question's own words
-            options["search_query"] = query
-    if grounded_calls and allow_call:
-        options["used_queries"] = past_queries(messages or ())
-        urls = result_urls(messages or ())
-        if urls:
-            options["visit_urls"] = urls
-        else:  # nothing to open yet: no visit
-            tools = tuple(t for t in tools if t != "visit")
-            if not tools:
-                allow_call, allow_answer = False, True
-    if grounded and allow_answer:
-        options["answer_spans"] = span_sources(messages or (), thinking=thinking)
-        if focus:  # the sentences that match the question most
-            options["answer_focus"] = (focus, question_of(messages or ()))
-        if rank:  # the spans the reader ranks best
-            options["answer_rank"] = (rank, question_of(messages or ()))
-        if new_words:
-            options["answer_question"] = question_of(messages or ())
-        if news:
-            options["answer_news"] = question_of(messages or ())
-        if shaped:
-            options["answer_shape"] = answer_shape(question_of(messages or ()))
-    elif grounded:
-        options.pop("max_answer_words", None)  # no answer in this turn: no span bound either
-    return protocol_grammar(
-        prefilled_think,
-        allow_tool_call=allow_call,
-        allow_answer=allow_answer,
-        tools=tools or ("search",),
-        **options,  # type: ignore[arg-type]
-    )
+        chosen = tuple(t for t in chosen if t == "search")
+    if not (allow_call or allow):
+        allow_call, allow = kind != "answer", kind == "answer"
+    return allow_call, allow, chosen
 
 
-__all__ = ["PROTOCOL_TAGS", "GrammarOptions", "grammar_for_kind", "protocol_grammar"]
+def grammar_for_kind(kind: str, prefilled_think: bool = False, **options: Any) -> str:
+    """:func:`protocol_grammar` for a turn kind (see :func:`turn_kinds`), with ``options`` (the
+    fields of :class:`GrammarOptions`) on top."""
+    allow_call, allow_answer, tools = turn_kinds(
+        kind, bool(options.pop("allow_tool_call", True)),
+        bool(options.pop("allow_answer", True)), options.pop("tools", ("search", "visit")))
+    return protocol_grammar(prefilled_think, allow_tool_call=allow_call,
+                            allow_answer=allow_answer, tools=tools or ("search",), **options)
+
+
+__all__ = [
+    "PROTOCOL_TAGS",
+    "GrammarOptions",
+    "grammar_for_kind",
+    "protocol_grammar",
+    "turn_kinds",
+]

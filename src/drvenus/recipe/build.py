@@ -30,7 +30,6 @@ from typing import Any
 from drvenus import protocol
 from drvenus.grading.match import normalize_answer
 from drvenus.protocol import ANSWER_SPLIT, ToolCall
-from drvenus.protocol.spans import question_query
 from drvenus.recipe.articles import Article, is_reserved
 from drvenus.recipe.facts import contains_answer, find_span
 from drvenus.recipe.pairs import COMPARISON, YES_NO, comparisons, yes_no
@@ -45,6 +44,7 @@ from drvenus.recipe.questions import (
     usable_alias,
 )
 from drvenus.recipe.teacher import Teacher, Trajectory
+from drvenus.small.spans import question_query
 
 log = logging.getLogger(__name__)
 

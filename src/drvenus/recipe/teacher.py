@@ -20,11 +20,11 @@ from typing import Any
 
 from drvenus import protocol
 from drvenus.protocol import ToolCall
-from drvenus.protocol.spans import QUESTION_QUERY_CHARS, question_query
 from drvenus.recipe.facts import NEED, find_span, sentences
 from drvenus.recipe.pairs import COMPARISON, YES_NO
 from drvenus.recipe.pairs import amount as _amount
 from drvenus.recipe.questions import MAX_QUERY_CHARS, Question
+from drvenus.small.spans import QUESTION_QUERY_CHARS, question_query
 
 MAX_THINK_CHARS = 240
 MAX_GOAL_CHARS = 60

@@ -33,7 +33,7 @@ from drvenus import protocol
 from drvenus.protocol import ToolCallError, normalize_tool_call
 from drvenus.serve.agents import Choice
 from drvenus.serve.runs import Busy, Run, RunRegistry
-from drvenus.serve.view import final_text, progress_line
+from drvenus.serve.view import final_text, finished_view, progress_line
 from drvenus.text import counted, one_line
 
 if TYPE_CHECKING:
@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 
 try:  # at module level: the SDK reads the tools' annotations from this module
     from mcp.server.mcpserver import Context
+    from mcp.types import CallToolResult, TextContent
 except ImportError:  # no serve extra: build_mcp says what to install
-    Context = Any  # type: ignore[misc,assignment]
+    Context = CallToolResult = TextContent = Any  # type: ignore[misc,assignment]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,18 @@ class RunStatus(BaseModel):
     last: str = Field(description="The latest thing the run did, in one line.")
     answer: str | None = Field(
         default=None, description="Once done: the answer and the pages it read.")
+
+
+class ResearchResult(BaseModel):
+    """deep_research's result: the answer once the run is over, else how to follow it."""
+
+    run_id: str = Field(description="The run's id: pass it to research_status.")
+    status: str = Field(description="done, or queued / running: follow it with research_status.")
+    answered: bool = Field(description="Whether the run found an answer (done only).")
+    answer: str | None = Field(
+        default=None, description="Once done: the answer with the pages it read (or why there "
+        "is none).")
+    sources: list[str] = Field(default_factory=list, description="The URLs of the pages read.")
 
 
 class SearchResult(BaseModel):
@@ -136,16 +149,22 @@ async def _fetch(registry: RunRegistry, url: str) -> FetchedPage:
     if read_text is not None:
         page = await read_text(url)
         if page is None:
-            raise ToolError(f"could not read {url}")
+            raise ToolError(f"could not read {_shown(url)}")
         return FetchedPage(id=url, title=page.title or url, text=page.text, url=url,
                            metadata={"whole_page": True})
     body = await _tool_text(registry, protocol.VISIT, {"url": [url], "goal": FETCH_GOAL})
     frames = protocol.parse_visit_body(body) or []
     read = [f for f in frames if not protocol.is_visit_failure(f["summary"])]
     if not read:
-        raise ToolError(f"could not read {url}")
+        raise ToolError(f"could not read {_shown(url)}")
     text = "\n\n".join(part for f in read for part in (f["evidence"], f["summary"]) if part)
     return FetchedPage(id=url, title=url, text=text, url=url, metadata={"whole_page": False})
+
+
+def _shown(value: str) -> str:
+    """A client's value as an error echoes it: one line, at most 200 characters (an id of a
+    megabyte is not sent back whole)."""
+    return one_line(value, 200)
 
 
 def _start(registry: RunRegistry, question: str, heavy: int | None = None) -> Run:
@@ -158,8 +177,10 @@ def _start(registry: RunRegistry, question: str, heavy: int | None = None) -> Ru
 
 
 def _last_line(run: Run) -> str:
-    lines = [line for e in run.events if (line := progress_line(e))]
-    return one_line(lines[-1], 300) if lines else "queued"
+    """What the run did last, in one line (a step's start says nothing of what it does)."""
+    lines = [line for e in run.events
+             if e.get("type") != "step_started" and (line := progress_line(e))]
+    return one_line(lines[-1], 300) if lines else run.status
 
 
 def _status(run: Run) -> RunStatus:
@@ -167,6 +188,18 @@ def _status(run: Run) -> RunStatus:
     answer = final_text(run.record or {}) if run.finished else None
     return RunStatus(run_id=run.id, status=run.status, steps=_steps(run), last=_last_line(run),
                      answer=answer)
+
+
+def _result(run: Run, text: str) -> CallToolResult:
+    """deep_research's reply: ``text`` for people and models, the structured result for
+    applications (the run id in a field, not in a sentence)."""
+    record = run.record or {}
+    view = finished_view(record) if run.finished else None
+    result = ResearchResult(
+        run_id=run.id, status=run.status, answered=bool(view and view["answered"]),
+        answer=text if run.finished else None, sources=view["sources"] if view else [])
+    return CallToolResult(content=[TextContent(type="text", text=text)],
+                          structured_content=result.model_dump(mode="json"))
 
 
 def _steps(run: Run) -> int:
@@ -282,10 +315,11 @@ def _research_tools(tool: Callable[..., Callable[[Any], Any]], registry: RunRegi
         fn.__annotations__["heavy"] = Annotated[int | None, heavy_field]
         return fn
 
-    @tool("Deep research", structured=False)
+    @tool("Deep research")
     @with_cap
     async def deep_research(question: Annotated[str, QUESTION], ctx: Context,
-                            heavy: int | None = None) -> str:
+                            heavy: int | None = None
+                            ) -> Annotated[CallToolResult, ResearchResult]:
         """Research a question on the web (or the offline corpus) and answer it, listing the
         pages read. Takes from seconds to minutes. With a progress token, it reports progress
         as it goes and answers at the end; without one it answers within a minute: the answer
@@ -295,15 +329,15 @@ def _research_tools(tool: Callable[..., Callable[[Any], Any]], registry: RunRegi
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(run.wait(), quick_answer_seconds)
             if not run.finished:
-                return still_running(run, quick_answer_seconds)
-            return final_text(run.record or {})
+                return _result(run, still_running(run, quick_answer_seconds))
+            return _result(run, final_text(run.record or {}))
         sent = 0  # the progress value: one more per notification, as the spec requires
         async for item in run.follow():
             line = progress_line(item[1]) if item is not None else "still working"
             if line:
                 sent += 1
                 await ctx.report_progress(sent, None, one_line(f"step {_steps(run)}: {line}", 300))
-        return final_text(run.record or {})
+        return _result(run, final_text(run.record or {}))
 
     @tool("Start research", read_only=False)
     @with_cap

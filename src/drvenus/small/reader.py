@@ -1,4 +1,10 @@
-"""A span reader: ranks the spans an answer may copy by how likely each answers the question.
+"""Span readers: rank the spans an answer may copy by how likely each answers the question.
+
+A reader is anything with :meth:`SpanReader.rank`; the levers name one (``span_reader``) and
+:func:`span_reader` returns it: ``"linear"``, the linear reader below, or ``"neural"``,
+:class:`drvenus.small.neural.NeuralReader` (imported only when chosen).
+
+The linear reader:
 
 The embedded model (135M parameters) reads poorly: on questions written the way people ask,
 the answer was in what it had read for three in four single-hop questions, yet it copied
@@ -18,21 +24,24 @@ model over a few features that early open-domain QA systems relied on:
 
 The weights (:data:`WEIGHTS`) were fitted on recipe training questions
 (``recipes/embedded/train_reader.py``), never on the questions we report on. The agent keeps
-the top spans in its answer grammar (``answer_spans_rank``): the model picks among a few good
+the top spans in its answer grammar (the ``span_rank`` lever): the model picks among a few good
 spans instead of every span of five search results.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
 
-from drvenus.protocol.spans import (
+from drvenus.small.spans import (
     _CLAUSE_BREAK,
     _NAME_LINKS,
     _NUMBER_WORDS,
@@ -369,7 +378,7 @@ def rank_spans(
 ) -> list[Scored]:
     """The ``k`` best candidate spans of ``texts`` for ``question``, best first (ties: the
     earlier found). Spans of the shape the question asks for come first when there are any
-    (see :class:`~drvenus.protocol.spans.AnswerShape`)."""
+    (see :class:`~drvenus.small.spans.AnswerShape`)."""
     shape = answer_shape(question)
     found = candidates(texts, question, max_words=max_words, weights=weights)
     shaped = [c for c in found if shape.first(c[0][0])]
@@ -379,4 +388,75 @@ def rank_spans(
     return scored[:k]
 
 
-__all__ = ["FEATURES", "MAX_SPAN_WORDS", "WEIGHTS", "Scored", "candidates", "rank_spans"]
+ReaderName = Literal["linear", "neural"]
+READERS: tuple[str, ...] = ("linear", "neural")
+
+
+class ScoredSpan(Protocol):
+    """A ranked span: its text and its reader score (higher is better; scores compare within
+    one ranking only)."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def score(self) -> float: ...
+
+
+@runtime_checkable
+class SpanReader(Protocol):
+    """Ranks the spans of ``texts`` (what was read) as answers to ``question``, best first."""
+
+    def rank(self, question: str, texts: Sequence[str], k: int = 10,
+             max_words: int = MAX_SPAN_WORDS) -> Sequence[ScoredSpan]: ...
+
+
+class LinearReader:
+    """The linear reader (see the module doc) as a :class:`SpanReader`."""
+
+    def __init__(self, weights: Mapping[str, float] | None = None) -> None:
+        self.weights = weights
+
+    def rank(self, question: str, texts: Sequence[str], k: int = 10,
+             max_words: int = MAX_SPAN_WORDS) -> list[Scored]:
+        return rank_spans(texts, question, k, max_words=max_words, weights=self.weights)
+
+
+class ReaderUnavailableError(RuntimeError):
+    """The reader the levers name cannot be loaded."""
+
+
+@cache
+def span_reader(name: ReaderName = "linear") -> SpanReader:
+    """The reader called ``name`` (one per process): "linear", or "neural"
+    (``drvenus.small.neural.NeuralReader``, imported now)."""
+    if name == "linear":
+        return LinearReader()
+    if name != "neural":
+        raise ValueError(f"unknown span reader {name!r}; choose from {', '.join(READERS)}")
+    try:
+        module = importlib.import_module("drvenus.small.neural")
+    except ModuleNotFoundError as exc:
+        if exc.name != "drvenus.small.neural":
+            raise
+        raise ReaderUnavailableError(
+            "the neural span reader (drvenus.small.neural) is not in this install: "
+            "use span_reader='linear'") from None
+    return module.NeuralReader()
+
+
+__all__ = [
+    "FEATURES",
+    "MAX_SPAN_WORDS",
+    "READERS",
+    "WEIGHTS",
+    "LinearReader",
+    "ReaderName",
+    "ReaderUnavailableError",
+    "Scored",
+    "ScoredSpan",
+    "SpanReader",
+    "candidates",
+    "rank_spans",
+    "span_reader",
+]

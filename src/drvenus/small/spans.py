@@ -1,6 +1,6 @@
 """Answer spans: the word sequences an answer may copy from what the agent has read.
 
-A grounded answer grammar (``protocol_grammar(answer_spans=...)``) admits only answers that are
+A grounded answer grammar (:mod:`drvenus.small.grammar`) admits only answers that are
 one contiguous span of words of these texts, with one space between words. Its vocabulary is
 closed, so no answer can glue two words together ("AldousHuxley") or cut one ("ParkServ"):
 every word of an answer is a whole word of a source, and the next word is one that follows it
@@ -16,26 +16,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from drvenus.protocol.parse import parse_turn
-from drvenus.protocol.render import (
-    VISIT_SEPARATOR,
-    notice_kind,
-    parse_search_body,
-    unwrap_tool_response,
-)
-from drvenus.protocol.tools import ToolCall
+from drvenus.protocol.state import TurnState
 from drvenus.text import split_sentences
 
-_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-# The fixed lines of a visit frame (render_visit): not answer material.
-_VISIT_HEAD = re.compile(
-    r"^The useful information in \S+ for user goal .*? as follows: *$|"
-    r"^(?:Evidence in page|Summary): *$",
-    re.MULTILINE,
-)
 # Where a clause ends: sentence punctuation before a blank (not after a lone capital, an
 # initial such as "J."), a comma/semicolon/colon before a blank, brackets, quotes, dashes
 # between blanks, an en or em dash anywhere ("1928–2025": a range, two answers), a hyphen
@@ -102,52 +88,13 @@ def clause_words(text: str, exclude: frozenset[str] = frozenset()) -> list[list[
     return clauses
 
 
-def _search_text(body: str) -> str | None:
-    """Titles and snippets of a search response, one per line (None: not a search response)."""
-    data = parse_search_body(body)
-    if data is None:
-        return None
-    hits = [hit for entry in data for hit in entry["web_page_info_list"]]
-    return "\n".join(hit[k] for hit in hits for k in ("title", "snippet"))
-
-
-def tool_response_text(body: str) -> str:
-    """The readable text of one tool response body: what an answer may quote."""
-    searched = _search_text(body)
-    if searched is not None:
-        return searched
-    return _VISIT_HEAD.sub("", body.replace(VISIT_SEPARATOR, "\n"))
-
-
-def question_of(messages: Sequence[Mapping[str, str]]) -> str:
-    """The question of a conversation: its first user message that is not a tool response."""
-    for m in messages:
-        if m.get("role") == "user" and unwrap_tool_response(m.get("content") or "") is None:
-            return m.get("content") or ""
-    return ""
-
-
-def span_sources(
-    messages: Sequence[Mapping[str, str]], *, thinking: bool = False
-) -> tuple[str, ...]:
-    """The texts an answer may quote, from a conversation: the tool responses (not the fixed
+def span_sources(state: TurnState, *, thinking: bool = False) -> tuple[str, ...]:
+    """The texts an answer may quote: what the tool responses gave to read (not the fixed
     notices), and with ``thinking`` the agent's own thoughts; the question when there is
-    nothing else (see :func:`question_of` for the words an answer should not repeat)."""
-    texts: list[str] = []
-    question = ""
-    for m in messages:
-        role, content = m.get("role"), m.get("content") or ""
-        if role == "user":
-            body = unwrap_tool_response(content)
-            if body is None:
-                question = question or content
-            elif notice_kind(body) is None:
-                texts.append(tool_response_text(body))
-        elif role == "assistant" and thinking:
-            texts.extend(t.strip() for t in _THINK.findall(content))
-    texts = [t for t in texts if t.strip()]
-    if not texts and question:
-        texts = [question]
+    nothing else."""
+    texts = [t for t in state.sources(thoughts=thinking) if t.strip()]
+    if not texts and state.question:
+        texts = [state.question]
     return tuple(texts)
 
 
@@ -352,24 +299,7 @@ def answer_shape(question: str) -> AnswerShape:
     return PLAIN_SHAPE
 
 
-# -- grounded tool calls ---------------------------------------------------------------------
-
-def _calls(messages: Sequence[Mapping[str, str]]) -> list[ToolCall]:
-    """The tool calls of the conversation's assistant turns (as the agent parsed them)."""
-    calls = []
-    for m in messages:
-        if m.get("role") == "assistant":
-            call = parse_turn(m.get("content") or "").tool_call
-            if call is not None:
-                calls.append(call)
-    return calls
-
-
-def _items(value: object) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    return [str(v) for v in value] if isinstance(value, list) else []
-
+# -- the first search ------------------------------------------------------------------------
 
 # Words that locate nothing in a search index: question words, articles, prepositions, pronouns
 _QUERY_STOPWORDS = frozenset(
@@ -402,29 +332,6 @@ def question_query(question: str, limit: int = QUESTION_QUERY_CHARS) -> str:
     return text[:1].upper() + text[1:]
 
 
-def past_queries(messages: Sequence[Mapping[str, str]]) -> tuple[str, ...]:
-    """The queries the conversation's search calls already asked, in order."""
-    seen = [q for c in _calls(messages) if c.name == "search"
-            for q in _items(c.arguments.get("query"))]
-    return tuple(dict.fromkeys(seen))
-
-
-def result_urls(messages: Sequence[Mapping[str, str]]) -> tuple[str, ...]:
-    """The URLs of the search results read so far that no visit call has opened yet: the
-    pages a grounded visit may open (it can never invent a URL)."""
-    visited = {u for c in _calls(messages) if c.name == "visit"
-               for u in _items(c.arguments.get("url"))}
-    urls: list[str] = []
-    for m in messages:
-        body = unwrap_tool_response(m.get("content") or "") if m.get("role") == "user" else None
-        if body is None:
-            continue
-        for entry in parse_search_body(body) or []:
-            urls.extend(hit["url"] for hit in entry["web_page_info_list"]
-                        if str(hit["url"]).startswith(("http://", "https://")))
-    return tuple(u for u in dict.fromkeys(urls) if u not in visited)
-
-
 __all__ = [
     "PLAIN_SHAPE",
     "AnswerShape",
@@ -432,14 +339,10 @@ __all__ = [
     "clause_words",
     "clean_word",
     "focus_sentences",
-    "past_queries",
-    "result_urls",
     "QUESTION_QUERY_CHARS",
-    "question_of",
     "question_query",
     "question_words",
     "span_sources",
     "spans_of",
     "weak_word",
-    "tool_response_text",
 ]

@@ -47,6 +47,7 @@ from drvenus.protocol import (
     assistant_text,
     template_prefills_think,
 )
+from drvenus.protocol.state import TurnState
 from drvenus.train.rl.engine import TokenEngine
 from drvenus.train.rl.rollout import Boundary, RolloutRecord, turn_tool_name
 from drvenus.train.sft.tokenize import MaskError
@@ -178,6 +179,7 @@ class TokenRecorder:
         params: SamplingParams,
         *,
         grammar: GrammarKind | None = None,
+        state: TurnState | None = None,
         timeout: float | None = None,
     ) -> Generation:
         if grammar:
