@@ -188,6 +188,10 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
     # Heavy mode (issue 33): four runs per question, then a synthesis turn / a majority vote
     "heavy4": _ours_with("heavy4", heavy=4),
     "heavy4-vote": _ours_with("heavy4-vote", heavy=4, heavy_mode="vote"),
+    # three runs: the synthesis turn choosing among the runs' answers (issue 41), and the vote
+    # with the reader's tie-break
+    "heavy3": _ours_with("heavy3", heavy=3),
+    "heavy3-vote": _ours_with("heavy3-vote", heavy=3, heavy_mode="vote"),
     # the local index's ranking (drvenus.corpus.dense): BM25 alone, or fused with WordLlama
     "ours-bm25": _ours_with("ours-bm25", retrieval="bm25"),
     "ours-hybrid": _ours_with("ours-hybrid", retrieval="hybrid"),
