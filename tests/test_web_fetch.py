@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from drvenus.net.addresses import AddressPolicy, parse_networks
 from drvenus.net.retry import RetryPolicy
@@ -341,3 +343,41 @@ def test_jina_reader(site: WebSite) -> None:
         run(read("jina-key", "http://169.254.169.254/latest/"))
     assert info.value.refused
     assert "jina-key" not in repr(JinaReader("jina-key"))
+
+
+# ------------------------------------------------------------------ metadata in every form (issue 43)
+def _forms(v4: ipaddress.IPv4Address) -> list[ipaddress.IPv6Address]:
+    """The IPv6 forms that carry ``v4``: mapped, IPv4-compatible, 6to4, NAT64 with the
+    well-known prefix, the local-use prefix as a /96 and in RFC 6052's /48 layout."""
+    n = int(v4)
+    local48 = (0x64FF9B0001 << 80) | ((n >> 16) << 64) | ((n & 0xFFFF) << 40)
+    return [ipaddress.IPv6Address(x) for x in (
+        (0xFFFF << 32) | n, n, (0x2002 << 112) | (n << 80), (0x64FF9B << 96) | n,
+        (0x64FF9B0001 << 80) | n, local48)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(v4=st.one_of(
+    st.sampled_from(["169.254.169.254", "168.63.129.16", "100.100.100.200", "192.0.0.192"]),
+    st.integers(0, 0xFFFF).map(lambda k: f"169.254.{k >> 8}.{k & 0xFF}"),
+).map(ipaddress.IPv4Address))
+def test_metadata_is_refused_in_every_ipv6_form(v4):
+    permissive = AddressPolicy(allow_private=True)
+    for ip in [v4, *_forms(v4)]:
+        assert permissive.reason(ip) is not None, ip
+        assert AddressPolicy().reason(ip) is not None, ip
+
+
+def test_the_forms_carry_what_they_say():
+    assert str(_forms(ipaddress.IPv4Address("169.254.169.254"))[1]) == "::a9fe:a9fe"
+    assert str(_forms(ipaddress.IPv4Address("169.254.169.254"))[4]) == "64:ff9b:1::a9fe:a9fe"
+
+
+def test_azure_wireserver_is_refused_by_default_and_named_in_the_error():
+    error = fails("http://168.63.129.16/machine?comp=goalstate")
+    assert error.refused and "metadata" in str(error)
+
+
+@pytest.mark.parametrize("address", ["::8.8.8.8", "64:ff9b:1::808:808"])
+def test_deprecated_forms_of_public_addresses_stay_refused_by_default(address):
+    assert AddressPolicy().reason(ipaddress.ip_address(address)) is not None

@@ -3,7 +3,8 @@ URLs (:class:`AddressPolicy`; the safe fetcher of :mod:`drvenus.tools.web` enfor
 
 Private, loopback, link-local, unspecified, multicast, reserved and shared addresses are refused
 unless private ones are allowed; cloud metadata addresses (:func:`is_metadata`, IPv4-mapped,
-6to4, Teredo and NAT64 forms included) stay refused even then, unless named in the policy's
+IPv4-compatible, 6to4, Teredo and NAT64 forms included, the local-use NAT64 prefix too) stay
+refused even then, unless named in the policy's
 allow list. The standard library only.
 """
 
@@ -26,25 +27,35 @@ METADATA_ADDRESSES = frozenset(
         "fd00:ec2::23",  # AWS IPv6 DNS
         "100.100.100.200",  # Alibaba Cloud
         "192.0.0.192",  # Oracle Cloud
+        "168.63.129.16",  # Azure WireServer (a public address: refused by name)
     )
 )
 # The IPv4 link-local range the metadata services of AWS (EC2, ECS), Azure, GCP and OpenStack
 # answer in: all of it counts as metadata, refused even where private addresses are allowed.
 METADATA_NETWORKS = (ipaddress.ip_network("169.254.0.0/16"),)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215's local-use NAT64 prefix
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # RFC 4291's deprecated ::a.b.c.d
 
 
-def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one carries (mapped, 6to4, Teredo client, NAT64), if any."""
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses an IPv6 one may carry (mapped, 6to4, Teredo client, NAT64 with the
+    well-known or the local-use prefix, IPv4-compatible); none for a plain IPv6 address."""
     if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
+        return (ip.ipv4_mapped,)
     if ip.sixtofour is not None:
-        return ip.sixtofour
+        return (ip.sixtofour,)
     if ip.teredo is not None:
-        return ip.teredo[1]
+        return (ip.teredo[1],)
+    n = int(ip)
     if ip in _NAT64:
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return None
+        return (ipaddress.IPv4Address(n & 0xFFFFFFFF),)
+    if ip in _NAT64_LOCAL:  # a /96 inside it (the last 32 bits), or RFC 6052's /48 layout
+        rfc6052 = ((n >> 64) & 0xFFFF) << 16 | ((n >> 40) & 0xFFFF)
+        return (ipaddress.IPv4Address(n & 0xFFFFFFFF), ipaddress.IPv4Address(rfc6052))
+    if ip in _IPV4_COMPATIBLE and n > 1:  # :: and ::1 are themselves
+        return (ipaddress.IPv4Address(n),)
+    return ()
 
 
 def _unscoped(ip: IPAddress) -> IPAddress:
@@ -57,10 +68,8 @@ def is_metadata(ip: IPAddress) -> bool:
     """Whether ``ip`` is a cloud metadata address (or in the link-local range they live in),
     in any IPv6 form that carries one."""
     ip = _unscoped(ip)
-    if isinstance(ip, ipaddress.IPv6Address):
-        inner = _embedded_ipv4(ip)
-        if inner is not None and is_metadata(inner):
-            return True
+    if isinstance(ip, ipaddress.IPv6Address) and any(map(is_metadata, _embedded_ipv4(ip))):
+        return True
     return ip in METADATA_ADDRESSES or any(ip in net for net in METADATA_NETWORKS)
 
 
@@ -69,9 +78,13 @@ def blocked_reason(ip: IPAddress) -> str | None:
     if isinstance(ip, ipaddress.IPv6Address):
         ip = _unscoped(ip)
         inner = _embedded_ipv4(ip)
-        if inner is not None:
-            reason = blocked_reason(inner)
-            return f"{reason} (embedded in {ip})" if reason else None
+        if inner:
+            reason = next((r for r in map(blocked_reason, inner) if r), None)
+            if reason:
+                return f"{reason} (embedded in {ip})"
+            if ip not in _IPV4_COMPATIBLE and ip not in _NAT64_LOCAL:
+                return None  # the IPv4 address it reaches is public
+            # a deprecated or local-use form: its own reason below (reserved, ...)
     checks = (
         (ip in METADATA_ADDRESSES, "a cloud metadata address"),
         (ip.is_loopback, "a loopback address"),
