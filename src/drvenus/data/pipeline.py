@@ -40,7 +40,7 @@ import pyarrow as pa
 from drvenus.data.correctness import filter_correct
 from drvenus.data.options import CleanOptions
 from drvenus.data.plan import RunPlan, nothing_read_error, plan_run
-from drvenus.data.reading import Chunk, ipc_batch, read_chunks
+from drvenus.data.reading import Chunk, DataInputError, ipc_batch, read_chunks
 from drvenus.data.report import RunCounts, stats_document
 from drvenus.data.resample import Resampler
 from drvenus.data.rows import ChunkStats
@@ -71,7 +71,8 @@ def log_stage(stage: str, msg: str, *args: Any) -> None:
 def run_clean(opts: CleanOptions, progress: ProgressFn | None = None) -> dict[str, Any]:
     """Run the whole pipeline; returns the stats written to ``stats.json``.
 
-    Raises :class:`NothingReadError` when no input file could be found or read. The output
+    Raises :class:`NothingReadError` when no input file could be found or read, and
+    :class:`NothingKeptError` (writing nothing) when every row was dropped. The output
     folder is created once the inputs are checked; the outputs appear only when the run
     completes (an exception or Ctrl-C leaves none, and no temporary file).
     """
@@ -88,6 +89,8 @@ def run_clean(opts: CleanOptions, progress: ProgressFn | None = None) -> dict[st
         _log_row_stages(counts.totals)
         with ValidRows(valid_path) as valid:
             stats = finish(plan, valid, out, counts)
+        if not stats["rows"]["final_resampled"]:  # an empty dataset trains nothing: an error
+            raise nothing_kept_error(stats)
         stats["timing"] = {"elapsed_s": round(time.perf_counter() - t0, 3),
                            "workers": plan.workers}
         write_stats(out, stats)
@@ -99,6 +102,22 @@ def run_clean(opts: CleanOptions, progress: ProgressFn | None = None) -> dict[st
         rows["final_resampled"], plan.mode,
     )
     return stats
+
+
+class NothingKeptError(DataInputError):
+    """Every input row was dropped: there is no dataset to write."""
+
+
+def nothing_kept_error(stats: dict[str, Any]) -> NothingKeptError:
+    """The one-line error of a run that kept no row, with the main reasons rows were dropped."""
+    rows = stats["rows"]
+    reasons = sorted(stats.get("drop_reasons", {}).items(), key=lambda kv: -kv[1])[:4]
+    why = ", ".join(f"{k}={v}" for k, v in reasons) or "see --keep-intermediate"
+    stage = ("the correctness filter dropped every valid row"
+             if rows.get("stage2_valid") else "no row was a valid trajectory")
+    return NothingKeptError(
+        f"no row kept: {stage} ({rows.get('source', 0)} source rows; dropped: {why}); "
+        "nothing written")
 
 
 # --------------------------------------------------------------------------- stages 1-5
