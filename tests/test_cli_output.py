@@ -81,3 +81,17 @@ def test_the_terminal_says_tokens_used_apart_from_the_context_and_ends_in_words(
     console.print(summary_table({"answered": 3, "llm_error": 1}, [1.0, 2.0], 0))
     table = console.export_text()
     assert "The model could not be reached" in table and "llm_error" not in table
+
+
+def test_ask_help_has_examples_and_grouped_options():
+    r = drvenus("ask", "--help", env={"COLUMNS": "80", "TERM": "dumb"}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    assert "Examples:" in text and 'drvenus ask "..." > answer.txt' in text
+    for panel in ("─ Model ", "─ Tools ", "─ Research "):
+        assert panel in text, text
+    # each option is under its group: the model's flags are not among the research budgets
+    model, research = text.index("─ Model "), text.index("─ Research ")
+    assert model < text.index("│ --base-url") < text.index("─ Tools ")
+    assert research < text.index("│ --max-steps")
+    assert all(len(line) <= 80 for line in text.splitlines()), text

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from drvenus import __version__, signals
-from drvenus.cli.agent import ask, run
+from drvenus.cli.agent import ASK_EXAMPLES, ask, run
 from drvenus.cli.common import CheckedGroup, out, setup_logging
 from drvenus.cli.data import data_app
 from drvenus.cli.eval import eval_app
@@ -61,7 +61,7 @@ def _root(
     setup_logging(verbose)
 
 
-app.command()(ask)
+app.command(epilog=ASK_EXAMPLES)(ask)
 app.command()(run)
 app.add_typer(index_app, name="index")
 app.add_typer(models_app, name="models")

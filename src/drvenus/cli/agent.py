@@ -30,6 +30,15 @@ if TYPE_CHECKING:
 
 
 # ---------------------------------------------------------------- ask
+ASK_EXAMPLES = (  # ask --help's epilog; a line a paragraph
+    "Examples:\n\n"
+    'drvenus ask "Who wrote the novel Dracula?"    (embedded model, offline)\n\n'
+    'drvenus ask "..." --base-url http://gpu:8000/v1 --search serper\n\n'
+    'drvenus ask "..." > answer.txt                (the answer\'s text only)\n\n'
+    'drvenus ask "..." --json --trace steps.jsonl  (the record; every step)'
+)
+
+
 @with_options("agent", AgentOptions)
 def ask(
     question: Annotated[str, typer.Argument(help="The question to research.")],
@@ -45,7 +54,9 @@ def ask(
     *,
     agent: AgentOptions,
 ) -> None:
-    """Research one question and print the answer (live steps on a terminal)."""
+    """Research one question and print the answer (live steps on a terminal).
+
+    Piped or redirected, stdout is exactly the answer's text (examples below)."""
     writer = None
     try:
         _check_question(question)
@@ -252,4 +263,4 @@ def _run_locked(
     return 0
 
 
-__all__ = ["ask", "run"]
+__all__ = ["ASK_EXAMPLES", "ask", "run"]

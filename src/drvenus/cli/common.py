@@ -288,10 +288,12 @@ def field_options(cls: type, *, layered: bool = False, prefix: str = "",
 
     ``layered``: every option's default is None ("not given": the value comes from a config
     file, the environment or the field's default, which the help then shows); else the field's
-    default is the option's.
+    default is the option's. A class's ``HELP_PANELS`` (field name -> title) groups its options
+    in ``--help``.
     """
     options: list[_Option] = []
     flags: dict[str, str] = {}
+    panels: Mapping[str, str] = getattr(cls, "HELP_PANELS", {})  # --help groups, by field
     for f in _class_fields(cls):
         if f.spec.hidden:
             continue
@@ -314,7 +316,8 @@ def field_options(cls: type, *, layered: bool = False, prefix: str = "",
                 shown = ",".join(f.default)
         # no explicit flags: typer's own name, which gives a bool its --x/--no-x pair; the help
         # is plain text, not rich markup ("[default: 8]", "drvenus[train]")
-        option = typer.Option(*f.spec.flags, help=escape(help), show_default=shown)
+        option = typer.Option(*f.spec.flags, help=escape(help), show_default=shown,
+                              rich_help_panel=panels.get(f.name))
         parameter = inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY,
                                       annotation=Annotated[tp, option], default=default)
         options.append(_Option((*path, f.name), parameter))

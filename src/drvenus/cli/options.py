@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from rich.markup import escape
 
@@ -40,6 +40,10 @@ def _setting_values(options: Any) -> dict[str, Any]:
 class ToolOptions:
     """The options of the search and visit tools."""
 
+    HELP_PANELS: ClassVar[dict[str, str]] = {
+        name: "Tools" for name in ("corpus", "search", "retrieval", "visit",
+                                   "allow_private_urls", "protocol")}
+
     corpus: Path | None = option("Corpus JSONL/parquet (id,title,url,text). Default: built-in.")
     search: str | None = option(
         "Search providers in fallback order: serper, searxng, local (default: local).")
@@ -66,6 +70,15 @@ class ToolOptions:
 @dataclass(frozen=True)
 class AgentOptions:
     """The model, tool and budget options of a command that runs the agent."""
+
+    HELP_PANELS: ClassVar[dict[str, str]] = {
+        **{name: "Model" for name in ("model", "adapter", "no_adapter", "kv_cache", "base_url",
+                                      "model_name", "constrained")},
+        "tools_url": "Tools",
+        **{name: "Research" for name in ("max_steps", "max_context", "time_limit",
+                                         "context_strategy", "keep_last", "heavy", "heavy_mode",
+                                         "system_prompt_file")},
+    }
 
     model: Path | None = option(
         "A GGUF file (llama.cpp) or a Hugging Face checkpoint / LoRA adapter folder "
