@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import socket
 import threading
 import time
 from typing import Any, Self
+
+log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"  # loopback: another address needs a token (see check_bind)
 MAX_BODY_BYTES = 1 << 20  # a JSON request body, bytes
@@ -101,10 +104,19 @@ async def read_json_body(request: Any, limit: int = MAX_BODY_BYTES) -> dict[str,
         if int(length) > limit:
             raise Reject(413, {"error": f"request body over {limit} bytes"})
     data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > limit:
-            raise Reject(413, {"error": f"request body over {limit} bytes"})
+    try:
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > limit:
+                raise Reject(413, {"error": f"request body over {limit} bytes"})
+    except Exception as exc:  # starlette's ClientDisconnect (matched by name: no import here)
+        if type(exc).__name__ != "ClientDisconnect":
+            raise
+        # the client went away mid-body: nobody to answer, nothing wrong with the server
+        log.warning("%s %s: the client disconnected after %d of %s body bytes",
+                    request.method, request.url.path, len(data), length or "?")
+        raise Reject(400, {"error": "the client disconnected before sending the whole "
+                                    "body"}) from None
     try:
         body = json.loads(data)
     except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
