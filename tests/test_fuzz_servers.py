@@ -4,7 +4,8 @@
 
 - schemathesis generates requests from an OpenAPI description of each server's routes (both
   servers keep their own schema endpoints off, so the description is written here, as the
-  routes' contract), valid and invalid ones (wrong types, missing fields, odd strings);
+  routes' contract, and checked against each app's routes: a new route must be added here),
+  valid and invalid ones (wrong types, missing fields, odd strings);
 - hypothesis strategies throw what a schema cannot describe: bodies that are not JSON,
   nesting far past any limit, lone surrogates (``"\\ud800"``), huge strings, JSON of the wrong
   kind, and MCP JSON-RPC messages (initialize, then tool calls with hostile arguments).
@@ -154,9 +155,13 @@ SERVE_API = {
         "/api/runs/{run_id}/events": {"get": _op(parameters=[
             RUN_ID, {"name": "after", "in": "query", "schema": {"type": "string"}}])},
         "/api/runs/{run_id}/cancel": {"post": _op({"type": "object"}, parameters=[RUN_ID])},
+        "/api/runs/{run_id}/report": {"get": _op(parameters=[RUN_ID])},
+        "/api/runs/{run_id}/trace": {"get": _op(parameters=[RUN_ID])},
         "/api/replay": {"post": _op({"type": "object", "required": ["text"],
                                      "properties": {"text": {"type": "string"}}})},
         "/v1/models": {"get": _op()},
+        "/v1/models/{model}": {"get": _op(parameters=[
+            {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}])},
         "/v1/chat/completions": {"post": _op({
             "type": "object", "required": ["messages"], "properties": {
                 "model": {"type": "string"},
@@ -186,6 +191,38 @@ TOOLS_API = {
             "goal": {"type": "string"}}})},
     },
 }
+
+
+
+def app_routes(app: Any) -> set[tuple[str, str]]:
+    """``(method, path)`` of every route an app serves, as an OpenAPI description writes them
+    (``{model:path}`` as ``{model}``, a mounted folder as ``/static/{name}``; HEAD and OPTIONS
+    left out: they come with GET)."""
+    import re
+
+    from starlette.routing import Mount
+
+    found = set()
+    for route in app.routes:
+        path = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
+        if isinstance(route, Mount):
+            found.add(("get", path + "/{name}"))
+            continue
+        found |= {(m.lower(), path) for m in route.methods or () if m not in ("HEAD", "OPTIONS")}
+    return found
+
+
+def described(api: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(method, path) for path, ops in api["paths"].items() for method in ops}
+
+
+def test_the_descriptions_list_every_route_of_both_apps(tmp_path):
+    """A route missing here would go unfuzzed: each app's routes are exactly its
+    description's."""
+    registry = make_registry(tmp_path)
+    assert app_routes(create_app(registry)) == described(SERVE_API)
+    assert app_routes(create_tool_app(ScriptedTools(tool_body))) == described(TOOLS_API)
+
 
 serve_schema = schemathesis.openapi.from_dict(SERVE_API)
 tools_schema = schemathesis.openapi.from_dict(TOOLS_API)
