@@ -48,7 +48,7 @@ def script(question: str) -> list:
 
 
 def delay(question: str) -> float:
-    return 1.5 if question.startswith("slow") else 0.0
+    return 3.0 if question.startswith("slow") else 0.0  # time enough to stop it mid-run
 
 
 def tool_body(tool_call) -> str:
