@@ -25,6 +25,14 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TEST_MODELS_DIR = Path(tempfile.gettempdir()) / "drvenus-test-models"
 
 
+@pytest.fixture()
+def corpus(tmp_path: Path) -> Path:
+    """The two-page corpus (Dracula, Emma) of the command-line tests (helpers.cli)."""
+    from helpers.cli import write_corpus
+
+    return write_corpus(tmp_path / "corpus.jsonl")
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

@@ -3,51 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from helpers.cli import ANSWER, ROOT, drvenus, search_turn, visit_turn  # noqa: F401
 from stub_server import StubServer
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def drvenus(*args: str, env: dict | None = None, timeout: float = 300, cwd=None):
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "drvenus", *args],
-        capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd,
-    )
-
-
-def search_turn(query: str) -> str:
-    call = json.dumps({"name": "search", "arguments": {"query": [query]}})
-    return f"<think>\nLet me search.\n</think>\n<tool_call>\n{call}\n</tool_call>"
-
-
-def visit_turn(url: str, goal: str) -> str:
-    call = json.dumps({"name": "visit", "arguments": {"url": [url], "goal": goal}})
-    return f"<think>\nOpen it.\n</think>\n<tool_call>\n{call}\n</tool_call>"
-
-
-ANSWER = "<think>\nDone.\n</think>\n<answer>\nBram Stoker\n</answer>"
-
-
-@pytest.fixture()
-def corpus(tmp_path: Path) -> Path:
-    rows = [
-        {"id": "1", "title": "Dracula", "url": "https://en.wikipedia.org/wiki/Dracula",
-         "text": "Dracula is an 1897 Gothic horror novel by the Irish author Bram Stoker. "
-                 "It introduced the vampire Count Dracula."},
-        {"id": "2", "title": "Emma (novel)", "url": "https://en.wikipedia.org/wiki/Emma_(novel)",
-         "text": "Emma is a novel written by Jane Austen, first published in 1815."},
-    ]
-    path = tmp_path / "corpus.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return path
 
 
 def test_help_reads_well():
@@ -219,8 +181,6 @@ def test_model_export_commands_refuse_a_folder_that_is_not_a_checkpoint(command,
 def test_every_command_loads_without_the_optional_extras():
     """`pip install drvenus` has no torch, numpy, transformers, fastapi, mcp or yaml: the CLI
     (every mounted command, ``rl`` and ``serve`` included) must still start."""
-    import subprocess
-    import sys
 
     blocked = ("torch", "numpy", "transformers", "fastapi", "uvicorn", "mcp", "yaml", "peft")
     for command in ("rl", "serve", "sft", "eval", "data"):

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from drvenus.agent import read_trace, replay_messages
+from helpers.cli import ANSWER, ROOT, drvenus, search_turn
 from stub_server import Reply, StubServer
-from test_cli import ANSWER, ROOT, corpus, drvenus, search_turn  # noqa: F401 - fixture
 
 
 def _free_port() -> int:
@@ -25,7 +25,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_ask_within_a_second_and_closes_the_trace(tmp_path, corpus):  # noqa: F811
+def test_ctrl_c_stops_ask_within_a_second_and_closes_the_trace(tmp_path, corpus):
     trace = tmp_path / "trace.jsonl"
     with StubServer([search_turn("Dracula author")], default=Reply(content=ANSWER, delay=30)) as server:
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -52,7 +52,7 @@ def test_ctrl_c_stops_ask_within_a_second_and_closes_the_trace(tmp_path, corpus)
     assert replay_messages(events) == record["messages"]
 
 
-def test_dead_server_is_one_clear_error_quickly(corpus):  # noqa: F811
+def test_dead_server_is_one_clear_error_quickly(corpus):
     url = f"http://127.0.0.1:{_free_port()}/v1"
     start = time.monotonic()
     r = drvenus("ask", "q?", "--corpus", str(corpus), "--base-url", url, "--model-name", "m",
@@ -74,14 +74,14 @@ def test_dead_server_is_one_clear_error_quickly(corpus):  # noqa: F811
         (["--trace", "/nonexistent-dir/trace.jsonl"], "nonexistent-dir"),
     ],
 )
-def test_bad_options_are_one_line_exit_2(args, message, corpus):  # noqa: F811
+def test_bad_options_are_one_line_exit_2(args, message, corpus):
     r = drvenus("ask", "q?", "--corpus", str(corpus), *args, timeout=60)
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and message in lines[0], r.stderr
 
 
-def test_invalid_utf8_question_is_exit_2(corpus):  # noqa: F811
+def test_invalid_utf8_question_is_exit_2(corpus):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     r = subprocess.run(
         [sys.executable.encode(), b"-m", b"drvenus", b"ask", b"caf\xe9 ?", b"--corpus", bytes(Path(corpus))],

@@ -10,7 +10,7 @@ from rich.console import Console
 from drvenus.agent import TraceEvent
 from drvenus.cli.console import BatchProgress, LiveTrace, _pace
 from drvenus.questions import Question
-from test_cli import drvenus
+from helpers.cli import drvenus
 
 
 def _console() -> Console:

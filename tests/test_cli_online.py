@@ -14,8 +14,8 @@ import time
 import httpx
 import pytest
 
+from helpers.cli import ANSWER, ROOT, drvenus, search_turn, visit_turn
 from stub_server import StubServer
-from test_cli import ANSWER, ROOT, corpus, drvenus, search_turn, visit_turn  # noqa: F401
 from test_search_providers import KEY, FakeSearchServer
 from web_site import WebSite
 
@@ -91,7 +91,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture()
-def tool_server(tmp_path, corpus):  # noqa: F811
+def tool_server(tmp_path, corpus):
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "DRVENUS_CACHE_DIR": str(tmp_path),
            "DRVENUS_TOOLS_TOKEN": "a-long-enough-test-token"}

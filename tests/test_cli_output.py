@@ -10,8 +10,8 @@ from rich.console import Console
 
 from drvenus.agent import TraceEvent
 from drvenus.cli.console import LiveTrace
+from helpers.cli import drvenus
 from stub_server import StubServer
-from test_cli import corpus, drvenus  # noqa: F401 - fixture
 
 MARKUP = ("<think>", "</think>", "<tool_call>", "</tool_call>")
 LONG = "A sentence that goes on " * 12  # far over 80 columns
@@ -27,7 +27,7 @@ def _answer_turn(text: str) -> str:
     return f"<think>\nDone.\n</think>\n<answer>\n{text}\n</answer>"
 
 
-def test_piped_ask_prints_exactly_the_answer(corpus):  # noqa: F811
+def test_piped_ask_prints_exactly_the_answer(corpus):
     with StubServer([], default=_answer_turn(ANSWER_TEXT)) as server:
         r = drvenus("ask", "Who wrote Dracula?", "--base-url", server.base_url,
                     "--model-name", "m", "--corpus", str(corpus), timeout=120)
@@ -35,7 +35,7 @@ def test_piped_ask_prints_exactly_the_answer(corpus):  # noqa: F811
     assert r.stdout == ANSWER_TEXT + "\n"
 
 
-def test_piped_ask_without_an_answer_says_why_on_stderr_in_words(corpus):  # noqa: F811
+def test_piped_ask_without_an_answer_says_why_on_stderr_in_words(corpus):
     search = ('<think>\nLet me search.\n</think>\n<tool_call>\n'
               + json.dumps({"name": "search", "arguments": {"query": ["Dracula"]}})
               + "\n</tool_call>")

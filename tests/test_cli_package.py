@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import drvenus.cli as cli_package
-from test_cli import ROOT, drvenus
+from helpers.cli import ROOT, drvenus
 
 CLI_MODULES = sorted(
     m.name for m in pkgutil.walk_packages(cli_package.__path__, prefix="drvenus.cli.")

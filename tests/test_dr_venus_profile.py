@@ -297,7 +297,7 @@ def test_a_real_model_on_our_wording_is_told_how_to_get_dr_venus_s(fixture_env):
 
 def test_the_cli_says_it_once_and_only_with_v(tmp_path):
     """Our own wording is the default: said only with -v, once."""
-    from test_cli import drvenus
+    from helpers.cli import drvenus
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRVENUS_")}
     env["DRVENUS_CACHE_DIR"] = str(tmp_path / "cache")

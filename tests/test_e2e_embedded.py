@@ -10,7 +10,7 @@ from drvenus import protocol
 from drvenus.agent import TERMINATIONS
 from drvenus.protocol.state import TurnState
 from drvenus.small.spans import clause_words, span_sources
-from test_cli import drvenus
+from helpers.cli import drvenus
 
 
 @pytest.mark.slow

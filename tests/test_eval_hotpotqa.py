@@ -24,9 +24,9 @@ from drvenus.small.grammar import grammar_for_kind
 from drvenus.small.levers import EMBEDDED_LEVERS
 from drvenus.small.spans import answer_shape
 from gbnf import Grammar
+from helpers.cli import drvenus_eval as drvenus
 from scripted import answer, call
 from stub_server import StubServer
-from test_eval_runner import drvenus
 
 EIFFEL = ["The Eiffel Tower is a wrought-iron lattice tower in Paris.",
           " It was built by the company of Gustave Eiffel."]

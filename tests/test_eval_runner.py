@@ -5,7 +5,6 @@ resume after kill -9, encrypted questions kept out of every file, reports and `c
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,21 +15,13 @@ from pathlib import Path
 import pytest
 
 from drvenus.eval.benchmarks import encrypt, xbench_key
+from helpers.cli import drvenus_eval as drvenus
+from helpers.cli import eval_env
 from stub_server import StubServer
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSWER = "<think>\nDone.\n</think>\n<answer>\nBram Stoker\n</answer>"
 WRONG = "<think>\nDone.\n</think>\n<answer>\nJane Austen\n</answer>"
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DRVENUS_JUDGE_")}
-    return {**env, "PYTHONPATH": str(ROOT / "src"), "DRVENUS_MAX_ATTEMPTS": "1"}
-
-
-def drvenus(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "drvenus", *args], capture_output=True,
-                          text=True, env=_env(), timeout=timeout)
 
 
 @pytest.fixture()
@@ -86,7 +77,7 @@ def test_kill_midway_then_resume_without_duplicates_or_losses(tmp_path, corpus):
         proc = subprocess.Popen(
             [sys.executable, "-m", "drvenus", *eval_args(data, out, server, corpus, "--runs", "2",
                                                           "--workers", "2")],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=eval_env())
         results = out / "results.jsonl"
         deadline = time.monotonic() + 120
         while not (results.exists() and results.read_bytes().count(b"\n") >= 3):

@@ -17,7 +17,7 @@ from drvenus.llm.base import LLMError, SamplingParams  # noqa: E402
 from drvenus.llm.factory import make_model  # noqa: E402
 from drvenus.llm.hf import PresencePenaltyLogitsProcessor, TransformersModel  # noqa: E402
 from drvenus.train.export import ExportError, export_gguf, find_converter, merge_lora  # noqa: E402
-from test_cli import corpus, drvenus  # noqa: E402, F401
+from helpers.cli import drvenus  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0.0, presence_penalty=0.0, max_tokens=12, stop=())
 QUESTION = [{"role": "user", "content": "Who wrote Dracula?"}]
@@ -266,7 +266,7 @@ def test_export_gguf_round_trip_through_llama_cpp(checkpoint, hf, tmp_path):
     assert from_gguf and from_gguf == from_hf
 
 
-def test_cli_ask_runs_a_checkpoint(checkpoint, corpus):  # noqa: F811
+def test_cli_ask_runs_a_checkpoint(checkpoint, corpus):
     # A small window keeps the turns short (the random model writes junk until the cap); one
     # torch thread is much faster than two on a busy machine for a model this small.
     env = {"DRVENUS_N_CTX": "640", "OMP_NUM_THREADS": "1"}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from drvenus.reference import SOURCES, ReferenceError, ReferenceStore, Source, extract
-from test_cli import drvenus
+from helpers.cli import drvenus
 
 MODULE = '''"""A demo module laid out like an official one."""
 GREETING = "Hello, " "reader."

@@ -188,8 +188,8 @@ def test_research_with_a_remote_model_in_a_browser(tmp_path, browser, artifacts,
     page offers the model's own 200-step limit, Research runs, the answer shows as Markdown and
     comes into view; a step limit the server refuses opens the settings and says why; run links
     and Back follow runs, an unknown run says so; a DR-Venus trajectory replays with its answer."""
+    from helpers.cli import search_turn
     from stub_server import StubServer
-    from test_cli import search_turn
 
     answer = "<think>\nDone.\n</think>\n<answer>\n**Bram Stoker** wrote it\n</answer>"
     pythonpath = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
@@ -278,7 +278,7 @@ FOLLOW_STEPS = 10
 def _scripted_model(request) -> dict:
     """Replies by question and by how many turns the run had: "follow" searches FOLLOW_STEPS
     times then answers in Markdown, "stop" keeps searching slowly, anything else answers."""
-    from test_cli import search_turn
+    from helpers.cli import search_turn
 
     messages = request.json["messages"]
     question = next(m["content"] for m in messages if m["role"] == "user")

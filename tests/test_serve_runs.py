@@ -137,8 +137,8 @@ def test_serve_says_when_its_model_server_is_down_and_logs_each_run(tmp_path):
 
     import httpx
 
+    from helpers.cli import ANSWER
     from stub_server import StubServer
-    from test_cli import ANSWER
     from test_serve_browser import ROOT, Served
 
     path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)

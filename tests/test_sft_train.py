@@ -276,7 +276,7 @@ def test_two_process_data_parallel_on_cpu(tiny_model, short_trajectories, tmp_pa
 
 
 def test_the_trained_checkpoint_runs_in_drvenus_ask(full_run, tmp_path):
-    from test_cli import drvenus
+    from helpers.cli import drvenus
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"id": "1", "title": "Dracula", "url": "https://x.org/Dracula",
