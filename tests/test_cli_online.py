@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from helpers.cli import ANSWER, ROOT, drvenus, search_turn, visit_turn
+from helpers.search import KEY, FakeSearchServer
 from stub_server import StubServer
-from test_search_providers import KEY, FakeSearchServer
 from web_site import WebSite
 
 GOAL = "when was the lighthouse built"

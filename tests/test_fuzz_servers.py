@@ -37,8 +37,8 @@ from drvenus.net.server import ServerThread  # noqa: E402
 from drvenus.serve.app import create_app  # noqa: E402
 from drvenus.serve.server import ServeThread  # noqa: E402
 from drvenus.tools.server import create_app as create_tool_app  # noqa: E402
+from helpers.serve import make_registry, tool_body  # noqa: E402
 from scripted import ScriptedTools  # noqa: E402
-from test_serve_api import make_registry, tool_body  # noqa: E402
 
 JSON = {"content-type": "application/json"}
 MCP_HEADERS = {**JSON, "accept": "application/json, text/event-stream"}

@@ -390,7 +390,7 @@ def test_serve_refuses_a_foreign_host_and_non_json(tmp_path):
     pytest.importorskip("fastapi")
     from drvenus.serve.app import create_app
     from drvenus.serve.server import ServeThread
-    from test_serve_api import make_registry
+    from helpers.serve import make_registry
 
     app = create_app(make_registry(tmp_path), mcp=False)
     question = json.dumps({"question": "direct question"})

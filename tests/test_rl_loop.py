@@ -22,9 +22,9 @@ from drvenus.serve.server import ServeThread  # noqa: E402
 from drvenus.train.rl.collect import RolloutConfig, run_rollouts  # noqa: E402
 from drvenus.train.rl.config import RLConfig  # noqa: E402
 from drvenus.train.rl.trainer import save_traces  # noqa: E402
+from helpers.rl import STEPS, QuestionEngine, dr_venus_config, fixture_store  # noqa: E402
+from helpers.serve import make_registry  # noqa: E402
 from scripted import ScriptedTools, answer, call  # noqa: E402
-from test_rl_dr_venus import STEPS, QuestionEngine, dr_venus_config, fixture_store  # noqa: E402
-from test_serve_api import make_registry  # noqa: E402
 
 runner = CliRunner()
 QUESTION = "Who wrote Dune?"
@@ -162,8 +162,8 @@ def test_a_full_window_ends_a_dr_venus_trajectory_whatever_the_strategy(texts):
     token_limit_no_answer, its notice kept, with or without a context strategy."""
     from drvenus.llm.base import LLMError
     from drvenus.train.rl.environment import run_trajectory
+    from helpers.rl import env
     from scripted import ScriptedModel
-    from test_rl_dr_venus import env
 
     full = LLMError("the prompt does not fit", context_overflow=True)
     for policy in (ContextPolicy(), ContextPolicy("keep-last-k", keep_last=0)):

@@ -28,15 +28,8 @@ from drvenus.train.templates import (  # noqa: E402
     find_turn_ends,
     turn_markers,
 )
-from test_sft_tokenize import QWEN3_STYLE_TEMPLATE  # noqa: E402
+from helpers.templates import GEMMA_STYLE_TEMPLATE, QWEN3_STYLE_TEMPLATE  # noqa: E402
 
-GEMMA_STYLE_TEMPLATE = (
-    "{%- for m in messages -%}"
-    "{{ '<start_of_turn>' + ('model' if m.role == 'assistant' else m.role) + '\\n' + m.content "
-    "+ '<end_of_turn>\\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}"
-)
 THINK = "<think>\n"
 
 

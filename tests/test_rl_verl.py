@@ -373,7 +373,7 @@ def test_verl_agent_loop_in_dr_venus_environment(tok, tmp_path, monkeypatch):
     from drvenus.agent import replay_messages
     from drvenus.reference import dr_venus_rl
     from drvenus.train.rl.verl_plugin.agent_loop import DrVenusAgentLoop
-    from test_rl_dr_venus import STEPS, SYSTEM, fixture_store
+    from helpers.rl import STEPS, SYSTEM, fixture_store
 
     texts = dr_venus_rl.load_rl_texts(fixture_store(tmp_path))
     monkeypatch.setattr(dr_venus_rl, "rl_texts", lambda store=None: texts)

@@ -13,49 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from drvenus import protocol
-from drvenus.agent import AgentConfig, ResearchAgent, read_trace
-from drvenus.serve.agents import AgentPool
+from drvenus.agent import read_trace
 from drvenus.serve.app import create_app
-from drvenus.serve.runs import RunRegistry
 from drvenus.serve.server import ServeThread
-from scripted import PerQuestionModel, ScriptedTools, answer, call
-
-DRACULA = "https://en.wikipedia.org/wiki/Dracula"
-
-
-def script(question: str) -> list[str]:
-    if question.startswith("direct"):
-        return [answer("42")]
-    return [
-        call("search", query=["Dracula author"]),
-        call("visit", url=[DRACULA], goal="who wrote it"),
-        answer("Bram Stoker"),
-    ]
-
-
-def delay(question: str) -> float:
-    return 0.6 if question.startswith("slow") else 0.0
-
-
-def tool_body(tool_call) -> str:
-    if tool_call.name == "search":
-        hits = [{"title": "Dracula", "url": DRACULA, "snippet": "1897 novel by Bram Stoker"}]
-        return protocol.render_search([(q, hits) for q in tool_call.arguments["query"]])
-    frames = [
-        protocol.render_visit(u, tool_call.arguments["goal"], "Bram Stoker wrote Dracula.",
-                              "Dracula is an 1897 Gothic horror novel by Bram Stoker.")
-        for u in tool_call.arguments["url"]
-    ]
-    return protocol.join_visits(frames)
-
-
-def make_registry(runs_dir: Path, **kwargs) -> RunRegistry:
-    agent = ResearchAgent(
-        PerQuestionModel(script, delay=delay), ScriptedTools(tool_body),
-        AgentConfig(max_steps=5, max_attempts=1, backoff_base=0.0),
-    )
-    return RunRegistry(AgentPool.fixed(agent, "scripted"), runs_dir, **kwargs)
+from helpers.serve import DRACULA, events_of, make_registry, read_sse
 
 
 @pytest.fixture(scope="module")
@@ -80,33 +41,6 @@ def start(client: httpx.Client, question: str, **options) -> str:
     r = client.post("/api/runs", json={"question": question, **options})
     assert r.status_code == 201, r.text
     return r.json()["id"]
-
-
-def read_sse(response: httpx.Response, stop_after: int | None = None) -> list[tuple[str, dict]]:
-    """(event name, data) of a server-sent event stream (trace events up to ``stop_after``)."""
-    out: list[tuple[str, dict]] = []
-    name, data = "message", []
-    traces = 0
-    for line in response.iter_lines():
-        if line.startswith("event:"):
-            name = line[6:].strip()
-        elif line.startswith("data:"):
-            data.append(line[5:].strip())
-        elif line == "" and data:
-            out.append((name, json.loads("\n".join(data))))
-            traces += name == "trace"
-            name, data = "message", []
-            if stop_after is not None and traces >= stop_after:
-                break
-    return out
-
-
-def events_of(client: httpx.Client, run_id: str, after: int | None = None) -> list[dict]:
-    headers = {"Last-Event-ID": str(after)} if after is not None else {}
-    with client.stream("GET", f"/api/runs/{run_id}/events", headers=headers) as r:
-        assert r.status_code == 200
-        assert r.headers["content-type"].startswith("text/event-stream")
-        return [data for name, data in read_sse(r) if name == "trace"]
 
 
 def test_the_page_and_its_files_are_served(client):

@@ -19,8 +19,8 @@ from drvenus.serve.app import create_app  # noqa: E402
 from drvenus.serve.runs import MAX_QUESTION_CHARS, BadQuestion  # noqa: E402
 from drvenus.serve.server import ServeThread  # noqa: E402
 from drvenus.tools.server import create_app as create_tool_app  # noqa: E402
+from helpers.serve import make_registry, tool_body  # noqa: E402
 from scripted import ScriptedTools  # noqa: E402
-from test_serve_api import make_registry, tool_body  # noqa: E402
 
 JSON = {"content-type": "application/json"}
 DEEP = 100_000

@@ -9,17 +9,15 @@ Screenshots go to ``$DRVENUS_ARTIFACTS`` (else the test's temp dir); CI keeps th
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.cli import ROOT
+from helpers.serve import Served
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -38,44 +36,6 @@ def _chromium() -> str:
             pytest.fail("no chromium browser, and DRVENUS_REQUIRE_BROWSER is set")
         pytest.skip("no chromium browser (Debian: apt-get install chromium); .ci/run installs it")
     return path
-
-
-class Served:
-    """``drvenus serve --port 0`` in a subprocess; its URL read from the ready line."""
-
-    def __init__(self, runs_dir: Path, env: dict[str, str], *args: str) -> None:
-        self.runs_dir = runs_dir
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "drvenus", "serve", "--port", "0", "--runs-dir", str(runs_dir),
-             *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-        )
-        self.lines: list[str] = []
-        self.url = ""
-        ready = threading.Event()
-
-        def read() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                self.lines.append(line)
-                found = re.search(r"serving on (http://\S+?):? ", line)
-                if found and not self.url:
-                    self.url = found.group(1)
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(300) or not self.url:
-            self.stop()
-            raise RuntimeError("drvenus serve did not start:\n" + "".join(self.lines))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
 
 
 @pytest.fixture(scope="module")
@@ -421,7 +381,8 @@ def test_heavy_runs_shown_in_lanes_in_a_browser(tmp_path, browser, artifacts):
     in the same lanes."""
     from drvenus.serve.app import create_app
     from drvenus.serve.server import ServeThread
-    from test_serve_heavy import SYNTHESISED, make_registry
+    from helpers.serve import SYNTHESISED
+    from helpers.serve import make_heavy_registry as make_registry
 
     with ServeThread(create_app(make_registry(tmp_path / "runs"))) as running:
         page = browser.new_page(viewport={"width": 1000, "height": 800})

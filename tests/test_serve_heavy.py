@@ -14,41 +14,17 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from drvenus.agent import AgentConfig, HeavyPolicy, ResearchAgent, replay_messages  # noqa: E402
+from drvenus.agent import replay_messages  # noqa: E402
 from drvenus.agent.events import read_events, split_runs  # noqa: E402
 from drvenus.agent.record import ResultRecord  # noqa: E402
-from drvenus.serve.agents import AgentPool  # noqa: E402
 from drvenus.serve.app import create_app  # noqa: E402
-from drvenus.serve.runs import RunRegistry  # noqa: E402
 from drvenus.serve.server import ServeThread  # noqa: E402
-from scripted import PerQuestionModel, ScriptedTools, answer, call  # noqa: E402
-from test_serve_api import DRACULA, events_of, read_sse, tool_body  # noqa: E402
+from helpers.serve import DRACULA, HEAVY_CAP, SYNTHESISED, events_of, read_sse  # noqa: E402
+from helpers.serve import make_heavy_registry as make_registry  # noqa: E402
+from scripted import answer, call  # noqa: E402
 
-SYNTHESISED = "Bram Stoker, as every run found"
-CAP = 4
+CAP = HEAVY_CAP
 JSON = {"content-type": "application/json"}
-
-
-def script(question: str) -> list[str]:
-    if question.startswith("Question:"):  # the synthesis turn reads the runs' reports
-        return [answer(SYNTHESISED)]
-    return [
-        call("search", query=["Dracula author"]),
-        call("visit", url=[DRACULA], goal="who wrote it"),
-        answer("Bram Stoker"),
-    ]
-
-
-def delay(question: str) -> float:
-    return 0.5 if question.startswith("slow") else 0.02  # runs interleave
-
-
-def make_registry(runs_dir: Path, runs: int = 1) -> RunRegistry:
-    agent = ResearchAgent(
-        PerQuestionModel(script, delay=delay), ScriptedTools(tool_body),
-        AgentConfig(max_steps=5, max_attempts=1, backoff_base=0.0, heavy=HeavyPolicy(runs)),
-    )
-    return RunRegistry(AgentPool.fixed(agent, "scripted", heavy_cap=CAP), runs_dir)
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from drvenus.agent import AgentConfig, ResearchAgent
 from drvenus.serve.agents import AgentPool, Choice, Preset
 from drvenus.serve.runs import Busy, RunRegistry
 from drvenus.serve.view import final_text, load_saved, progress_line
+from helpers.serve import DRACULA, make_registry
 from scripted import ScriptedModel, ScriptedTools, answer
-from test_serve_api import DRACULA, make_registry
 
 
 def run(coro):
@@ -137,9 +137,9 @@ def test_serve_says_when_its_model_server_is_down_and_logs_each_run(tmp_path):
 
     import httpx
 
-    from helpers.cli import ANSWER
+    from helpers.cli import ANSWER, ROOT
+    from helpers.serve import Served
     from stub_server import StubServer
-    from test_serve_browser import ROOT, Served
 
     path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path, "DRVENUS_CACHE_DIR": str(tmp_path / "cache")}

@@ -15,7 +15,7 @@ import pytest
 from drvenus.net.guard import COOKIE, host_of
 from drvenus.serve.app import create_app
 from drvenus.serve.server import ServeThread
-from test_serve_api import DRACULA, make_registry
+from helpers.serve import DRACULA, make_registry
 
 TOKEN = "s3cret-token-for-tests-0123456789"
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,28 +21,7 @@ from drvenus.train.sft import (  # noqa: E402
     tokenize_rows,
 )
 from drvenus.train.sft.pack import block_causal_mask, pack_rows, padding_efficiency  # noqa: E402
-
-QWEN3_STYLE_TEMPLATE = (
-    "{%- set ns = namespace(last_query=-1) -%}"
-    "{%- for m in messages -%}"
-    "{%- if m.role == 'user' and not (m.content.startswith('<tool_response>') "
-    "and m.content.endswith('</tool_response>')) -%}{%- set ns.last_query = loop.index0 -%}"
-    "{%- endif -%}{%- endfor -%}"
-    "{%- for m in messages -%}"
-    "{%- if m.role == 'assistant' -%}"
-    "{%- set content = m.content -%}{%- set reasoning = '' -%}"
-    "{%- if '</think>' in content -%}"
-    "{%- set reasoning = content.split('</think>')[0].split('<think>')[-1].strip('\\n') -%}"
-    "{%- set content = content.split('</think>')[-1].lstrip('\\n') -%}"
-    "{%- endif -%}"
-    "{%- if loop.index0 > ns.last_query and (loop.last or reasoning) -%}"
-    "{{ '<|im_start|>assistant\\n<think>\\n' + reasoning + '\\n</think>\\n\\n' + content "
-    "+ '<|im_end|>\\n' }}"
-    "{%- else -%}{{ '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}{%- endif -%}"
-    "{%- else -%}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
-    "{%- endif -%}{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n<think>\\n' }}{%- endif -%}"
-)
+from helpers.templates import QWEN3_STYLE_TEMPLATE  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -274,7 +253,7 @@ def all_templates(chatml_tokenizer, tmp_path_factory):
         tok = transformers.AutoTokenizer.from_pretrained(folder)
         tok.chat_template = template
         out[name] = tok
-    from test_rl_templates import GEMMA_STYLE_TEMPLATE
+    from helpers.templates import GEMMA_STYLE_TEMPLATE
 
     gemma = transformers.AutoTokenizer.from_pretrained(folder)
     gemma.add_special_tokens({"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]})
