@@ -90,7 +90,10 @@ def test_every_command_with_numbers_is_probed():
     probed = {c.values[0] for c in CASES}
     assert {"ask", "run", "eval", "eval run", "sft", "rl", "serve", "mcp", "tools serve",
             "data clean"} <= probed
-    assert len(CASES) > 400  # ~110 options
+    numeric = {(name, max(param.opts, key=len))
+               for name, command in _commands(typer.main.get_command(app))
+               for param in command.params if _number_type(param) is not None}
+    assert {(c.values[0], c.values[1]) for c in CASES} == numeric  # each one at least once
 
 
 class _Loaded(Exception):

@@ -51,8 +51,14 @@ TURNS = [
 ]
 
 
-def test_the_table_is_large_enough():
-    assert len(TURNS) >= 30
+def test_the_table_reaches_every_outcome_of_the_reader():
+    """Each kind of turn, turns the sanitiser repairs and ones it leaves, and many distinct
+    reasons a turn cannot be read: the comparison below covers the reader, not a few paths."""
+    read = [read_turn(sanitize_turn(t)) for t in TURNS]
+    assert {r.kind for r in read} == {"answer", "tool_call", "error"}
+    repaired = [sanitize_turn(t) != t for t in TURNS]
+    assert any(repaired) and not all(repaired)
+    assert len({r.error for r in read if r.kind == "error"}) >= 3
 
 
 def test_the_profile_reads_turns_with_dr_venus_reader():

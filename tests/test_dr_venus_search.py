@@ -48,8 +48,16 @@ def ours(query: str, reply: dict) -> str:
     return asyncio.run(tool({"query": [query]}))
 
 
-def test_the_table_is_large_enough():
-    assert len(REPLIES) >= 10
+def test_the_table_reaches_every_kind_of_reply():
+    """No result, a full page of ten, dates, a CJK query (its own locale), quotes: the
+    comparison below covers the renderer's cases, not a few."""
+    from drvenus.tools.web_search import has_cjk
+
+    rendered = {query: ours(query, reply) for query, reply in REPLIES}
+    assert any("No results found" in text for text in rendered.values())
+    assert any(len(reply.get("organic", [])) == 10 for _, reply in REPLIES)
+    assert any(hit.get("date") for _, reply in REPLIES for hit in reply.get("organic", []))
+    assert any(has_cjk(query) for query in rendered)
 
 
 def test_each_profile_has_its_renderer_and_queries_are_joined():
