@@ -126,3 +126,32 @@ def test_workers_die_with_a_killed_data_clean(tmp_path, shared_data):
     while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert all(_gone(pid) for pid in workers)
+
+
+# --------------------------------------------------------------------------- ask
+def test_sigterm_stops_ask_like_ctrl_c_and_closes_the_trace(tmp_path):
+    from drvenus.agent import read_trace
+    from helpers.cli import ANSWER, ROOT, search_turn, write_corpus
+    from stub_server import Reply, StubServer
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    trace = tmp_path / "trace.jsonl"
+    with StubServer([search_turn("Dracula author")],
+                    default=Reply(content=ANSWER, delay=30)) as server:
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "drvenus", "ask", "Who wrote Dracula?", "--corpus",
+             str(corpus), "--base-url", server.base_url, "--model-name", "stub-model",
+             "--trace", str(trace)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 120
+        while len(server.chat_requests) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)  # the second model call hangs: stop it there
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr and "terminated (SIGTERM): no answer" in stderr
+    (events,) = read_trace(trace)
+    assert events[-1]["type"] == "finished"
+    assert events[-1]["data"]["record"]["termination"] == "interrupted"

@@ -99,7 +99,9 @@ def ask(
     except CliError as exc:
         raise fail(exc) from None
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted[/]: no answer (the trace, if any, is closed)")
+        from drvenus.signals import stopped_by
+
+        err.print(f"[yellow]{stopped_by()}[/]: no answer (the trace, if any, is closed)")
         raise typer.Exit(130) from None
     finally:
         if writer is not None:
