@@ -172,23 +172,26 @@ def test_kill_9_mid_run_then_rerun_loses_and_duplicates_nothing(corpus, tmp_path
 
 @pytest.mark.slow
 @POSIX_ONLY
-def test_ctrl_c_exits_130_keeps_finished_rows_and_a_rerun_completes(corpus, tmp_path):
+@pytest.mark.parametrize(("sig", "code", "said"), [(signal.SIGINT, 130, "interrupted"),
+                                                   (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_ctrl_c_exits_130_keeps_finished_rows_and_a_rerun_completes(corpus, tmp_path, sig, code,
+                                                                    said):
     n = 8
     qs, out = questions_file(tmp_path, n), tmp_path / "out.jsonl"
     with StubServer([], default=ANSWER, delay=0.3) as server:
         proc = start(*run_args(qs, out, server, corpus))
         try:
             wait_for_rows(out, proc, 2)
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)  # SIGTERM is handled as Ctrl-C is, exit 143
             _, stderr = proc.communicate(timeout=10)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-        assert proc.returncode == 130, stderr
+        assert proc.returncode == code, stderr
         first = valid_rows(out)
         assert 2 <= len(first) < n
-        assert f"interrupted: {len(first)} finished" in stderr
+        assert f"{said}: {len(first)} finished" in stderr
         assert "rerun the same command to resume" in stderr
         assert "Traceback" not in stderr
         r = drvenus(*run_args(qs, out, server, corpus))

@@ -22,6 +22,7 @@ from drvenus.cli.common import (
     with_options,
 )
 from drvenus.cli.options import AgentOptions
+from drvenus.signals import stopped_by
 
 if TYPE_CHECKING:
     from drvenus.agent import ResultRecord
@@ -99,8 +100,6 @@ def ask(
     except CliError as exc:
         raise fail(exc) from None
     except KeyboardInterrupt:
-        from drvenus.signals import stopped_by
-
         err.print(f"[yellow]{stopped_by()}[/]: no answer (the trace, if any, is closed)")
         raise typer.Exit(130) from None
     finally:
@@ -179,7 +178,7 @@ def run(
     try:
         code = _run_locked(report.items, results, workers, agent)
     except KeyboardInterrupt:  # outside the batch (e.g. while loading the model)
-        err.print("interrupted; rerun the same command to resume")
+        err.print(f"{stopped_by()}; rerun the same command to resume")
         code = 130
     finally:
         results.close()
@@ -250,8 +249,8 @@ def _run_locked(
     except KeyboardInterrupt:
         results.close()  # release the lock before anything else can go wrong
         err.print(
-            f"interrupted: {runner.summary.finished} finished, {len(runner.in_flight)} in flight "
-            "not saved; rerun the same command to resume"
+            f"{stopped_by()}: {runner.summary.finished} finished, {len(runner.in_flight)} in "
+            "flight not saved; rerun the same command to resume"
         )
         return 130
     out.print(summary_table(dict(summary.terminations), summary.elapsed, summary.skipped))

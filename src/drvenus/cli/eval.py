@@ -205,7 +205,9 @@ def _run_agent(
             out.print(f"Resuming: {todo.done} done, {len(todo.todo)} to go{again}.")
         return _run_locked(setup, agent, workers, endpoints, results, todo)
     except KeyboardInterrupt:
-        err.print("interrupted; rerun the same command to resume")
+        from drvenus.signals import stopped_by
+
+        err.print(f"{stopped_by()}; rerun the same command to resume")
         return 130
     finally:
         results.close()
