@@ -67,3 +67,57 @@ def test_the_tool_server_logs_no_traceback_for_a_half_body(tmp_path, caplog):
     assert errors == [], [r.getMessage() for r in errors]
     said = [r for r in caplog.records if "disconnected" in r.getMessage()]
     assert len(said) == 1 and said[0].exc_info is None
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/api/runs", "/api/replay", "/mcp"])
+def test_the_web_server_logs_no_traceback_for_a_half_body(tmp_path, caplog, path):
+    from drvenus.serve.app import create_app as create_serve_app
+    from drvenus.serve.server import ServeThread
+    from helpers.serve import make_registry
+
+    with caplog.at_level(logging.INFO), \
+            ServeThread(create_serve_app(make_registry(tmp_path))) as server:
+        where = urlsplit(server.url)
+        with socket.create_connection((where.hostname, where.port)) as conn:
+            conn.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+                         + b"Content-Type: application/json\r\n"
+                         b"Accept: application/json, text/event-stream\r\n"
+                         b"Content-Length: 1000\r\n\r\n" + b'{"messages": [{"ro')
+        deadline = time.monotonic() + 5
+        while not any("disconnected" in r.getMessage() for r in caplog.records) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]
+    said = [r for r in caplog.records if "disconnected" in r.getMessage()]
+    assert len(said) == 1 and said[0].exc_info is None and said[0].levelno == logging.WARNING
+
+
+def test_the_filter_finds_a_disconnect_inside_groups_and_chains():
+    from starlette.requests import ClientDisconnect
+
+    from drvenus.net.server import ClientDisconnectFilter
+
+    def record(exc: BaseException) -> logging.LogRecord:
+        try:
+            raise exc
+        except BaseException as caught:
+            return logging.LogRecord("mcp", logging.ERROR, __file__, 1, "Error %s", ("x",),
+                                     (type(caught), caught, caught.__traceback__))
+
+    try:
+        try:
+            raise ClientDisconnect()
+        except ClientDisconnect as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as chained:
+        wrapped = chained
+    for exc in (ClientDisconnect(), ExceptionGroup("g", [ValueError(), ClientDisconnect()]),
+                wrapped):
+        r = record(exc)
+        assert ClientDisconnectFilter().filter(r)
+        assert r.levelno == logging.WARNING and r.exc_info is None
+        assert r.getMessage() == "Error x: the client disconnected mid-request"
+    other = record(ValueError("a real bug"))
+    ClientDisconnectFilter().filter(other)
+    assert other.levelno == logging.ERROR and other.exc_info is not None

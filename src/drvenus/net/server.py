@@ -158,10 +158,48 @@ def socket_url(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def _disconnected(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an exception it groups or was raised from) is a client that went
+    away mid-request (starlette's ClientDisconnect, matched by name)."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if type(exc).__name__ == "ClientDisconnect":
+            return True
+        group = getattr(exc, "exceptions", None)
+        if isinstance(group, tuple) and any(_disconnected(e) for e in group):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+class ClientDisconnectFilter(logging.Filter):
+    """Turns a logged traceback of a client that disconnected mid-request (an SDK's
+    ``logger.exception`` around ``request.body()``) into one warning line: nothing is wrong
+    with the server."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and _disconnected(record.exc_info[1]):
+            record.msg = f"{record.getMessage()}: the client disconnected mid-request"
+            record.args, record.exc_info, record.exc_text = None, None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+# where the servers' request handlers log (the MCP SDK reads its bodies itself)
+_DISCONNECT_LOGGERS = ("mcp.server.streamable_http", "uvicorn.error")
+_DISCONNECT_FILTER = ClientDisconnectFilter()
+
+
 def uvicorn_server(app: Any, sock: socket.socket, *, lifespan: str = "off",
                    graceful_seconds: float | None = None) -> Any:
-    """A uvicorn server for ``app`` on a socket bound already (no logging config of its own)."""
+    """A uvicorn server for ``app`` on a socket bound already (no logging config of its own);
+    a client disconnecting mid-request is one warning line, never a traceback."""
     import uvicorn
+
+    for name in _DISCONNECT_LOGGERS:
+        logger = logging.getLogger(name)
+        if _DISCONNECT_FILTER not in logger.filters:
+            logger.addFilter(_DISCONNECT_FILTER)
 
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
