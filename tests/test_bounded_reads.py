@@ -129,3 +129,16 @@ def test_a_huge_sft_config_is_one_line(tmp_path):
     assert res.exit_code == 2, res.output
     assert "too large to read whole" in " ".join(res.output.split()), res.output
     assert "Traceback" not in res.output
+
+
+def test_a_huge_csv_line_is_refused_after_the_bound(tmp_path, monkeypatch):
+    from drvenus import records
+
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 1 << 10)
+    small = tmp_path / "ok.csv"
+    small.write_text('question,answer\n"Who, really?",Bram Stoker\n"multi\nline",x\n')
+    assert [r["answer"] for r in records.read_records(small)] == ["Bram Stoker", "x"]
+    huge = tmp_path / "q.csv"
+    huge.write_text("question,answer\n" + "q" * 50_000 + ",a\n")
+    with pytest.raises(records.RecordsError, match="longer than 1,024 characters"):
+        records.read_records(huge)

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import csv
 import logging
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
+from drvenus import jsonl
 from drvenus.jsonl import read_jsonl
 
 log = logging.getLogger(__name__)
@@ -195,14 +195,28 @@ def read_records(path: Path, *, what: str = "benchmark") -> list[dict[str, Any]]
             data = next((data[0][k] for k in ("data", "examples", "rows") if k in data[0]), data)
         return [r for r in data if isinstance(r, dict)]
     if name.endswith(".csv"):
-        csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+        csv.field_size_limit(jsonl.MAX_LINE_BYTES)
         with path.open(encoding="utf-8-sig", newline="") as fh:
-            return list(csv.DictReader(fh))
+            try:
+                return list(csv.DictReader(_bounded_text_lines(fh, path)))
+            except csv.Error as exc:  # a field over the limit
+                raise RecordsError(f"{path}: {exc}") from None
     if name.endswith(".xlsx"):
         return _read_xlsx(path)
     if name.endswith((".parquet", ".pq")):
         return list(iter_parquet(path, batch_size=4096))
     raise ValueError(f"unsupported file type: {path.name} (csv, xlsx, json, jsonl, parquet)")
+
+
+def _bounded_text_lines(fh: Any, path: Path) -> Iterator[str]:
+    """The lines of a text file, none held longer than :data:`drvenus.jsonl.MAX_LINE_BYTES`
+    characters (a longer one is refused after reading that much of it)."""
+    limit = jsonl.MAX_LINE_BYTES
+    while line := fh.readline(limit + 1):
+        if len(line) > limit and not line.endswith("\n"):
+            raise RecordsError(f"{path}: a line longer than {limit:,} characters, too large "
+                               "to read")
+        yield line
 
 
 def _read_xlsx(path: Path) -> list[dict[str, Any]]:
