@@ -140,7 +140,7 @@ def _results_folder(root: Path, n: int) -> Path:
 
 @settings(max_examples=8, deadline=None)
 @given(n=st.integers(1, 4), reruns=st.integers(2, 4),
-       sub=st.sampled_from(["self", "a/b", "raw"]), other=st.booleans())
+       sub=st.sampled_from(["self", "a/b", "raw", "."]), other=st.booleans())
 def test_an_output_inside_its_input_folder_is_never_read_back(n, reruns, sub, other):
     import tempfile
 
@@ -176,3 +176,11 @@ def test_a_folder_of_only_earlier_output_says_so(tmp_path):
     assert runner.invoke(app, ["data", "from-runs", str(folder), "-o", str(out)]).exit_code == 0
     res = runner.invoke(app, ["data", "from-runs", str(out), "-o", str(tmp_path / "again")])
     assert res.exit_code == 2 and "earlier from-runs output" in res.output
+
+
+def test_an_output_that_is_the_input_folder_itself(tmp_path):
+    folder = _results_folder(tmp_path, 3)
+    for _ in range(3):
+        res = runner.invoke(app, ["data", "from-runs", str(folder), "-o", str(folder)])
+        assert res.exit_code == 0, res.output
+        assert len((folder / TRAJECTORIES).read_text().splitlines()) == 3
