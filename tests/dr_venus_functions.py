@@ -98,10 +98,58 @@ def search_function(tmp_path: Path) -> Any:
     return search
 
 
+class _Replies:
+    """``http.client.HTTPSConnection`` for DR-Venus's search tool: answers each query (the
+    ``q`` of the request body) from ``replies``."""
+
+    replies: dict[str, Any] = {}
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.query = ""
+
+    def request(self, method: str, path: str, body: str, headers: Any) -> None:
+        self.query = json.loads(body)["q"]
+
+    def getresponse(self) -> Any:
+        data = json.dumps(type(self).replies[self.query]).encode("utf-8")
+        return SimpleNamespace(read=lambda: data)
+
+
+class _BaseTool:
+    def __init__(self, cfg: Any = None) -> None:
+        self.cfg = cfg
+
+
+def dispatcher(tmp_path: Path, part: str = "Inference") -> Any:
+    """DR-Venus's tool dispatcher (``custom_call_tool`` of ``<part>/tool_server/
+    execute_tools.py``, its real ``parse_search_results``) over its real search tool
+    (``Search`` of tool_search.py), Serper stubbed: ``dispatch(tool_call, replies) -> text``,
+    ``replies`` mapping each query to Serper's JSON reply. What DR-Venus's model reads."""
+    import typing
+
+    http = SimpleNamespace(client=SimpleNamespace(HTTPSConnection=_Replies))
+    tool = load_functions(
+        pinned_source(f"{part}/tool_server/tool_search.py", tmp_path), {"Search"},
+        {"json": json, "http": http, "SERPER_KEY": "key", "BaseTool": _BaseTool,
+         "print": lambda *a, **k: None, **{n: getattr(typing, n) for n in typing.__all__}})
+    route = load_functions(
+        pinned_source(f"{part}/tool_server/execute_tools.py", tmp_path),
+        {"parse_search_results", "custom_call_tool"},
+        {"re": re, "json": json, "Search": tool["Search"], "Visit": None})
+
+    def dispatch(tool_call: dict, replies: dict[str, Any]) -> str:
+        _Replies.replies = replies
+        return route["custom_call_tool"](json.loads(json.dumps(tool_call)))
+
+    return dispatch
+
+
 def rl_functions(tmp_path: Path) -> SimpleNamespace:
     """DR-Venus's RL turn reading (``_parse_single_response``, ``_tool_call_key`` of
     dr_agent_loop.py) and its tool server's answer to a call (``custom_call_tool`` routing to
-    the search and visit tools' ``call``; a call that would reach the web answers None)."""
+    the search and visit tools' ``call``, the search text re-read by its real
+    ``parse_search_results``; a call that would reach the web answers None)."""
     loop = load_functions(
         pinned_source("RL/scrl/llm_agent/dr_agent_loop.py", tmp_path),
         {"ALLOWED_ARGS", "THINK_RE", "ANSWER_RE", "TOOL_RE", "_Flag", "_filter_args",
@@ -117,8 +165,8 @@ def rl_functions(tmp_path: Path) -> SimpleNamespace:
         tools[name] = type(name, (), {"call": ns["call"],
                                       web: lambda self, *a, w=web: reached.append(w) or w})
     route = load_functions(pinned_source("RL/tool_server/execute_tools.py", tmp_path),
-                           {"custom_call_tool"},
-                           {**tools, "parse_search_results": lambda text: text})
+                           {"custom_call_tool", "parse_search_results"},
+                           {**tools, "re": re, "json": json})
 
     def call_tool(tool_call: dict) -> str | None:
         reached.clear()

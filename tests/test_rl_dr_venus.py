@@ -235,7 +235,8 @@ def test_completion_cutoff_counts_a_step_or_a_wave():
 
 
 def test_turn_reading_and_tag_fixing_follow_dr_venus():
-    assert fix_tags("", True) == "<think>\n\n</think>"
+    assert fix_tags("", True) == "<think>\n</think>"  # DR-Venus: "<think>" + sample, no newline
+    assert fix_tags("x</think>", True) == "<think>x</think>"
     assert fix_tags("thought</think><answer>a</answer>", False).startswith("<think>\n")
     assert fix_tags("<think>x<tool_response>y", False) == "<think>x\n</think>"
     assert classify_turn("<think>x</think><answer></answer>").kind == "answer"  # empty answers
@@ -411,6 +412,8 @@ def test_a_plain_user_notice_rerenders_the_last_prompt_under_qwen3(qwen3, texts)
     assert "Herbert." not in qwen3.decode([t for t, m in zip(rec.input_ids, rec.loss_mask,
                                                               strict=True) if m])
     assert rec.turns[-1] == r.result.messages[-1]["content"]
+    # kept as DR-Venus's loop keeps a sample after the template's "<think>\n": "<think>" + it
+    assert r.result.messages[2]["content"].startswith("<think>I should use search.")
     # our default protocol frames every notice: the history keeps its reasoning, ids exact
     engine = QuestionEngine(qwen3, script)
     base = RolloutConfig.from_rl(None, n=1, max_turns=3, max_turns_jitter=0, seed=1,

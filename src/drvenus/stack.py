@@ -126,7 +126,10 @@ def agent_config(settings: Settings, system_prompt_file: str | None = None) -> A
     with ``protocol`` dr-venus, DR-Venus's texts, and its sampling for a real model)."""
     cfg = preset.EMBEDDED_AGENT if is_embedded(settings) else FULL_AGENT
     chosen = profile(settings.protocol)
-    changes: dict[str, object] = {"texts": chosen.texts(settings), "reader": chosen.reader()}
+    changes: dict[str, object] = {
+        "texts": chosen.texts(settings), "reader": chosen.reader(),
+        "retry_every_model_error": chosen.retry_every_model_error,
+        "blank_ends_run": chosen.blank_ends_run}
     if not is_embedded(settings):  # the embedded preset's greedy short turns stay
         changes["sampling"] = sampling_from(chosen.agent_sampling(settings), cfg.sampling)
     if settings.max_attempts is not None:
@@ -272,8 +275,9 @@ def build_toolbox(settings: Settings, *, progress: bool = False, metrics: Any = 
         metrics=metrics,
         texts=protocol_texts(settings),
     )
+    chosen = profile(settings.protocol)
     search = Search(providers, top_k, cache=cache, metrics=metrics,
-                    render=profile(settings.protocol).search_renderer())
+                    render=chosen.search_renderer(), missing=chosen.search_without_query())
     return Toolbox([search, visit])
 
 

@@ -98,6 +98,11 @@ class AgentConfig:
     reader: TurnReader = DRVENUS_READER
     context: ContextPolicy = field(default_factory=ContextPolicy)  # what to do near the budget
     heavy: HeavyPolicy = field(default_factory=HeavyPolicy)  # runs per question, and how joined
+    # the profile's model habits (drvenus.protocol.profiles.Profile): a model error that is not
+    # retryable (an HTTP 400) tried again too; a blank reply on a step's last attempt ends the
+    # run as llm_error (not the step's last readable sample)
+    retry_every_model_error: bool = False
+    blank_ends_run: bool = False
 
     @property
     def retry(self) -> RetryPolicy:
@@ -379,7 +384,8 @@ class _QuestionRun:
                 )
                 if exc.context_overflow:
                     return _Attempt(None, overflow=True)
-                if final_try or not exc.retryable or not self.hooks.retry_model_errors \
+                retryable = exc.retryable or self.cfg.retry_every_model_error
+                if final_try or not retryable or not self.hooks.retry_model_errors \
                         or not await self._backoff(attempt + 1, exc.retry_after):
                     return _Attempt(None)
                 continue
@@ -387,6 +393,8 @@ class _QuestionRun:
             if not text.strip() and not self.hooks.read_empty:
                 self.last_error = "the model returned empty output"
                 await self.emit("error", kind="empty_output", attempt=attempt, last=final_try)
+                if final_try and self.cfg.blank_ends_run:
+                    return _Attempt(None)
                 if final_try or not await self._backoff(attempt + 1):
                     return _Attempt(last)
                 continue

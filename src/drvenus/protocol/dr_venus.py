@@ -53,12 +53,18 @@ _TOOL_CALL = _block(TOOL_CALL_OPEN, TOOL_CALL_CLOSE)
 MISSING_THINK = f"missing {THINK_OPEN}{THINK_CLOSE}"
 
 
+def reopen_think(sample: str) -> str:
+    """A sample after a prompt that ends in the think opener, as DR-Venus's RL loop keeps it:
+    ``<think>`` put back, with no newline (the newline was the prompt's)."""
+    return THINK_OPEN + sample
+
+
 def fix_tags(text: str, prefilled_think: bool) -> str:
     """DR-Venus's tag fixing of a sampled turn: the think opener a template wrote into the
     prompt put back, the text cut at a tool response the model began, a missing think closer
     appended, a missing think opener prepended."""
     if prefilled_think and THINK_OPEN not in text:
-        text = THINK_OPEN + "\n" + text
+        text = reopen_think(text)
     cut = text.find(TOOL_RESPONSE_OPEN)
     if cut != -1:
         text = text[:cut]
@@ -242,7 +248,13 @@ def read_turn(content: str) -> ParsedTurn:
     return ParsedTurn("error", content, thinking, error="ambiguous or incomplete output")
 
 
-DR_VENUS_READER = TurnReader(repair=sanitize_turn, parse=read_turn)
+def take_reply(text: str) -> str:
+    """A reply as DR-Venus keeps it: stripped (``_call_llm_once``), then :func:`sanitize_turn`
+    (what the conversation stores)."""
+    return sanitize_turn(text.strip())
+
+
+DR_VENUS_READER = TurnReader(repair=take_reply, parse=read_turn)
 
 
 #: DR-Venus's RL loop also filters the arguments of its code tool (which its tool server does
@@ -276,11 +288,47 @@ def render_search_block(query: str, hits: Sequence[Mapping[str, Any]]) -> str:
 
 
 def render_search_text(per_query: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> str:
-    """The search tool's body for ``[(query, [hit, ...]), ...]``, as DR-Venus writes it."""
+    """The search tool's Markdown for ``[(query, [hit, ...]), ...]``, as DR-Venus's tool writes
+    it (before its dispatcher re-reads it: :func:`render_search_view`)."""
     return VISIT_SEPARATOR.join(render_search_block(q, hits) for q, hits in per_query)
+
+
+# ---------------------------------------------------------------- what the model reads of it
+# DR-Venus's dispatcher (custom_call_tool, Inference/ and RL/tool_server/execute_tools.py) does
+# not hand the Markdown on: it re-reads it into JSON (parse_search_results). The re-reading
+# decides what the model sees, quirks included: a header is "A Google search for '<query>'"
+# with a query of no apostrophe (so a query is cut at its first one, and one that starts with
+# an apostrophe is no header at all); everything up to the next header belongs to that query
+# (a "No results found" block, which has no header, is glued onto the previous query's last
+# snippet with the "=======" separator, or dropped when it comes first); a hit is "N. [title]
+# (url)" then a line break, its snippet (date and source lines included) running to the next
+# "N. [" that starts a line, or the end of the query's text; title, url and snippet stripped.
+_VIEW_HEADER = re.compile(r"A Google search for '([^']+)'")
+_VIEW_HIT = re.compile(r"\d+\.\s+\[(.*?)\]\((.*?)\)\s*\n+(.*?)(?=\n\d+\.\s+\[|\Z)", re.DOTALL)
+
+
+def search_view(text: str) -> str:
+    """What DR-Venus's model reads of the search tool's Markdown ``text`` (see above): a JSON
+    list ``[{"query", "web_page_info_list": [{"title", "url", "snippet"}]}]``."""
+    headers = list(_VIEW_HEADER.finditer(text))
+    bounds = [h.start() for h in headers[1:]] + [len(text)] * bool(headers)
+    entries = []
+    for header, end in zip(headers, bounds, strict=True):
+        hits = [{"title": title.strip(), "url": url.strip(), "snippet": snippet.strip()}
+                for title, url, snippet in _VIEW_HIT.findall(text[header.end():end])]
+        entries.append({"query": header.group(1), "web_page_info_list": hits})
+    return json.dumps(entries, ensure_ascii=False)
+
+
+def render_search_view(per_query: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> str:
+    """The ``dr-venus`` profile's search body: :func:`render_search_text` as the dispatcher
+    re-reads it (:func:`search_view`), byte for byte what DR-Venus's model reads. No query
+    at all gives ``[]`` (the tool's invalid-request text re-read)."""
+    return search_view(render_search_text(per_query))
+
 
 __all__ = ["ALLOWED_ARGUMENTS", "DR_VENUS_READER", "MISSING_THINK", "CallProblem", "EnvTurn",
            "RL_ALLOWED_ARGUMENTS", "TurnKind",
            "as_parsed", "call_key", "classify_turn", "first_answer", "fix_tags", "read_turn",
-           "rl_reader",
-           "render_search_block", "render_search_text", "sanitize_turn"]
+           "reopen_think", "rl_reader", "render_search_block", "render_search_text",
+           "render_search_view", "sanitize_turn", "search_view", "take_reply"]

@@ -32,8 +32,10 @@ class Profile:
     name: str = DEFAULT_PROTOCOL
     #: choosing it is said to the user (a departure from the default), not only logged
     chosen: bool = False
-    #: the RL rollouts run its environment (RL texts, re-rendered queries, completion cut-off)
-    rl_environment: bool = False
+    #: every model error is tried again within a step's attempts, an HTTP 400 too
+    retry_every_model_error: bool = False
+    #: a blank reply on a step's last attempt ends the run as ``llm_error``
+    blank_ends_run: bool = False
 
     def texts(self, settings: Any = None) -> ProtocolTexts:
         """The words of the agent loop and the visit tool."""
@@ -46,6 +48,10 @@ class Profile:
     def search_renderer(self) -> SearchRenderer:
         """How the search tool writes its results (drvenus's JSON)."""
         return render_search
+
+    def search_without_query(self) -> str | None:
+        """What a search call without a query gets (None: drvenus's error text)."""
+        return None
 
     def agent_sampling(self, settings: Any = None) -> Mapping[str, Any]:
         """Sampling keywords on top of a real model's preset (none: the preset's)."""
@@ -69,7 +75,9 @@ class Profile:
         return None
 
     def rl_texts(self) -> Any:
-        """The RL environment's texts (None: the agent loop's own)."""
+        """The texts of the profile's own RL environment; None: none, rollouts run the agent
+        loop with inference's hooks (with them: that environment's loop, re-rendered queries,
+        the completion cut-off; drvenus.train.rl.collect.run_rollout)."""
         return None
 
     def rl_judge_texts(self) -> Any:

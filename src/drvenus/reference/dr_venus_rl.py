@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drvenus.protocol import TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
-from drvenus.protocol.dr_venus import EnvTurn
+from drvenus.protocol.dr_venus import EnvTurn, search_view
 from drvenus.reference.extract import (
     ExtractError,
     assigned_string,
@@ -97,12 +97,15 @@ class RLTexts:
 
     def refusal(self, turn: EnvTurn) -> str | None:
         """What a call that cannot run gets back: DR-Venus's tool server's own texts for a
-        tool it does not route and for a call without a tool's fields; drvenus's reason for a
+        tool it does not route and for a call without a tool's fields (a search's as its
+        dispatcher re-reads it: ``[]``); drvenus's reason for a
         value our tools cannot take; None for a call that runs."""
         if turn.problem == "unknown_tool":
             return self.unknown_tool_text(turn.call_name)
         if turn.problem == "missing_arguments" and turn.call_name in self.bad_arguments:
-            return self.bad_arguments[turn.call_name]
+            text = self.bad_arguments[turn.call_name]
+            # the dispatcher re-reads the search tool's text: its model reads "[]"
+            return search_view(text) if turn.call_name == "search" else text
         if turn.kind == "tool_call" and turn.call is None:
             return str(turn.call_error)
         return None

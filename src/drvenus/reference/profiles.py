@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from drvenus.protocol import ProtocolTexts, register_texts
-from drvenus.protocol.dr_venus import DR_VENUS_READER, render_search_text
+from drvenus.protocol.dr_venus import DR_VENUS_READER, render_search_view
 from drvenus.protocol.parse import TurnReader
 from drvenus.protocol.profiles import DEFAULT_PROTOCOL, PROTOCOLS, Profile, SearchRenderer
 from drvenus.reference import dr_venus_rl
@@ -30,7 +30,8 @@ class DrVenusProfile(Profile):
 
     name = PROFILE
     chosen = True
-    rl_environment = True
+    retry_every_model_error = True  # run_demo.py's _generate retries any failed call
+    blank_ends_run = True  # ... and returns None (llm_error) when the last one is blank
 
     def reference(self, settings: Any = None) -> Any:
         """DR-Venus's inference texts (:class:`~drvenus.reference.dr_venus.DrVenusTexts`); its
@@ -47,7 +48,10 @@ class DrVenusProfile(Profile):
         return DR_VENUS_READER
 
     def search_renderer(self) -> SearchRenderer:
-        return render_search_text
+        return render_search_view  # the Markdown as the dispatcher re-reads it
+
+    def search_without_query(self) -> str | None:
+        return render_search_view([])  # the tool's invalid-request text re-read: "[]"
 
     def agent_sampling(self, settings: Any = None) -> Mapping[str, Any]:
         return self.reference(settings).agent_sampling  # type: ignore[no-any-return]

@@ -120,10 +120,13 @@ class Search:
         cache_ttl: float | None = None,
         metrics: Metrics | None = None,
         render: Callable[[Sequence[tuple[str, Sequence[Result]]]], str] = render_search,
+        missing: str | None = None,
     ) -> None:
-        """``render``: the profile's search renderer (drvenus's JSON by default)."""
+        """``render``: the profile's search renderer (drvenus's JSON by default); ``missing``:
+        what a call without a query gets (None: drvenus's error text)."""
         self.providers = list(providers)
         self.render = render
+        self.missing = missing
         self.top_k = top_k
         self.cache = cache
         self.cache_ttl = cache_ttl
@@ -138,6 +141,8 @@ class Search:
         if isinstance(queries, str):
             queries = [queries]
         if not queries:
+            if self.missing is not None:
+                return self.missing
             return tool_error_message(SEARCH, MISSING_ARGUMENT[SEARCH])
         texts = [str(q) for q in queries]
         results = await asyncio.gather(*(self.search_one(q) for q in texts))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from drvenus.agent import AgentConfig, ContextPolicy, ResearchAgent
 from drvenus.agent.record import ResultRecord
 from drvenus.llm.base import SamplingParams
+from drvenus.protocol.dr_venus import reopen_think
 from drvenus.protocol.profiles import DEFAULT_PROTOCOL
 from drvenus.reference.profiles import profile
 from drvenus.train.rl.config import ROLLOUT_MODES, RLConfig
@@ -122,8 +123,6 @@ class RolloutConfig:
             raise ValueError(f"rollout mode {self.mode!r}: expected one of {ROLLOUT_MODES}")
         if self.n < 1 or self.max_turns < 1 or self.concurrency < 1:
             raise ValueError("n, max_turns and concurrency must be at least 1")
-        if profile(self.protocol).rl_environment and self.texts is None:
-            raise ValueError(f"protocol {self.protocol} needs its RL texts")
 
     @property
     def attempts(self) -> int:
@@ -162,6 +161,11 @@ class RolloutConfig:
                           attempts=self.attempts, tool_timeout=self.tool_timeout,
                           time_limit=self.time_limit, context=self.context)
 
+    def completion_cutoff(self, total: int | None = None) -> CompletionCutoff:
+        """The completion cut-off of a batch of ``total`` trajectories (None: waves, verl's
+        worker); it never fires without the profile's environment."""
+        return CompletionCutoff(self.cutoff if self.texts is not None else None, total=total)
+
     def turn_limit(self, step: int, group: int = 0, index: int = 0) -> int:
         """The turn limit of trajectory ``index`` of question ``group`` at ``step``:
         ``max_turns`` plus its own seeded jitter (DR-Venus draws it per trajectory); unseeded
@@ -185,6 +189,34 @@ class Rollout:
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)  # its trace (when traced)
+
+
+async def run_rollout(
+    config: RolloutConfig, engine: TokenEngine, tools: Any, question: str, *, max_turns: int,
+    seed: int | None = None, parts: ChatTemplateParts | None = None,
+    cutoff: CompletionCutoff | None = None, prompt: Sequence[Mapping[str, Any]] | None = None,
+    on_event: Callable[[Any], None] | None = None,
+) -> tuple[TokenRecorder, ResultRecord]:
+    """One trajectory, for the one-machine trainer and verl's agent loop alike: the agent loop
+    on a fresh :class:`TokenRecorder`, with the profile's RL environment where it has one (its
+    RL texts: ``config.texts``; DR-Venus's loop as hooks, :func:`run_trajectory`, with
+    ``cutoff`` and the data row's ``prompt``), else with inference's hooks. ``seed``: the
+    trajectory's sampling seed."""
+    env = config.texts is not None
+    recorder = TokenRecorder(engine, parts, rerender_queries=env,
+                             segments=config.context.strategy != "none",
+                             reopen_think=reopen_think if env else None)
+    if env:
+        cfg = config.environment()
+        cfg = replace(cfg, sampling=replace(cfg.sampling, seed=seed))
+        result = await run_trajectory(recorder, tools, cfg, question, max_turns=max_turns,
+                                      cutoff=cutoff, prompt=prompt, on_event=on_event)
+    else:
+        base = config.agent_config(max_turns)
+        agent = ResearchAgent(recorder, tools,
+                              replace(base, sampling=replace(base.sampling, seed=seed)))
+        result = await agent.run(question, on_event)
+    return recorder, result
 
 
 def traced_step(interval: int, step: int) -> bool:
@@ -219,29 +251,19 @@ async def run_rollouts(
     ``config.concurrency`` at once; ordered by question, then rollout index. ``trace``: keep
     each trajectory's trace events (:mod:`drvenus.agent.events`) in ``Rollout.events``."""
     parts = ChatTemplateParts(engine.tokenizer)
-    dr_venus = profile(config.protocol).rl_environment
-    env = config.environment() if dr_venus else None
     gate = asyncio.Semaphore(config.concurrency)
-    total = len(items) * config.n
-    cutoff = CompletionCutoff(config.cutoff if dr_venus else None, total=total)
+    cutoff = config.completion_cutoff(total=len(items) * config.n)
 
     async def one(group: int, index: int, question: str, gt: str) -> Rollout:
         seed = _rollout_seed(config.seed, step, group, index)
         limit = config.turn_limit(step, group, index)
-        recorder = TokenRecorder(engine, parts, rerender_queries=dr_venus,
-                                 segments=config.context.strategy != "none")
         events: list[dict[str, Any]] = []
         on_event = (lambda e: events.append(e.to_dict())) if trace else None
         try:
             async with gate:
-                if env is not None:
-                    result = await run_trajectory(
-                        recorder, tools, replace(env, sampling=replace(env.sampling, seed=seed)),
-                        question, max_turns=limit, cutoff=cutoff, on_event=on_event)
-                else:
-                    base = config.agent_config(limit)
-                    cfg = replace(base, sampling=replace(base.sampling, seed=seed))
-                    result = await ResearchAgent(recorder, tools, cfg).run(question, on_event)
+                recorder, result = await run_rollout(
+                    config, engine, tools, question, max_turns=limit, seed=seed, parts=parts,
+                    cutoff=cutoff, on_event=on_event)
         finally:
             cutoff.finish()
         tokens = recorder.record(result.messages)
@@ -255,5 +277,6 @@ async def run_rollouts(
     return list(await asyncio.gather(*jobs))
 
 
-__all__ = ["ROLLOUT_MODES", "context_budget", "Rollout", "RolloutConfig", "run_rollouts",
+__all__ = ["ROLLOUT_MODES", "context_budget", "Rollout", "RolloutConfig", "run_rollout",
+           "run_rollouts",
            "trace_file", "traced_step"]

@@ -36,7 +36,7 @@ the conversation with that turn's content swapped for a marker.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,8 +144,13 @@ class TokenRecorder:
     """A ChatModel for one trajectory that records exact token ids (see the module doc)."""
 
     def __init__(self, engine: TokenEngine, parts: ChatTemplateParts | None = None, *,
-                 rerender_queries: bool = False, segments: bool = False) -> None:
+                 rerender_queries: bool = False, segments: bool = False,
+                 reopen_think: Callable[[str], str] | None = None) -> None:
+        """``reopen_think``: how a sample gets back the think opener the chat template wrote
+        into the prompt (None: :func:`assistant_text`'s rule; an environment's own, e.g.
+        DR-Venus's RL loop: ``<think>`` and no newline)."""
         self.engine = engine
+        self.reopen_think = reopen_think
         self.parts = parts or ChatTemplateParts(engine.tokenizer)
         self.rerender_queries = rerender_queries
         self.segments = segments
@@ -187,7 +192,10 @@ class TokenRecorder:
         prompt = self._prompt_for(messages)
         gen = await self.engine.generate_tokens(prompt, params, timeout=timeout)
         n = len(messages)
-        text = assistant_text(gen.text, None, prefilled_think=self.parts.prefilled_think)
+        if self.reopen_think is not None and self.parts.prefilled_think:
+            text = self.reopen_think(gen.text)
+        else:
+            text = assistant_text(gen.text, None, prefilled_think=self.parts.prefilled_think)
         self.turns = [t for t in self.turns if t.message_index < n]
         self.ids = prompt + list(gen.token_ids)
         self.turns.append(TurnTokens(len(prompt), len(self.ids), n, text, gen.finish_reason))

@@ -37,7 +37,6 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 
 from drvenus.llm.base import LLMError, SamplingParams
-from drvenus.reference.profiles import profile
 from drvenus.train.rl.engine import TokenGeneration, sampled_turn
 from drvenus.train.rl.environment import CompletionCutoff
 from drvenus.train.rl.verl_plugin.convert import (
@@ -110,8 +109,7 @@ class DrVenusAgentLoop(AgentLoopBase):
         cls.tools = build_toolbox(settings)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        from drvenus.agent import ResearchAgent
-        from drvenus.train.rl.recorder import TokenRecorder
+        from drvenus.train.rl.collect import run_rollout
 
         rollout = self.config.actor_rollout_ref.rollout
         cfg = agent_rollout(
@@ -124,30 +122,20 @@ class DrVenusAgentLoop(AgentLoopBase):
                                   int(rollout.max_model_len), uuid4().hex)
         limit = cfg.turn_limit(0)  # unseeded: a fresh draw per trajectory
         question = question_of(kwargs.get("raw_prompt"))
-        segments = cfg.context.strategy != "none"  # a compaction starts a new token segment
         events: list[dict[str, Any]] = []
         on_event = (lambda e: events.append(e.to_dict())) \
             if traces_step(self.settings, kwargs.get(STEP_KEY)) else None
-        if profile(cfg.protocol).rl_environment:
-            from drvenus.train.rl.environment import run_trajectory
-
-            cls = type(self)
-            if cls.cutoff is None:
-                cls.cutoff = CompletionCutoff(cfg.cutoff)
-            recorder = TokenRecorder(engine, rerender_queries=True, segments=segments)
-            cls.cutoff.start()
-            try:
-                raw = kwargs.get("raw_prompt")  # the row's own messages, as DR-Venus keeps them
-                result = await run_trajectory(
-                    recorder, self.tools, cfg.environment(), question, max_turns=limit,
-                    cutoff=cls.cutoff, prompt=None if isinstance(raw, str) else raw,
-                    on_event=on_event)
-            finally:
-                cls.cutoff.finish()
-        else:
-            recorder = TokenRecorder(engine, segments=segments)
-            agent = ResearchAgent(recorder, self.tools, cfg.agent_config(limit))
-            result = await agent.run(question, on_event)
+        cls = type(self)
+        if cls.cutoff is None:
+            cls.cutoff = cfg.completion_cutoff()
+        raw = kwargs.get("raw_prompt")  # the row's own messages, as DR-Venus keeps them
+        cls.cutoff.start()
+        try:
+            recorder, result = await run_rollout(
+                cfg, engine, self.tools, question, max_turns=limit, cutoff=cls.cutoff,
+                prompt=None if isinstance(raw, str) else raw, on_event=on_event)
+        finally:
+            cls.cutoff.finish()
         record = recorder.record(result.messages)
         if record is None:
             raise RuntimeError(f"the rollout produced no turn: {result.error}")
