@@ -90,6 +90,7 @@ RL_CALLS = [
     T + C.format('{"name": "PythonInterpreter", "arguments": {"code": "1", "x": 2}}'),
     T + C.format('{"name": "search", "arguments": {}}'),  # the tool's own invalid-request text
     T + C.format('{"name": "search", "arguments": {"q": ["x"]}}'),
+    T + C.format('{"name": "search", "arguments": {"query": []}}'),  # re-read: "[]" as well
     T + C.format('{"name": "visit", "arguments": {"url": ["https://a.example"]}}'),
     T + C.format('{"name": "visit", "arguments": {"goal": "g"}}'),
     T + C.format('{"name": "visit", "arguments": []}'),

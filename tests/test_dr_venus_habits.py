@@ -92,5 +92,9 @@ def test_the_stack_gives_the_loop_the_profile_habits():
     ours = agent_config(Settings(protocol="dr-venus", base_url="http://127.0.0.1:9/v1"))
     assert ours.retry_every_model_error and ours.blank_ends_run
     assert ours.reader is DR_VENUS_READER
+    assert ours.time_limit == 18_000  # Inference/run_demo.sh's TIME_LIMIT
+    given = Settings(protocol="dr-venus", base_url="http://127.0.0.1:9/v1", time_limit=60)
+    assert agent_config(given).time_limit == 60
     default = agent_config(Settings(base_url="http://127.0.0.1:9/v1"))
     assert not default.retry_every_model_error and not default.blank_ends_run
+    assert default.time_limit == 9000

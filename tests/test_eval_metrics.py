@@ -130,3 +130,17 @@ def test_tool_use_and_gold_recall():
     assert M.gold_recall(gold, ["http://en.m.wikipedia.org/wiki/A B"]) == 0.5
     assert M.gold_recall(gold, use.retrieved + use.visited) == 1.0
     assert M.gold_recall([], ["x"]) is None
+
+
+def test_calibration_error_when_every_confidence_is_100_as_eval_md_states():
+    """All ties: wrong answers sort first, so the bins split into wrong and right ones
+    (docs/EVAL.md): about the square root of the error rate, whatever the items' order."""
+    import random
+
+    from drvenus.eval.metrics import calibration_error
+
+    correct = [False] * 60 + [True] * 140
+    random.Random(0).shuffle(correct)
+    for skip_last in (False, True):
+        value = calibration_error([100] * 200, correct, skip_last=skip_last)
+        assert value is not None and abs(value - 0.6 * 0.5 ** 0.5) < 1e-12

@@ -132,6 +132,8 @@ def agent_config(settings: Settings, system_prompt_file: str | None = None) -> A
         "blank_ends_run": chosen.blank_ends_run}
     if not is_embedded(settings):  # the embedded preset's greedy short turns stay
         changes["sampling"] = sampling_from(chosen.agent_sampling(settings), cfg.sampling)
+        if chosen.time_limit is not None:
+            changes["time_limit"] = chosen.time_limit
     if settings.max_attempts is not None:
         changes["max_attempts"] = settings.max_attempts
     if settings.max_steps is not None:

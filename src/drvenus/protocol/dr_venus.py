@@ -117,6 +117,8 @@ def _rl_call(content: str, obj: dict[str, Any]) -> EnvTurn:
         return replace(turn, problem="unknown_tool", call_error=unknown_tool_message(name))
     missing = [k for k in TOOL_SPECS[name]["function"]["parameters"]["required"]
                if k not in arguments]
+    if name == "search" and arguments.get("query") == []:
+        missing = ["query"]  # DR-Venus's tool searches nothing: its model reads "[]" as well
     try:
         return replace(turn, call=normalize_tool_call({"name": name, "arguments": arguments}))
     except ToolCallError as exc:

@@ -36,6 +36,8 @@ class Profile:
     retry_every_model_error: bool = False
     #: a blank reply on a step's last attempt ends the run as ``llm_error``
     blank_ends_run: bool = False
+    #: seconds a question may take (None: the preset's); ``--time-limit`` goes first
+    time_limit: float | None = None
 
     def texts(self, settings: Any = None) -> ProtocolTexts:
         """The words of the agent loop and the visit tool."""

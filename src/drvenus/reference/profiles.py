@@ -32,6 +32,9 @@ class DrVenusProfile(Profile):
     chosen = True
     retry_every_model_error = True  # run_demo.py's _generate retries any failed call
     blank_ends_run = True  # ... and returns None (llm_error) when the last one is blank
+    # Inference/run_demo.sh's TIME_LIMIT (run_demo.py's argument default is 9000); its
+    # SOLVER_MAX_LEN, 230,000, is drvenus's context budget already
+    time_limit = 18_000.0
 
     def reference(self, settings: Any = None) -> Any:
         """DR-Venus's inference texts (:class:`~drvenus.reference.dr_venus.DrVenusTexts`); its
