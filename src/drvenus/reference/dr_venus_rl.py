@@ -33,7 +33,6 @@ import ast
 import logging
 import re
 import string
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +47,7 @@ from drvenus.reference.extract import (
     scope,
     string_of,
 )
-from drvenus.reference.store import PinnedFiles, ReferenceStore
+from drvenus.reference.store import PinnedFiles, ReferenceStore, read_once
 
 log = logging.getLogger(__name__)
 
@@ -358,25 +357,19 @@ def load_rl_judge(store: ReferenceStore) -> RLJudgeTexts:
     return RLJudgeTexts(source=files.source.short, files=dict(files.hashes), **values)
 
 
-_CACHE: dict[tuple[Any, ...], Any] = {}
-_LOCK = threading.Lock()
-
-
 def _cached(kind: str, load: Any, store: ReferenceStore | None) -> Any:
     if store is None:
         from drvenus.reference.store import reference_store
 
         store = reference_store()
-    key = (kind, store.local_dir, store.cache_dir, store.url_template,
-           tuple(sorted((n, s.commit, tuple(sorted(s.files.items())))
-                        for n, s in store.sources.items())))
-    with _LOCK:
-        if key not in _CACHE:
-            texts = load(store)
-            log.info("DR-Venus RL %s from %s (%s)", kind, texts.source,
-                     ", ".join(f"{p} {h[:12]}" for p, h in texts.files.items()))
-            _CACHE[key] = texts
-        return _CACHE[key]
+
+    def logged(s: ReferenceStore) -> Any:
+        texts = load(s)
+        log.info("DR-Venus RL %s from %s (%s)", kind, texts.source,
+                 ", ".join(f"{p} {h[:12]}" for p, h in texts.files.items()))
+        return texts
+
+    return read_once(f"DR-Venus RL {kind}", logged, store)
 
 
 def rl_texts(store: ReferenceStore | None = None) -> RLTexts:

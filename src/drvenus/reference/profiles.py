@@ -19,9 +19,15 @@ from drvenus.protocol.parse import TurnReader
 from drvenus.protocol.profiles import DEFAULT_PROTOCOL, PROTOCOLS, Profile, SearchRenderer
 from drvenus.reference import dr_venus_rl
 from drvenus.reference.dr_venus import PROFILE, RUN_DEMO, load_dr_venus_texts
-from drvenus.reference.store import reference_store
+from drvenus.reference.store import read_once, reference_store
 
 log = logging.getLogger(__name__)
+
+
+def _load_registered(store: Any) -> Any:
+    texts = load_dr_venus_texts(store)
+    register_texts(texts.protocol_texts())
+    return texts
 
 
 class DrVenusProfile(Profile):
@@ -37,12 +43,11 @@ class DrVenusProfile(Profile):
     time_limit = 18_000.0
 
     def reference(self, settings: Any = None) -> Any:
-        """DR-Venus's inference texts (:class:`~drvenus.reference.dr_venus.DrVenusTexts`); its
-        notices are registered so the readers of tool responses recognise them. Raises
+        """DR-Venus's inference texts (:class:`~drvenus.reference.dr_venus.DrVenusTexts`), read
+        once per process and store (:func:`read_once`); its notices are registered so the
+        readers of tool responses recognise them. Raises
         ReferenceError / ExtractError (one line, both ValueErrors)."""
-        texts = load_dr_venus_texts(reference_store(settings))
-        register_texts(texts.protocol_texts())
-        return texts
+        return read_once("DR-Venus inference texts", _load_registered, reference_store(settings))
 
     def texts(self, settings: Any = None) -> ProtocolTexts:
         return self.reference(settings).protocol_texts()  # type: ignore[no-any-return]

@@ -21,10 +21,12 @@ import ast
 import hashlib
 import logging
 import os
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 
@@ -258,6 +260,25 @@ def reference_store(settings: object | None = None) -> ReferenceStore:
     local = s.reference_dir.expanduser() if s.reference_dir is not None else None
     return ReferenceStore(cache_dir=s.cache_root() / "reference", local_dir=local,
                           url_template=s.reference_url)
+
+
+_T = TypeVar("_T")
+_ONCE: dict[tuple[Any, ...], Any] = {}
+_ONCE_LOCK = threading.Lock()
+
+
+def read_once(kind: str, load: Callable[[ReferenceStore], _T], store: ReferenceStore) -> _T:
+    """``load(store)`` (texts taken out of pinned files), run once per process for each
+    ``kind``, store location and pin: the pinned files are hash-checked, so the same pins give
+    the same texts; a failure is not kept (the next call tries again)."""
+    key = (kind, store.local_dir, store.cache_dir, store.url_template,
+           tuple(sorted((n, s.commit, tuple(sorted(s.files.items())))
+                        for n, s in store.sources.items())))
+    with _ONCE_LOCK:
+        if key not in _ONCE:
+            _ONCE[key] = load(store)
+            log.debug("%s read from the pinned files", kind)
+        return _ONCE[key]  # type: ignore[no-any-return]
 
 
 class PinnedFiles:
