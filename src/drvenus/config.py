@@ -9,15 +9,22 @@ environment or ``.env`` only, and never logged. No other module reads the enviro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from drvenus.net import DEFAULT_REQUEST_TIMEOUT
 from drvenus.net.addresses import AddressPolicy, parse_networks
 from drvenus.net.secrets import register_secret, register_url_secrets
-from drvenus.protocol.profiles import ProtocolName
+from drvenus.protocol.profiles import check_protocol
 
 SEARCH_PROVIDERS = ("serper", "searxng", "local")
 VISIT_READERS = ("jina", "fetch", "local")
@@ -76,7 +83,7 @@ class Settings(BaseSettings):
     reference_url: str | None = None
     # the words of the system prompt, the notices, the visit failure frame and the extractor:
     # drvenus (ours) or dr-venus (DR-Venus's, from its pinned files; drvenus.reference)
-    protocol: ProtocolName = "drvenus"
+    protocol: Annotated[str, AfterValidator(check_protocol)] = "drvenus"
 
     # tools: providers in fallback order, comma-separated ("serper,searxng,local");
     # visit None: the local corpus when search is local only, else fetching pages directly

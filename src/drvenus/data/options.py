@@ -15,12 +15,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from drvenus.data.resample import ResamplePolicy
 from drvenus.flags import Cli
 from drvenus.grading.judge import JudgeConfig
-from drvenus.protocol.profiles import ProtocolName
+from drvenus.protocol.profiles import check_protocol
 
 CORRECTNESS_MODES = ("off", "em", "f1", "judge")
 CorrectnessMode = Literal["off", "em", "f1", "judge"]
@@ -54,7 +54,7 @@ class CleanOptions(BaseModel):
         Path | None, Field(description="Use this file verbatim as the system prompt.")
     ] = None
     protocol: Annotated[
-        ProtocolName | None,
+        Annotated[str, AfterValidator(check_protocol)] | None,
         Field(description="Whose system prompt the template mode writes: drvenus (ours) or "
                           "dr-venus (DR-Venus's exact one, its own date unless --current-date "
                           "is given, read from its pinned files: drvenus reference pull, or "

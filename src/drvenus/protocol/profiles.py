@@ -12,15 +12,37 @@ reference.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, get_args
+from typing import Any
 
 from drvenus.protocol.parse import DRVENUS_READER, TurnReader
 from drvenus.protocol.render import DRVENUS_TEXTS, ProtocolTexts, render_search
 
-#: every profile's name, the default first (the ``--protocol`` / DRVENUS_PROTOCOL values)
-ProtocolName = Literal["drvenus", "dr-venus"]
-PROTOCOLS: tuple[str, ...] = get_args(ProtocolName)
+#: the built-in profiles' names, the default first; registering a profile adds its own
+#: (:func:`protocol_names`: every ``--protocol`` / DRVENUS_PROTOCOL value)
+PROTOCOLS: tuple[str, ...] = ("drvenus", "dr-venus")
 DEFAULT_PROTOCOL = PROTOCOLS[0]
+#: a profile's name (checked against the known ones where settings are read: check_protocol)
+ProtocolName = str
+_NAMES: list[str] = list(PROTOCOLS)
+
+
+def add_protocol_name(name: str) -> None:
+    """Make ``name`` a known profile name (:func:`drvenus.reference.profiles.register_profile`
+    does it for every profile it registers)."""
+    if name not in _NAMES:
+        _NAMES.append(name)
+
+
+def protocol_names() -> tuple[str, ...]:
+    """Every known profile name, the default first."""
+    return tuple(_NAMES)
+
+
+def check_protocol(name: str) -> str:
+    """``name`` when it is a known profile name; ValueError naming the known ones."""
+    if name not in _NAMES:
+        raise ValueError(f"unknown protocol {name!r}; expected one of {', '.join(_NAMES)}")
+    return name
 #: writes the search tool's body for ``[(query, [hit, ...]), ...]``
 SearchRenderer = Callable[[Sequence[tuple[str, Sequence[Mapping[str, Any]]]]], str]
 
@@ -90,4 +112,5 @@ class Profile:
         """Load what ``rl`` needs of this profile now, raising one line when it cannot."""
 
 
-__all__ = ["DEFAULT_PROTOCOL", "PROTOCOLS", "Profile", "ProtocolName", "SearchRenderer"]
+__all__ = ["DEFAULT_PROTOCOL", "PROTOCOLS", "Profile", "ProtocolName", "SearchRenderer",
+           "add_protocol_name", "check_protocol", "protocol_names"]

@@ -16,7 +16,13 @@ from typing import Any
 from drvenus.protocol import ProtocolTexts, register_texts
 from drvenus.protocol.dr_venus import DR_VENUS_READER, render_search_view
 from drvenus.protocol.parse import TurnReader
-from drvenus.protocol.profiles import DEFAULT_PROTOCOL, PROTOCOLS, Profile, SearchRenderer
+from drvenus.protocol.profiles import (
+    DEFAULT_PROTOCOL,
+    Profile,
+    SearchRenderer,
+    add_protocol_name,
+    protocol_names,
+)
 from drvenus.reference import dr_venus_rl
 from drvenus.reference.dr_venus import PROFILE, RUN_DEMO, load_dr_venus_texts
 from drvenus.reference.store import read_once, reference_store
@@ -98,9 +104,11 @@ PROFILES: dict[str, Profile] = {}
 
 
 def register_profile(profile: Profile, *aliases: str) -> None:
-    """Make ``profile`` known by its name (and ``aliases``)."""
+    """Make ``profile`` known by its name (and ``aliases``): ``--protocol``, DRVENUS_PROTOCOL
+    and every layer's lookup (:func:`profile`) accept it from then on."""
     for name in (profile.name, *aliases):
         PROFILES[name] = profile
+        add_protocol_name(name)
 
 
 def profile(name: str | None = None) -> Profile:
@@ -109,12 +117,11 @@ def profile(name: str | None = None) -> Profile:
     try:
         return PROFILES[key]
     except KeyError:
-        raise ValueError(f"unknown protocol {key!r}; expected one of {', '.join(PROTOCOLS)}"
-                         ) from None
+        raise ValueError(f"unknown protocol {key!r}; expected one of "
+                         f"{', '.join(protocol_names())}") from None
 
 
 register_profile(Profile())
 register_profile(DrVenusProfile())
-assert tuple(PROFILES) == PROTOCOLS, "register every name of drvenus.protocol.profiles"
 
 __all__ = ["PROFILES", "DrVenusProfile", "profile", "register_profile"]

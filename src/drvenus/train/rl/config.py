@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from drvenus.agent.context import DEFAULT_KEEP_LAST
 from drvenus.config import CONTEXT_STRATEGIES
-from drvenus.protocol.profiles import DEFAULT_PROTOCOL, PROTOCOLS
+from drvenus.protocol.profiles import DEFAULT_PROTOCOL, PROTOCOLS, protocol_names
 from drvenus.train import options
 from drvenus.train.options import ConfigError, flag
 
@@ -173,7 +173,7 @@ class RLConfig:
             bad = [e for e in exc.errors() if tuple(e["loc"]) == ("protocol",)]
             if bad:
                 raise RLConfigError(f"DRVENUS_PROTOCOL {bad[0].get('input')!r}: choose one of "
-                                    f"{', '.join(PROTOCOLS)}") from None
+                                    f"{', '.join(protocol_names())}") from None
             return DEFAULT_PROTOCOL  # other bad settings: reported where they matter
         except Exception:  # unreadable settings (.env): reported where they matter, too
             return DEFAULT_PROTOCOL
@@ -192,7 +192,7 @@ class RLConfig:
             if not getattr(self, name):
                 raise RLConfigError(f"{flag(name)} is required")
         self.protocol = self.protocol_name()
-        choices = {"engine": ENGINES, "rollout_mode": ROLLOUT_MODES, "protocol": PROTOCOLS,
+        choices = {"engine": ENGINES, "rollout_mode": ROLLOUT_MODES, "protocol": protocol_names(),
                    "info_gain_type": INFO_GAIN_TYPES, "norm_mode": NORM_MODES,
                    "context_strategy": CONTEXT_STRATEGIES}
         for name, allowed in choices.items():
