@@ -186,3 +186,22 @@ def test_split_researches_keeps_a_heavy_research_together():
     cut_plain = [ev("started")]
     groups = split_researches([*plain, *heavy, *cut, *again, *cut_plain, *plain])
     assert groups == [plain, heavy, cut, again, cut_plain, plain]
+
+
+def test_the_synthesis_turn_is_read_by_the_profile_reader():
+    """--protocol dr-venus: the synthesis reply is read as DR-Venus reads a turn (the first
+    answer block wins, even inside the think block), not by drvenus's reader."""
+    from dataclasses import replace
+
+    from drvenus.protocol.dr_venus import DR_VENUS_READER
+    from drvenus.protocol.parse import DRVENUS_READER
+
+    reply = "<think>first <answer>Bram Stoker</answer> then</think>\n<answer>Mary Shelley</answer>"
+    config = AgentConfig(max_steps=3, max_attempts=1, backoff_base=0.0,
+                         heavy=HeavyPolicy(runs=2, mode="synthesise"))
+    for reader, expected in ((DR_VENUS_READER, "Bram Stoker"), (DRVENUS_READER, "Mary Shelley")):
+        agent = ResearchAgent(ScriptedModel([Researchers(synthesis=reply)]), ScriptedTools("[]"),
+                              replace(config, reader=reader))
+        record = asyncio.run(agent.run("Who wrote Dracula?"))
+        assert record.extra["heavy"]["chosen_by"] == "synthesis"
+        assert record.prediction == expected

@@ -89,13 +89,16 @@ def member_sampling(base: SamplingParams, run: int) -> SamplingParams:
                    seed=(base.seed or 0) + MEMBER_SEED_STRIDE * run)
 
 
-def candidate_of(record: ResultRecord) -> protocol.Candidate:
-    """A run's answer, its last reasoning, and the sources it read or searched for."""
+def candidate_of(record: ResultRecord,
+                 parse: Callable[[str], protocol.ParsedTurn] = protocol.parse_turn,
+                 ) -> protocol.Candidate:
+    """A run's answer, its last reasoning, and the sources it read or searched for; ``parse``:
+    the profile's reading of a stored turn (``AgentConfig.reader.parse``)."""
     reasoning, sources = "", []
     for message in record.messages:
         if message["role"] != "assistant":
             continue
-        turn = protocol.parse_turn(message["content"])
+        turn = parse(message["content"])
         reasoning = turn.thinking or reasoning
         call = turn.tool_call
         if call is None:
@@ -191,7 +194,7 @@ async def _synthesise(
     emit: _Emitter,
 ) -> tuple[ResultRecord | None, str | None]:
     messages = protocol.synthesis_messages(
-        question, [candidate_of(r) for r in records],
+        question, [candidate_of(r, config.reader.parse) for r in records],
         max_chars=config.max_context_tokens * CHARS_PER_BUDGET_TOKEN,
     )
     await emit(TraceEvent("started", 0, {
@@ -210,7 +213,7 @@ async def _synthesise(
         await emit(TraceEvent("error", 0, {"kind": "synthesis_failed", "attempt": 0,
                                            "message": str(exc), "last": True}))
         return None, f"synthesis failed: {exc}"
-    turn = protocol.parse_turn(protocol.repair_turn(gen.text or ""))
+    turn = config.reader.read(gen.text or "")  # the profile's reader (--protocol)
     await emit(TraceEvent("model_output", 0, {
         "attempt": 0, "text": turn.content, "kind": turn.kind, "error": turn.error,
         "completion_tokens": gen.completion_tokens, "prompt_tokens": gen.prompt_tokens,
