@@ -680,6 +680,7 @@ def main() -> None:
             "levers": dataclasses.asdict(variant.levers),
         }
     print_table(summaries)
+    RESULTS_FILE.parent.mkdir(parents=True, exist_ok=True)  # natural questions write nothing else
     RESULTS_FILE.write_text(
         json.dumps(
             {"args": vars(args), "variants": configs, "summary": summaries, "rows": all_rows},
