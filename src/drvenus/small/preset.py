@@ -41,15 +41,20 @@ def is_embedded(settings: Settings) -> bool:
     return settings.base_url is None and settings.model_path is None
 
 
-def embedded_levers() -> Levers:
-    """The embedded preset's levers (read at call time, so that a benchmark may swap them)."""
-    return _levers.EMBEDDED_LEVERS
+def embedded_levers(settings: Settings | None = None) -> Levers:
+    """The embedded preset's levers (read at call time, so that a benchmark may swap them),
+    with the settings' reader: the neural reader answers every span question with its best
+    span (``span_rank`` 1 for every shape, not only plain "what" questions)."""
+    levers = _levers.EMBEDDED_LEVERS
+    if settings is not None and settings.reader is not None:
+        levers = levers.but(span_reader=settings.reader)
+    return levers
 
 
 def grammar_builder(settings: Settings) -> GrammarBuilder | None:
     """The per-turn grammar of the model the settings select: the embedded preset's levers for
     the embedded model, None (the plain protocol grammar) for any other."""
-    return GrammarBuilder(embedded_levers()) if is_embedded(settings) else None
+    return GrammarBuilder(embedded_levers(settings)) if is_embedded(settings) else None
 
 
 def hybrid_search(settings: Settings) -> bool:
