@@ -31,7 +31,7 @@ import numpy as np
 
 from drvenus.llm.base import LLMError
 from drvenus.llm.wheels import WheelError, fetch_members
-from drvenus.small.spans import question_words
+from drvenus.small.spans import answer_shape, question_words
 
 log = logging.getLogger(__name__)
 
@@ -330,7 +330,10 @@ class NeuralReader:
                 key = span.text.lower()
                 if key not in best or best[key].score < span.score:
                     best[key] = span
-        return sorted(best.values(), key=lambda s: -s.score)[:k]
+        ranked = sorted(best.values(), key=lambda s: -s.score)
+        shape = answer_shape(question)  # spans of the kind asked first, as the linear reader
+        shaped = [s for s in ranked if shape.first(s.text.split()[0])]
+        return (shaped + [s for s in ranked if s not in shaped])[:k]
 
     def no_answer(self, question: str, texts: Sequence[str]) -> list[float]:
         """Per text, its best window's no-answer score (``[CLS]`` start + end)."""
@@ -352,7 +355,11 @@ def echoes(span: str, asked: frozenset[str]) -> bool:
 
 
 def _spans(w: _Window, logits: np.ndarray, text: str, max_words: int) -> list[ReadSpan]:
+    """The window's spans, each scored against the window's no-answer score (start + end
+    minus [CLS]'s: a passage that cannot answer scores low however sure it is of a span),
+    none across a line break."""
     start, end = logits[:, 0], logits[:, 1]
+    null = float(start[0] + end[0])
     valid = [i for i, o in enumerate(w.offsets) if o is not None]
     if not valid:
         return []
@@ -367,9 +374,9 @@ def _spans(w: _Window, logits: np.ndarray, text: str, max_words: int) -> list[Re
             assert oi is not None
             a, b = _widen(text, oi[0], oj[1])
             span = text[a:b].strip(" ,.;:\"'()")
-            if not span or len(span.split()) > max_words:
+            if not span or "\n" in span or len(span.split()) > max_words:
                 continue
-            out.append(ReadSpan(span, float(start[i] + end[j]), w.source, a))
+            out.append(ReadSpan(span, float(start[i] + end[j]) - null, w.source, a))
     return out
 
 
