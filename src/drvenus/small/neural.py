@@ -23,7 +23,6 @@ import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -332,18 +331,8 @@ class NeuralReader:
                     best[key] = span
         ranked = sorted(best.values(), key=lambda s: -s.score)
         shape = answer_shape(question)  # spans of the kind asked first, as the linear reader
-        shaped = [s for s in ranked if shape.first(s.text.split()[0])]
-        return (shaped + [s for s in ranked if s not in shaped])[:k]
-
-    def no_answer(self, question: str, texts: Sequence[str]) -> list[float]:
-        """Per text, its best window's no-answer score (``[CLS]`` start + end)."""
-        windows = self._windows(question, texts)
-        with self._lock:
-            all_logits = self._logits(windows)
-        out = [-1e9] * len(texts)
-        for w, logits in zip(windows, all_logits, strict=True):
-            out[w.source] = max(out[w.source], float(logits[0, 0] + logits[0, 1]))
-        return out
+        ranked.sort(key=lambda s: not shape.first(s.text.split()[0]))  # stable
+        return ranked[:k]
 
 
 def echoes(span: str, asked: frozenset[str]) -> bool:
@@ -380,12 +369,6 @@ def _spans(w: _Window, logits: np.ndarray, text: str, max_words: int) -> list[Re
     return out
 
 
-@lru_cache(maxsize=2)
-def shared_reader(models_dir: Path | None = None) -> NeuralReader:
-    """One loaded reader per models folder (the weights take ~100 MB of memory)."""
-    return NeuralReader(models_dir)
-
-
 __all__ = [
     "BASE_REQUIREMENT",
     "MAX_LEN",
@@ -398,5 +381,4 @@ __all__ = [
     "base_files",
     "encoder_dir",
     "load_safetensors",
-    "shared_reader",
 ]
