@@ -582,7 +582,9 @@ def test_span_answers_can_be_made_to_say_something_new():
         ("What is the capital of Lebanon?", AnswerShape(name=True)),
         ("What was the largest city of the colony?", AnswerShape(name=True)),
         ("What is the name of the river?", PLAIN_SHAPE),
-        ("Were Scott Derrickson and Ed Wood of the same nationality?", AnswerShape(yes_no=True)),
+        ("Were Scott Derrickson and Ed Wood of the same nationality?",
+         AnswerShape(yes_no=True, nationality=True)),
+        ("What nationality was the author of Dracula?", AnswerShape(nationality=True)),
         ("Is the Nile longer than the Amazon?", AnswerShape(yes_no=True)),
         ("Which was founded first, Harvard University or Yale University?",
          AnswerShape(choices=("Harvard University", "Yale University"))),
@@ -599,6 +601,27 @@ def test_span_answers_can_be_made_to_say_something_new():
 )
 def test_answer_shape(question, shape):
     assert answer_shape(question) == shape
+
+
+@pytest.mark.parametrize(
+    ("question", "span", "takes"),
+    [
+        ("Who wrote the novel Dracula?", "Bram Stoker", True),
+        ("Who wrote the novel Dracula?", "Irish", False),  # a nationality is no person
+        ("Who wrote the novel Dracula?", "Irish author", False),
+        ("Who wrote the novel Dracula?", "Irish author Bram Stoker", False),  # "Bram Stoker"
+        ("Who wrote the novel Dracula?", "Anglo-Irish", False),
+        ("Which movement did the painter lead?", "Italian Renaissance", True),  # a name
+        ("What nationality was the author of Dracula?", "Irish", True),
+        ("In which language was the epic written?", "Sanskrit", True),
+        ("In which language is the novel written?", "English", True),
+        ("In what year was Dracula published?", "Irish", False),
+        ("What is the novel about?", "vampires", True),
+    ],
+)
+def test_a_shape_takes_a_nationality_only_where_one_is_asked(question, span, takes):
+    assert answer_shape(question).takes(span) is takes
+
 
 
 def _shaped_language(question: str, snippet: str) -> set[str]:

@@ -15,6 +15,30 @@ BYTES_PER_TOKEN = 4.0
 MESSAGE_OVERHEAD_TOKENS = 5
 
 
+#: words naming a people or a nationality ("Irish", "Ottoman"): an adjective, never a
+#: person's or a place's name
+DEMONYMS = frozenset(
+    """Afghan Albanian Algerian American Andorran Angolan Argentine Argentinian Armenian
+    Australian Austrian Azerbaijani Bahamian Bahraini Bangladeshi Barbadian Belarusian Belgian
+    Belizean Beninese Bhutanese Bolivian Bosnian Brazilian British Bulgarian Burmese Burundian
+    Cambodian Cameroonian Canadian Chadian Chilean Chinese Colombian Congolese Croatian Cuban
+    Cypriot Czech Czechoslovak Danish Dominican Dutch Ecuadorian Egyptian English Eritrean
+    Estonian Ethiopian Fijian Filipino Finnish French Gabonese Gambian Georgian German Ghanaian
+    Greek Guatemalan Guinean Haitian Honduran Hungarian Icelandic Indian Indonesian Iranian
+    Iraqi Irish Israeli Italian Ivorian Jamaican Japanese Jordanian Kazakh Kenyan Korean
+    Kuwaiti Kyrgyz Laotian Latvian Lebanese Liberian Libyan Lithuanian Luxembourgish
+    Macedonian Malagasy Malawian Malaysian Maldivian Malian Maltese Mauritanian Mexican
+    Moldovan Mongolian Montenegrin Moroccan Mozambican Namibian Nepalese Nepali Nicaraguan
+    Nigerian Nigerien Norwegian Omani Pakistani Palestinian Panamanian Paraguayan Persian
+    Peruvian Polish Portuguese Prussian Qatari Roman Romanian Russian Rwandan Salvadoran Saudi
+    Scottish Senegalese Serbian Singaporean Slovak Slovenian Somali Soviet Spanish Sudanese
+    Swedish Swiss Syrian Taiwanese Tajik Tanzanian Thai Tibetan Togolese Tunisian Turkish
+    Turkmen Ugandan Ukrainian Uruguayan Uzbek Venezuelan Vietnamese Welsh Yemeni Yugoslav
+    Zambian Zimbabwean Ancient Byzantine Flemish Venetian Florentine Athenian Babylonian
+    Assyrian Macedonian Mughal Ottoman""".split()
+)
+
+
 def estimate_tokens(text: str) -> int:
     """A tokenizer-free token count: about four UTF-8 bytes per token."""
     return math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN)
@@ -31,7 +55,7 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
-__all__ = ["BYTES_PER_TOKEN", "counted", "estimate_tokens", "one_line"]
+__all__ = ["BYTES_PER_TOKEN", "DEMONYMS", "counted", "estimate_tokens", "one_line"]
 
 
 # where a sentence ends: . ! ? (and closing quotes or brackets), blanks, then a capital, a digit

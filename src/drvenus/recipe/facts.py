@@ -15,30 +15,10 @@ from dataclasses import dataclass, field
 
 from drvenus.grading.match import normalize_answer
 from drvenus.recipe.articles import Article
-from drvenus.text import split_sentences
+from drvenus.text import DEMONYMS, split_sentences
 
 # --- words ------------------------------------------------------------------------------------
 
-DEMONYMS = frozenset(
-    """Afghan Albanian Algerian American Andorran Angolan Argentine Argentinian Armenian
-    Australian Austrian Azerbaijani Bahamian Bahraini Bangladeshi Barbadian Belarusian Belgian
-    Belizean Beninese Bhutanese Bolivian Bosnian Brazilian British Bulgarian Burmese Burundian
-    Cambodian Cameroonian Canadian Chadian Chilean Chinese Colombian Congolese Croatian Cuban
-    Cypriot Czech Czechoslovak Danish Dominican Dutch Ecuadorian Egyptian English Eritrean
-    Estonian Ethiopian Fijian Filipino Finnish French Gabonese Gambian Georgian German Ghanaian
-    Greek Guatemalan Guinean Haitian Honduran Hungarian Icelandic Indian Indonesian Iranian
-    Iraqi Irish Israeli Italian Ivorian Jamaican Japanese Jordanian Kazakh Kenyan Korean
-    Kuwaiti Kyrgyz Laotian Latvian Lebanese Liberian Libyan Lithuanian Luxembourgish
-    Macedonian Malagasy Malawian Malaysian Maldivian Malian Maltese Mauritanian Mexican
-    Moldovan Mongolian Montenegrin Moroccan Mozambican Namibian Nepalese Nepali Nicaraguan
-    Nigerian Nigerien Norwegian Omani Pakistani Palestinian Panamanian Paraguayan Persian
-    Peruvian Polish Portuguese Prussian Qatari Roman Romanian Russian Rwandan Salvadoran Saudi
-    Scottish Senegalese Serbian Singaporean Slovak Slovenian Somali Soviet Spanish Sudanese
-    Swedish Swiss Syrian Taiwanese Tajik Tanzanian Thai Tibetan Togolese Tunisian Turkish
-    Turkmen Ugandan Ukrainian Uruguayan Uzbek Venezuelan Vietnamese Welsh Yemeni Yugoslav
-    Zambian Zimbabwean Ancient Byzantine Flemish Venetian Florentine Athenian Babylonian
-    Assyrian Macedonian Mughal Ottoman""".split()
-)
 _MONTHS = (
     "January|February|March|April|May|June|July|August|September|October|November|December"
 )

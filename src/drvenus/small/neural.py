@@ -331,7 +331,7 @@ class NeuralReader:
                     best[key] = span
         ranked = sorted(best.values(), key=lambda s: -s.score)
         shape = answer_shape(question)  # spans of the kind asked first, as the linear reader
-        ranked.sort(key=lambda s: not shape.first(s.text.split()[0]))  # stable
+        ranked.sort(key=lambda s: not shape.takes(s.text))  # stable
         return ranked[:k]
 
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from drvenus.protocol.state import TurnState
-from drvenus.text import split_sentences
+from drvenus.text import DEMONYMS, split_sentences
 
 # Where a clause ends: sentence punctuation before a blank (not after a lone capital, an
 # initial such as "J."), a comma/semicolon/colon before a blank, brackets, quotes, dashes
@@ -200,6 +200,10 @@ _TIME_WORDS = frozenset(
     "january february march april may june july august september october november december "
     "century centuries spring summer autumn winter".split()
 )
+# a question whose answer may be a nationality, a people or a language
+_ASKS_NATIONALITY = re.compile(
+    r"\b(?:nationality|nationalities|citizenship|citizen|ethnicity|ethnic|language|"
+    r"languages|tongue|demonym|descent)\b", re.IGNORECASE)
 _YEAR_WORD = re.compile(r"\d{3,4}s?")  # 1904, 820, 1960s
 # lower-case words inside a name ("Leonardo da Vinci", "Gulf of Thailand")
 _NAME_LINKS = frozenset("of the de del della da di du dos von van der den la le al bin y".split())
@@ -229,6 +233,9 @@ class AnswerShape:
     name: bool = False
     yes_no: bool = False
     choices: tuple[str, ...] = ()
+    #: the question asks for a nationality, a people or a language ("What nationality was
+    #: ...?", "In which language ...?"); otherwise a bare nationality is no answer
+    nationality: bool = False
 
     def trim(self, span: tuple[str, ...]) -> tuple[str, ...]:
         """A name is its run of capitalised words ("University of Tokyo", not "University of
@@ -256,6 +263,22 @@ class AnswerShape:
         lower = word.lower()
         return (self.number and lower in _NUMBER_WORDS) or (self.time and lower in _TIME_WORDS)
 
+    def takes(self, span: str) -> bool:
+        """``span`` is an answer of this shape: it starts as :meth:`first` wants, and unless
+        a nationality is asked for, it is not one alone or before lower-case words ("Irish",
+        "Irish author Bram Stoker"; "Italian Renaissance" is a name)."""
+        words = span.split()
+        if not words or not self.first(words[0]):
+            return False
+        if not self.nationality and _demonym(words[0]):  # "Irish", "Irish author ..."
+            return len(words) > 1 and words[1][:1].isupper() and not _demonym(words[1])
+        return True
+
+
+def _demonym(word: str) -> bool:
+    """``word`` names a nationality: "Irish", "Irish-born", "Anglo-Irish"."""
+    return word in DEMONYMS or any(part in DEMONYMS for part in word.split("-"))
+
 
 PLAIN_SHAPE = AnswerShape()
 
@@ -264,6 +287,11 @@ def answer_shape(question: str) -> AnswerShape:
     """The :class:`AnswerShape` of ``question`` (see there); ``PLAIN_SHAPE`` when its wording
     says nothing (a "what" question about anything)."""
     text = " ".join(question.split())
+    shape = _shape(text)
+    return replace(shape, nationality=True) if _ASKS_NATIONALITY.search(text) else shape
+
+
+def _shape(text: str) -> AnswerShape:
     cue = _CUES.search(text)  # asked in place: "..., who introduced them in what year?"
     if cue is not None:
         return AnswerShape(time=True, year=True) if cue.group(1) else AnswerShape(number=True)
