@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from drvenus.small import neural
 from drvenus.small.neural import (
     NeuralReader,
+    ReadSpan,
     _erf,
     _gelu,
     _widen,
@@ -202,3 +203,23 @@ def test_the_reader_setting_picks_the_embedded_agents_reader() -> None:
     assert builder is not None and builder.levers.span_reader == "neural"
     with pytest.raises(ValueError):
         Settings(reader="bert")
+
+
+def test_the_linear_readers_agreement_raises_a_span_by_its_rank() -> None:
+    span = ReadSpan("Bram Stoker", 1.5, 0, 0)
+    assert neural._fused(span, {}) == 1.5
+    assert neural._fused(span, {"bram stoker": 0}) == 1.5 + neural.AGREEMENT
+    assert neural._fused(span, {"bram stoker": 3}) == 1.5 + neural.AGREEMENT / 4
+
+
+def test_spans_come_best_fused_score_first_within_the_asked_shape(reader: NeuralReader) -> None:
+    texts = ["Dracula\nDracula is an 1897 Gothic horror novel by Irish author Bram Stoker.",
+             "Whitby\nWhitby is a seaside town in North Yorkshire, England, where part of the "
+             "novel is set; Stoker visited it in 1890."]
+    question = "Who wrote the novel Dracula?"
+    spans = reader.rank(question, texts, k=10)
+    agreed = {neural.normalize_answer(" ".join(s.words)): i for i, s in reversed(list(
+        enumerate(neural.rank_spans(["\n".join(texts)], question, neural.LINEAR_TOP))))}
+    shape = neural.answer_shape(question)
+    taking = [neural._fused(s, agreed) for s in spans if shape.takes(s.text)]
+    assert taking == sorted(taking, reverse=True) and spans[0].text == "Bram Stoker"
