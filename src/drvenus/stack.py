@@ -129,7 +129,7 @@ def agent_config(settings: Settings, system_prompt_file: str | None = None) -> A
     changes: dict[str, object] = {
         "texts": chosen.texts(settings), "reader": chosen.reader(),
         "retry_every_model_error": chosen.retry_every_model_error,
-        "blank_ends_run": chosen.blank_ends_run}
+        "blank_ends_run": chosen.blank_ends_run, "compaction_recap": chosen.compaction_recap}
     if not is_embedded(settings):  # the embedded preset's greedy short turns stay
         changes["sampling"] = sampling_from(chosen.agent_sampling(settings), cfg.sampling)
         if chosen.time_limit is not None:

@@ -8,6 +8,12 @@
 - ``summarise``: the model writes a report of what it has found, and the conversation restarts
   from the system prompt, the question and the report (ReSum's restartable state).
 
+With a recap (drvenus's profile: ``AgentConfig.compaction_recap``; DR-Venus's has none), the
+model is also told the searches and pages it already made that it no longer sees
+(:func:`drvenus.protocol.recap`): all of them inside the report's message; once keep-last-k
+drops turns, those of the dropped turns, in a message after the question that joins the head
+(replaced, not repeated, by later compactions).
+
 Compaction is rare and in large blocks: it happens only once the context passes ``compact_at``
 of the budget, and then frees all it can at once, so between two compactions the prompt only
 grows and a prefix cache (llama.cpp's slots, vLLM's prefix cache) re-evaluates just the new
@@ -40,6 +46,9 @@ Messages = list[dict[str, str]]
 Reporter = Callable[[Messages], Awaitable[str | None]]
 # The tokens of a conversation, as the run counts them.
 Counter = Callable[[Messages], int]
+# The recap of the searches and pages a run made that are not in ``kept`` (the turns a
+# compaction keeps after the head): drvenus.protocol.recap, or None when there are none.
+Recapper = Callable[[Messages], str | None]
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,10 @@ class Compaction:
     elided: tuple[int, ...] = ()  # keep-last-k: the indices now holding the stub
     dropped: int = 0  # keep-last-k: stubbed rounds (turn + stub) then removed after the head
     report: str | None = None  # summarise: the report the conversation restarts from
+    # keep-last-k: the recap message put at ``head - 1`` (inserted there, or replacing the
+    # previous compaction's), or None
+    recap: dict[str, str] | None = None
+    recap_inserted: bool = False
 
     def event_data(self) -> dict[str, Any]:
         """What the ``compaction`` event carries: enough to replay the conversation."""
@@ -79,9 +92,13 @@ class Compaction:
             return {"strategy": self.strategy, "messages": [dict(m) for m in self.messages],
                     "report": self.report}
         stub = protocol.elided_tool_response()
-        return {"strategy": self.strategy, "elided": list(self.elided),
-                "message": {"role": "user", "content": stub}, "head": self.head,
+        before = self.head - 1 if self.recap_inserted else self.head  # where rounds were dropped
+        data = {"strategy": self.strategy, "elided": list(self.elided),
+                "message": {"role": "user", "content": stub}, "head": before,
                 "dropped": self.dropped}
+        if self.recap is not None:
+            data |= {"recap": dict(self.recap), "recap_inserted": self.recap_inserted}
+        return data
 
 
 def elide_old_tool_responses(
@@ -138,9 +155,11 @@ class ContextManager:
         return self.active and tokens > self.threshold
 
     async def compact(
-        self, messages: Messages, head: int, report: Reporter, count: Counter
+        self, messages: Messages, head: int, report: Reporter, count: Counter,
+        recap: Recapper | None = None,
     ) -> Compaction | None:
-        """The compacted conversation, or None when nothing could be freed."""
+        """The compacted conversation, or None when nothing could be freed. ``recap``: writes
+        what the model is told it already did, or None (no recap)."""
         if not self.active:
             return None
         if self.policy.strategy == "keep-last-k":
@@ -149,7 +168,19 @@ class ContextManager:
             if not elided and not dropped:
                 return None
             new = [*new[:head], *new[head + 2 * dropped:]]
-            done = Compaction("keep-last-k", new, head, elided=elided, dropped=dropped)
+            note, inserted = None, False
+            text = recap(new[head:]) if dropped and recap else None
+            if text:  # turns that made calls left the model's view
+                note = protocol.recap_message(text)
+                if head and new[head - 1]["role"] == "user" and protocol.is_recap(
+                    new[head - 1]["content"]
+                ):
+                    new[head - 1] = note
+                else:
+                    new.insert(head, note)
+                    head, inserted = head + 1, True
+            done = Compaction("keep-last-k", new, head, elided=elided, dropped=dropped,
+                              recap=note, recap_inserted=inserted)
         else:
             if len(messages) <= head:  # nothing since the last restart
                 return None
@@ -157,7 +188,7 @@ class ContextManager:
             if not text:
                 self.exhausted = True  # asking again would fail the same way; answer instead
                 return None
-            new = [*messages[:2], protocol.summary_message(text)]
+            new = [*messages[:2], protocol.summary_message(text, recap([]) if recap else None)]
             done = Compaction("summarise", new, len(new), report=text)
             if count(new) > self.threshold:  # the report alone fills the budget: compacting
                 self.exhausted = True  # again each step would only cost a report each time
@@ -199,4 +230,10 @@ def apply_compaction(messages: Messages, data: dict[str, Any]) -> Messages:
     for i in data.get("elided", []):
         new[i] = dict(data["message"])
     head, dropped = data.get("head", 0), data.get("dropped", 0)
-    return [*new[:head], *new[head + 2 * dropped:]]
+    new = [*new[:head], *new[head + 2 * dropped:]]
+    if "recap" in data:
+        if data.get("recap_inserted"):
+            new.insert(head, dict(data["recap"]))
+        else:
+            new[head - 1] = dict(data["recap"])
+    return new

@@ -11,7 +11,9 @@ message it adds (``data["message"]``):
   place of the last message (the newest tool response) or was appended
 - ``compaction``: the context strategy freed room (:mod:`drvenus.agent.context`): ``strategy``,
   ``tokens_before`` / ``tokens_after``, and either the restarted conversation in ``messages``
-  (with the ``report``) or the indices in ``elided`` that now hold the stub ``message``
+  (with the ``report``) or the indices in ``elided`` that now hold the stub ``message``, the
+  ``dropped`` rounds after ``head``, and the ``recap`` message put after them
+  (``recap_inserted``) or in place of the previous one
 
 and :func:`replay_messages` rebuilds the final ``messages`` from them. The other events say
 what happened without changing the conversation: ``step_started``, ``model_output`` (one per

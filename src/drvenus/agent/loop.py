@@ -103,6 +103,9 @@ class AgentConfig:
     # run as llm_error (not the step's last readable sample)
     retry_every_model_error: bool = False
     blank_ends_run: bool = False
+    # after a compaction the model is told the searches and pages it already made
+    # (drvenus's profile; DR-Venus's has no such note: protocol.recap)
+    compaction_recap: bool = True
 
     @property
     def retry(self) -> RetryPolicy:
@@ -132,6 +135,31 @@ def is_repetitive(text: str, tail: int = 50, threshold: int = 5) -> bool:
     if len(text) < tail:
         return False
     return text.count(text[-tail:]) > threshold
+
+
+class ToolCallsMade:
+    """The queries searched and the pages opened by tool calls, each once, latest use last."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, dict[str, None]] = {protocol.SEARCH: {}, protocol.VISIT: {}}
+
+    @property
+    def queries(self) -> list[str]:
+        return list(self._seen[protocol.SEARCH])
+
+    @property
+    def pages(self) -> list[str]:
+        return list(self._seen[protocol.VISIT])
+
+    def add(self, call: protocol.ToolCall) -> None:
+        seen = self._seen.get(call.name)
+        if seen is None:
+            return
+        value = call.arguments.get("query" if call.name == protocol.SEARCH else "url")
+        items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+        for item in map(str, items):
+            seen.pop(item, None)
+            seen[item] = None
 
 
 class ContextMeter:
@@ -235,6 +263,7 @@ class _QuestionRun:
         self.unreadable_streak = 0  # turns in a row that could not be read after re-samples
         self.tool_problem: str | None = None
         self.seen_calls: set[str] = set()
+        self.made = ToolCallsMade()  # the queries and pages of this run (the recap)
         self.retries: dict[str, int] = {}  # re-samples of a turn, by reason
         self.meter = ContextMeter(self.model.count_tokens)
         for m in self.messages:
@@ -468,6 +497,7 @@ class _QuestionRun:
         assert call is not None
         self.tool_calls += 1
         self.seen_calls.add(parsed.dedup_key() or call.key())
+        self.made.add(call)
         await self.emit("tool_call", name=call.name, arguments=call.arguments)
         body = await self.hooks.call_tool(self.agent.tools, parsed)
         if getattr(body, "unusable", False):  # the tool server is down or refuses us
@@ -542,7 +572,8 @@ class _QuestionRun:
     async def compact(self) -> bool:
         """Free context with the run's strategy; False when nothing could be freed."""
         before = self.context_tokens
-        done = await self.context.compact(self.messages, self.head, self._report, self._count)
+        done = await self.context.compact(self.messages, self.head, self._report, self._count,
+                                          self._recap if self.cfg.compaction_recap else None)
         if done is None:
             return False
         self.messages, self.head = done.messages, done.head
@@ -554,6 +585,18 @@ class _QuestionRun:
             tokens_after=self.context_tokens,
         )
         return True
+
+    def _recap(self, kept: Messages) -> str | None:
+        """The recap of the queries and pages made whose calls are not among ``kept``."""
+        in_view = ToolCallsMade()
+        for m in kept:
+            if m["role"] == "assistant":
+                call = self.cfg.reader.read(m["content"]).tool_call
+                if call is not None:
+                    in_view.add(call)
+        queries, pages = set(in_view.queries), set(in_view.pages)
+        return protocol.recap([q for q in self.made.queries if q not in queries],
+                              [u for u in self.made.pages if u not in pages])
 
     def _visible_calls(self) -> set[str]:
         """The calls whose results the model still sees: after a compaction, a call it made

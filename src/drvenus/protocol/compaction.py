@@ -5,9 +5,16 @@
 - ``summarise`` asks for a report with :data:`SUMMARY_REQUEST` (ReSum's idea: the model writes
   down what it has found), then restarts the conversation from the system prompt, the question
   and :func:`summary_message`, whose fixed opening keeps the prompt-cache prefix stable.
+
+With drvenus's profile a compaction also tells the model what it already did
+(:func:`recap`: the latest searches and pages, bounded), so a model restarted from its report,
+or whose oldest turns were dropped, does not search the same queries again: inside the summary
+message, or in :func:`recap_message` after the question (keep-last-k, once turns are dropped).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from drvenus.protocol.parse import after_thinking
 from drvenus.protocol.render import unwrap_tool_response, wrap_tool_response
@@ -25,6 +32,15 @@ SUMMARY_OPENING = (
     "The earlier part of this research was removed to free context. Your report of it:"
 )
 SUMMARY_CLOSING = "Continue the research from here: call a tool, or answer when you are sure."
+
+RECAP_QUERIES = "Searches already made (do not repeat them; search for something new):"
+RECAP_PAGES = "Pages already opened:"
+RECAP_OPENING = "The oldest turns of this research were removed to free context."
+# The recap's bounds: the latest queries and pages, and characters in all.
+RECAP_MAX_QUERIES = 30
+RECAP_MAX_PAGES = 15
+RECAP_MAX_CHARS = 1500
+_ITEM_CHARS = 200  # one query or URL, cut past this
 
 
 def elided_tool_response() -> str:
@@ -46,9 +62,49 @@ def report_text(output: str) -> str:
     return after_thinking(output).strip()
 
 
-def summary_message(report: str) -> dict[str, str]:
-    """The user message after the question that carries the report into the restart."""
-    return {
-        "role": "user",
-        "content": f"{SUMMARY_OPENING}\n\n{report.strip()}\n\n{SUMMARY_CLOSING}",
-    }
+def summary_message(report: str, recap: str | None = None) -> dict[str, str]:
+    """The user message after the question that carries the report (and the :func:`recap`, if
+    any) into the restart."""
+    parts = [SUMMARY_OPENING, report.strip(), *([recap] if recap else []), SUMMARY_CLOSING]
+    return {"role": "user", "content": "\n\n".join(parts)}
+
+
+def _section(title: str, items: Sequence[str], most: int, chars: int) -> str | None:
+    """``title`` and the latest of ``items`` (at most ``most``, oldest first, one line each,
+    within ``chars`` characters in all), with how many earlier ones are not listed."""
+    cleaned = [line for line in (" ".join(str(i).split())[:_ITEM_CHARS] for i in items) if line]
+    lines: list[str] = []
+    size = len(title) + 40  # the title and the "not listed" line
+    for item in reversed(cleaned):
+        if len(lines) == most or size + len(item) + 3 > chars:
+            break
+        lines.append(f"- {item}")
+        size += len(item) + 3
+    if not lines:
+        return None
+    lines.reverse()
+    if len(cleaned) > len(lines):
+        lines.insert(0, f"- ({len(cleaned) - len(lines)} earlier not listed)")
+    return "\n".join([title, *lines])
+
+
+def recap(queries: Sequence[str], pages: Sequence[str] = ()) -> str | None:
+    """The plain note of the searches and pages a run already made: the latest
+    :data:`RECAP_MAX_QUERIES` queries and :data:`RECAP_MAX_PAGES` pages, oldest first, within
+    :data:`RECAP_MAX_CHARS` characters (two thirds for the queries); None when it made none."""
+    sections = [
+        _section(RECAP_QUERIES, queries, RECAP_MAX_QUERIES, RECAP_MAX_CHARS * 2 // 3),
+        _section(RECAP_PAGES, pages, RECAP_MAX_PAGES, RECAP_MAX_CHARS // 3),
+    ]
+    text = "\n\n".join(s for s in sections if s)
+    return text or None
+
+
+def recap_message(text: str) -> dict[str, str]:
+    """The user message after the question that carries a :func:`recap` once keep-last-k has
+    dropped turns (part of the conversation's head from then on)."""
+    return {"role": "user", "content": f"{RECAP_OPENING}\n\n{text}"}
+
+
+def is_recap(content: str) -> bool:
+    return content.startswith(RECAP_OPENING)

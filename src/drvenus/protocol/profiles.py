@@ -60,6 +60,9 @@ class Profile:
     blank_ends_run: bool = False
     #: seconds a question may take (None: the preset's); ``--time-limit`` goes first
     time_limit: float | None = None
+    #: after a context compaction the model is told the searches and pages it already made
+    #: (:func:`drvenus.protocol.recap`)
+    compaction_recap: bool = True
 
     def texts(self, settings: Any = None) -> ProtocolTexts:
         """The words of the agent loop and the visit tool."""

@@ -47,6 +47,9 @@ class DrVenusProfile(Profile):
     # Inference/run_demo.sh's TIME_LIMIT (run_demo.py's argument default is 9000); its
     # SOLVER_MAX_LEN, 230,000, is drvenus's context budget already
     time_limit = 18_000.0
+    # DR-Venus has no compaction; with a --context-strategy its model is told nothing beyond
+    # drvenus's report / stub wording, no recap of its searches
+    compaction_recap = False
 
     def reference(self, settings: Any = None) -> Any:
         """DR-Venus's inference texts (:class:`~drvenus.reference.dr_venus.DrVenusTexts`), read

@@ -144,6 +144,7 @@ class EnvConfig:
             max_unreadable_turns=0,  # a malformed turn is the rollout's to keep, not an error
             sampling=self.sampling, system_prompt=self.system_prompt,
             reader=rl_reader(prefilled_think, self.texts.refusal), context=self.context,
+            compaction_recap=False,  # DR-Venus's environment has no such note
         )
 
 
