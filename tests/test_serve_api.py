@@ -122,6 +122,39 @@ def test_unknown_runs_and_bad_requests(client):
     assert client.post("/api/runs", json={"question": "x" * 9000}).status_code == 413
 
 
+def test_an_unknown_run_id_gets_a_plain_404_on_every_run_route(client):
+    """Issue 44, item 8: a link to a run this server lacks, whatever its id holds (quotes, a
+    right-to-left mark, markup, a "/", 3,000 characters), is a 404 whose error is one plain
+    sentence (no Python quoting or escapes, an odd id never echoed), with a code the page
+    reads; a known run asked for something it lacks is told so (405 for a wrong method)."""
+    from drvenus.serve.app import RUN_NOT_FOUND
+
+    odd = ["a'b\"c", "%E2%80%AEevil%3Cb%3E", "a%2Fb", "a/b/c", "%00", "x" * 3000]
+    requests = [("GET", "/api/runs/nope" + tail) for tail in ("", "/events", "/report", "/trace")]
+    requests += [("POST", "/api/runs/nope/cancel")]
+    requests += [("GET", f"/api/runs/{run_id}") for run_id in odd]
+    requests += [("GET", f"/api/runs/{odd[1]}/events"), ("POST", f"/api/runs/{odd[0]}/cancel")]
+    for method, path in requests:
+        r = client.request(method, path, json={} if method == "POST" else None)
+        assert r.status_code == 404 and r.headers["content-type"] == "application/json", path
+        body = r.json()
+        assert body["code"] == RUN_NOT_FOUND and body["error"].startswith("no run "), path
+        assert not re.search(r"['\"\\<>]|\\u|\\x", body["error"]), body
+        assert len(body["error"]) < 120
+        if path.startswith("/api/runs/nope"):
+            assert body["error"].startswith("no run nope on this server")
+        else:
+            assert body["error"].startswith("no run with that id on this server")
+    assert RUN_NOT_FOUND in client.get("/static/app.js").text  # what the page tells apart
+    run_id = start(client, "direct: a known run")
+    events_of(client, run_id)
+    wrong = client.get(f"/api/runs/{run_id}/cancel")
+    assert wrong.status_code == 405 and "GET is not allowed" in wrong.json()["error"]
+    other = client.get(f"/api/runs/{run_id}/bogus")
+    assert other.status_code == 404 and "code" not in other.json()
+    assert client.get(f"/api/runs/{run_id}").status_code == 200  # the routes still answer
+
+
 def test_concurrent_runs_are_bounded(runs_dir):
     app = create_app(make_registry(runs_dir, max_running=1, max_waiting=1), mcp=False)
     with ServeThread(app) as running, httpx.Client(base_url=running.url, timeout=30) as c:
@@ -376,7 +409,7 @@ def test_mcp_research_longer_than_the_client_timeout_completes(server):
     assert len(polls) > 1 and polls[0]["status"] != "done"  # it outlasted one poll
     assert polls[-1]["status"] == "done" and polls[-1]["answer"].startswith("Bram Stoker")
     assert empty.is_error and "empty" in empty.content[0].text
-    assert unknown.is_error and "no run" in unknown.content[0].text
+    assert unknown.is_error and "no run nope on this server" in unknown.content[0].text
     assert info.version == __version__ and info.version
 
 

@@ -34,7 +34,7 @@ from drvenus import __version__
 from drvenus.net.guard import OPEN_PATHS, Guard
 from drvenus.net.server import MAX_BODY_BYTES, Busy, Reject, read_json_body, require_serve_extra
 from drvenus.serve.agents import Choice, whole_number
-from drvenus.serve.runs import MAX_QUESTION_CHARS, BadQuestion, Run, RunRegistry
+from drvenus.serve.runs import MAX_QUESTION_CHARS, BadQuestion, Run, RunRegistry, unknown_run
 from drvenus.serve.view import finished_view, for_client, load_saved, report_markdown
 
 if TYPE_CHECKING:
@@ -105,10 +105,18 @@ def _start(registry: RunRegistry, question: str, choice: Choice, owner: str) -> 
         raise Reject(400, {"error": str(exc)}) from None
 
 
+RUN_NOT_FOUND = "run_not_found"  # the ``code`` of an unknown run's 404
+RUN_ACTIONS = ("", "events", "report", "trace", "cancel")  # /api/runs/{id}/<action>
+
+
+def _no_run(run_id: str) -> Reject:
+    return Reject(404, {"error": unknown_run(run_id), "code": RUN_NOT_FOUND})
+
+
 def _run_or_404(registry: RunRegistry, run_id: str) -> Run:
     run = registry.get(run_id)
     if run is None:
-        raise Reject(404, {"error": f"no run {run_id!r}"})
+        raise _no_run(run_id)
     return run
 
 
@@ -234,6 +242,20 @@ def _api_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> 
     app.add_route("/api/runs/{run_id}/report", report, methods=["GET"])
     app.add_route("/api/runs/{run_id}/trace", trace, methods=["GET"])
     app.add_route("/api/replay", replay, methods=["POST"])
+
+    async def no_such_run(request: Request) -> Response:
+        """What the routes above do not take: an unknown run (its id holding a "/", say),
+        or a known run asked for something it does not have."""
+        rest = request.path_params["rest"]
+        run_id, _, action = rest.partition("/")
+        if registry.get(run_id) is None:
+            raise _no_run(rest)
+        if action in RUN_ACTIONS:  # the other method's route
+            raise Reject(405, {"error": f"{request.method} is not allowed here"})
+        raise Reject(404, {"error": "a run has no such page: its summary, events, report, "
+                                    "trace, or cancel"})
+
+    app.add_route("/api/runs/{rest:path}", no_such_run, methods=["GET", "POST"])
 
 
 def _openai_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> None:

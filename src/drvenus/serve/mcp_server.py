@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, ValidationError
 from drvenus import protocol
 from drvenus.protocol import ToolCallError, normalize_tool_call
 from drvenus.serve.agents import Choice
-from drvenus.serve.runs import Busy, Run, RunRegistry
+from drvenus.serve.runs import Busy, Run, RunRegistry, unknown_run
 from drvenus.serve.view import final_text, finished_view, progress_line
 from drvenus.text import counted, one_line
 
@@ -356,7 +356,7 @@ def _research_tools(tool: Callable[..., Callable[[Any], Any]], registry: RunRegi
         wait_seconds for the end."""
         run = registry.get(run_id)
         if run is None:
-            raise ToolError(f"no run {run_id!r} (unknown, or forgotten since)")
+            raise ToolError(unknown_run(run_id))
         if not run.finished:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(run.wait(), wait_seconds)

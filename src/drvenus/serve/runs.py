@@ -46,6 +46,14 @@ HEARTBEAT_SECONDS = 15.0
 MAX_QUESTION_CHARS = 8000
 
 
+def unknown_run(run_id: str) -> str:
+    """The plain sentence for a run id this server does not know: the id named only when it
+    is one (a link's garbled or hostile text is not echoed back)."""
+    if isinstance(run_id, str) and RUN_ID.match(run_id):
+        return f"no run {run_id} on this server (a wrong id, or a run forgotten since)"
+    return "no run with that id on this server (a run id is letters, digits, - and _)"
+
+
 class BadQuestion(ValueError):
     """A question no run is started for; ``status``: the HTTP status that says why."""
 
@@ -359,4 +367,5 @@ __all__ = [
     "RunStatus",
     "check_question",
     "new_run_id",
+    "unknown_run",
 ]

@@ -89,7 +89,10 @@ async function api(path, options) {
   let body = null;
   try { body = await response.json(); } catch (e) { body = null; }
   if (!response.ok) {
-    throw new Error((body && body.error) || `${response.status} ${response.statusText}`);
+    const err = new Error((body && body.error) || `${response.status} ${response.statusText}`);
+    err.status = response.status;
+    err.code = (body && body.code) || null;
+    throw err;
   }
   return body;
 }
@@ -420,8 +423,9 @@ async function follow(runId, question) {
   } catch (err) {
     if (state.runId !== runId) return;
     state.finished = true;
-    setStatus("no such run on this server", "failed");
-    flash(/^no run /.test(err.message)
+    const unknown = err.code === "run_not_found" || err.status === 404;
+    setStatus(unknown ? "no such run on this server" : "cannot open this run", "failed");
+    flash(unknown
       ? "This server has no run with that id: check the link, or pick a run under Runs."
       : `Cannot open that run: ${err.message}`);
     return;
