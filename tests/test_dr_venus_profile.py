@@ -158,10 +158,12 @@ def test_the_visit_failure_frame_is_the_profile_s(store):
     visit = Visit([FetchReader()], texts=texts)
     body = asyncio.run(visit({"url": ["not-a-web-url", "ftp://x"], "goal": "g"}))
     assert body == P.join_visits([failure_frame("not-a-web-url", "g"), failure_frame("ftp://x", "g")])
-    P.register_texts(texts)
     frames = P.parse_visit_body(body)
-    assert frames and all(P.is_visit_failure(f["summary"]) for f in frames)
-    assert P.classify_tool_response(STEPS_NOTICE) == "message"
+    # read in the profile's words, handed in (no table filled by an earlier load)
+    assert frames and all(P.is_visit_failure(f["summary"], texts) for f in frames)
+    assert P.classify_tool_response(STEPS_NOTICE, texts) == "message"
+    assert not any(P.is_visit_failure(f["summary"]) for f in frames)  # not drvenus's words
+    assert P.classify_tool_response(STEPS_NOTICE) is None
 
 
 def test_the_extractor_sends_its_prompt_and_only_its_sampling(fixture_env):

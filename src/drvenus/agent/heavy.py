@@ -111,10 +111,12 @@ def candidate_of(record: ResultRecord,
     return protocol.Candidate(answer, reasoning, tuple(dict.fromkeys(sources)))
 
 
-def run_answers(records: Sequence[ResultRecord]) -> list[RunAnswer]:
-    """Each run's answer ("" when it found none) and the texts it read."""
+def run_answers(records: Sequence[ResultRecord],
+                texts: protocol.TextsLike = protocol.DRVENUS_TEXTS) -> list[RunAnswer]:
+    """Each run's answer ("" when it found none) and the texts it read (its notices, in
+    ``texts``' words, the profile's, left out)."""
     return [RunAnswer(r.prediction if r.answered and r.prediction.strip() else "",
-                      TurnState.of(r.messages).read) for r in records]
+                      TurnState.of(r.messages, texts).read) for r in records]
 
 
 def votes(records: Sequence[ResultRecord]) -> Counter[str]:
@@ -182,7 +184,8 @@ async def run_heavy(agent: Member, config: Any, question: str,
     if policy.mode == "synthesise" and votes(records):
         final, note = await _synthesise(agent, config, question, records, emit)
     if final is None:
-        scores = policy.scorer(question, run_answers(records)) if policy.scorer else None
+        scores = (policy.scorer(question, run_answers(records, config.texts))
+                  if policy.scorer else None)
         final = await _vote(agent, question, records, emit, note, scores)
     final.elapsed_seconds = round(time.monotonic() - start, 3)
     await emit(TraceEvent("finished", 0, {"record": final.to_dict()}))
@@ -206,7 +209,8 @@ async def _synthesise(
         gen = await agent.model.generate(
             messages, config.sampling, grammar="answer" if config.constrained else None,
             state=TurnState(question=question,
-                            answers=tuple(a for a in run_answers(records) if a.answer)),
+                            answers=tuple(a for a in run_answers(records, config.texts)
+                                          if a.answer)),
             timeout=config.time_limit,
         )
     except LLMError as exc:

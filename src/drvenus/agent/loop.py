@@ -253,7 +253,7 @@ class _QuestionRun:
         self.messages = hooks.messages(question, system)
         self.head = len(self.messages)  # messages a limit notice never replaces
         # what the conversation holds (question, texts read, queries): a turn grammar's input
-        self.state = TurnState.of(self.messages)
+        self.state = TurnState.of(self.messages, self.cfg.texts)
         self.context = ContextManager(config.context, config.max_context_tokens)
         self.start = _now()
         self.step = 0
@@ -305,7 +305,7 @@ class _QuestionRun:
         old = self.messages[-1]["content"]
         message = {"role": role, "content": content}
         self.messages[-1] = message
-        self.state = TurnState.of(self.messages)
+        self.state = TurnState.of(self.messages, self.cfg.texts)
         self.meter.replace(old, content)
         await self.emit("limit_notice", message=message, replace=True, **data)
 
@@ -509,7 +509,7 @@ class _QuestionRun:
         await self.append(
             "tool_result", "user", protocol.wrap_tool_response(body), name=call.name, content=body
         )
-        self.state = self.state.after_response(str(body))
+        self.state = self.state.after_response(str(body), self.cfg.texts)
 
     async def run(self) -> ResultRecord:
         cfg = self.cfg
@@ -577,7 +577,7 @@ class _QuestionRun:
         if done is None:
             return False
         self.messages, self.head = done.messages, done.head
-        self.state = TurnState.of(self.messages)
+        self.state = TurnState.of(self.messages, self.cfg.texts)
         self.seen_calls = self._visible_calls()
         self.meter.reset([m["content"] for m in self.messages])
         await self.emit(

@@ -10,8 +10,10 @@ Tool results travel in the ``user`` role wrapped in ``<tool_response>`` tags.
 The words of the fixed messages (the notices, the visit failure texts, the system prompt) are a
 :class:`ProtocolTexts` profile: ours by default (:data:`DRVENUS_TEXTS`); DR-Venus's exact ones
 are read at run time from its pinned source (``drvenus.reference.dr_venus``), never stored here.
-A profile in use is registered (:func:`register_texts`) so that the readers below
-(:func:`classify_tool_response`, :func:`notice_kind`, :func:`is_visit_failure`) know its words.
+The readers of those words (:func:`classify_tool_response`, :func:`notice_kind`,
+:func:`is_visit_failure`, :func:`visit_failure_marks`) are told whose words to know: the active
+profile's texts (or several profiles'), drvenus's by default. No table is kept between calls,
+so an answer never depends on what else ran in the process.
 """
 
 from __future__ import annotations
@@ -177,34 +179,34 @@ class ProtocolTexts:
 
 
 DRVENUS_TEXTS = ProtocolTexts()
-_KNOWN: dict[str, ProtocolTexts] = {DRVENUS_TEXTS.name: DRVENUS_TEXTS}
+#: whose words a reader knows: one profile's texts, or several profiles'
+TextsLike = ProtocolTexts | Iterable[ProtocolTexts]
 
 
-def register_texts(texts: ProtocolTexts) -> None:
-    """Let the readers of this module recognise ``texts``'s notices and failure frames (a
-    profile in use in this process; ours always is)."""
-    _KNOWN[texts.name] = texts
+def _each(texts: TextsLike) -> tuple[ProtocolTexts, ...]:
+    return (texts,) if isinstance(texts, ProtocolTexts) else tuple(texts)
 
 
-def notice_kind(body: str) -> NoticeKind | None:
-    """Which of the loop's notices a tool-response body is (any registered profile's)."""
+def notice_kind(body: str, texts: TextsLike = DRVENUS_TEXTS) -> NoticeKind | None:
+    """Which of the loop's notices a tool-response body is, in ``texts``' words (the active
+    profile's; drvenus's by default)."""
     text = body.strip()
-    for texts in _KNOWN.values():
-        kind = texts.notices().get(text)
+    for t in _each(texts):
+        kind = t.notices().get(text)
         if kind is not None:
             return kind
     return None
 
 
-def is_visit_failure(summary: str | None) -> bool:
-    """Whether a visit frame's summary is a failure frame's (any registered profile's)."""
+def is_visit_failure(summary: str | None, texts: TextsLike = DRVENUS_TEXTS) -> bool:
+    """Whether a visit frame's summary is a failure frame's, in ``texts``' words."""
     text = (summary or "").strip()
-    return any(text == t.visit_failed_summary.strip() for t in _KNOWN.values())
+    return any(text == t.visit_failed_summary.strip() for t in _each(texts))
 
 
-def visit_failure_marks() -> tuple[str, ...]:
-    """The failure summaries of the registered profiles (a response holding one is partial)."""
-    return tuple(t.visit_failed_summary for t in _KNOWN.values())
+def visit_failure_marks(texts: TextsLike = DRVENUS_TEXTS) -> tuple[str, ...]:
+    """The failure summaries of ``texts`` (a response holding one is partial)."""
+    return tuple(t.visit_failed_summary for t in _each(texts))
 
 
 def render_visit_failure(url: str, goal: str, texts: ProtocolTexts = DRVENUS_TEXTS) -> str:
@@ -261,10 +263,11 @@ def parse_visit_body(body: str) -> list[dict[str, str | None]] | None:
     return frames
 
 
-def classify_tool_response(content: str) -> str | None:
+def classify_tool_response(content: str, texts: TextsLike = DRVENUS_TEXTS) -> str | None:
     """Which renderer produced a tool-response message: 'search', 'visit', 'message' or None.
 
-    'message' is one of the loop's own notices (format error, context or step limit).
+    'message' is one of the loop's own notices (format error, context or step limit) in
+    ``texts``' words (the active profile's; drvenus's by default).
     """
     body = unwrap_tool_response(content)
     if body is None:
@@ -273,6 +276,6 @@ def classify_tool_response(content: str) -> str | None:
         return "search"
     if parse_visit_body(body) is not None:
         return "visit"
-    if notice_kind(body) is not None:
+    if notice_kind(body, texts) is not None:
         return "message"
     return None

@@ -17,7 +17,9 @@ from dataclasses import dataclass, replace
 
 from drvenus.protocol.parse import parse_turn
 from drvenus.protocol.render import (
+    DRVENUS_TEXTS,
     VISIT_SEPARATOR,
+    TextsLike,
     notice_kind,
     parse_search_body,
     unwrap_tool_response,
@@ -109,25 +111,28 @@ class TurnState:
         return replace(self, texts=self.texts + thoughts, queries=queries,
                        visited=visited)
 
-    def after_response(self, body: str) -> TurnState:
-        """With a tool response body: its text (unless a fixed notice) and its result URLs."""
+    def after_response(self, body: str, texts: TextsLike = DRVENUS_TEXTS) -> TurnState:
+        """With a tool response body: its text (unless one of the notices of ``texts``, the
+        run's profile's) and its result URLs."""
         urls = [str(hit["url"]) for entry in parse_search_body(body) or []
                 for hit in entry["web_page_info_list"]
                 if str(hit["url"]).startswith(("http://", "https://"))]
-        texts = self.texts if notice_kind(body) is not None else \
+        read = self.texts if notice_kind(body, texts) is not None else \
             (*self.texts, ("read", tool_response_text(body)))
-        return replace(self, texts=texts, found=tuple(dict.fromkeys((*self.found, *urls))))
+        return replace(self, texts=read, found=tuple(dict.fromkeys((*self.found, *urls))))
 
     @classmethod
-    def of(cls, messages: Sequence[Mapping[str, str]]) -> TurnState:
-        """The state of a message list: the question is its first user message that is not a
-        tool response."""
+    def of(cls, messages: Sequence[Mapping[str, str]], texts: TextsLike = DRVENUS_TEXTS
+           ) -> TurnState:
+        """The state of a message list (its notices in ``texts``' words, the run's profile's):
+        the question is its first user message that is not a tool response."""
         state = cls()
         for m in messages:
             role, content = m.get("role"), m.get("content") or ""
             if role == "user":
                 body = unwrap_tool_response(content)
-                state = state.asked(content) if body is None else state.after_response(body)
+                state = state.asked(content) if body is None else \
+                    state.after_response(body, texts)
             elif role == "assistant":
                 state = state.after_turn(content, parse_turn(content).tool_call)
         return state

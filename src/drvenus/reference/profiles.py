@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from drvenus.protocol import ProtocolTexts, register_texts
+from drvenus.protocol import ProtocolTexts
 from drvenus.protocol.dr_venus import DR_VENUS_READER, render_search_view
 from drvenus.protocol.parse import TurnReader
 from drvenus.protocol.profiles import (
@@ -28,12 +28,6 @@ from drvenus.reference.dr_venus import PROFILE, RUN_DEMO, load_dr_venus_texts
 from drvenus.reference.store import read_once, reference_store
 
 log = logging.getLogger(__name__)
-
-
-def _load_registered(store: Any) -> Any:
-    texts = load_dr_venus_texts(store)
-    register_texts(texts.protocol_texts())
-    return texts
 
 
 class DrVenusProfile(Profile):
@@ -53,10 +47,11 @@ class DrVenusProfile(Profile):
 
     def reference(self, settings: Any = None) -> Any:
         """DR-Venus's inference texts (:class:`~drvenus.reference.dr_venus.DrVenusTexts`), read
-        once per process and store (:func:`read_once`); its notices are registered so the
-        readers of tool responses recognise them. Raises
+        once per process and store (:func:`read_once`). Nothing is registered anywhere: the
+        readers of tool responses are handed the profile's texts (``texts``). Raises
         ReferenceError / ExtractError (one line, both ValueErrors)."""
-        return read_once("DR-Venus inference texts", _load_registered, reference_store(settings))
+        return read_once("DR-Venus inference texts", load_dr_venus_texts,
+                         reference_store(settings))
 
     def texts(self, settings: Any = None) -> ProtocolTexts:
         return self.reference(settings).protocol_texts()  # type: ignore[no-any-return]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from drvenus.agent import AgentConfig, ResearchAgent
 from drvenus.llm.base import LLMError
+from drvenus.protocol import DRVENUS_TEXTS, ProtocolTexts
 from drvenus.serve.server import HEAVY_CAP
 
 if TYPE_CHECKING:
@@ -88,6 +89,14 @@ class AgentPool:
             {"default": Preset("default", lambda: agent.tools)},
             heavy_cap=heavy_cap,
         )
+
+    @property
+    def texts(self) -> tuple[ProtocolTexts, ...]:
+        """Whose fixed words this pool's runs use (each model preset's profile), then
+        drvenus's (a saved file replayed here): what its views read notices and failure
+        frames in."""
+        own = [(p.config or AgentConfig()).texts for p in self.models.values()]
+        return tuple(dict.fromkeys([*own, DRVENUS_TEXTS]))
 
     def options(self) -> dict[str, Any]:
         """What a client may choose (for the settings panel and ``/v1/models``)."""

@@ -124,7 +124,7 @@ def _run_body(run: Run) -> dict[str, Any]:
     body = run.summary()
     record = run.record
     if record is not None:
-        body["result"] = finished_view(record)
+        body["result"] = finished_view(record, run.texts)
     return body
 
 
@@ -148,7 +148,7 @@ def _download(registry: RunRegistry, run_id: str, what: str) -> Response:
     elif run.record is None:
         raise Reject(409, {"error": "the run is not over yet: its report comes at its end"})
     else:
-        body, kind, ext = report_markdown(run.record, run.id), "text/markdown", "md"
+        body, kind, ext = report_markdown(run.record, run.id, run.texts), "text/markdown", "md"
     disposition = f'attachment; filename="drvenus-{run.id}.{ext}"'
     return Response(body.encode("utf-8", "replace"), 200, media_type=f"{kind}; charset=utf-8",
                     headers={"Content-Disposition": disposition, "Cache-Control": "no-store"})
@@ -161,7 +161,7 @@ async def _sse(run: Run, after: int) -> AsyncIterator[bytes]:
             yield b": keep-alive\n\n"
             continue
         index, event = item
-        data = json.dumps(for_client(index, event), ensure_ascii=False)
+        data = json.dumps(for_client(index, event, run.texts), ensure_ascii=False)
         yield f"id: {index}\nevent: trace\ndata: {data}\n\n".encode()
     yield f"event: end\ndata: {json.dumps(run.summary(), ensure_ascii=False)}\n\n".encode()
 
@@ -215,11 +215,13 @@ def _api_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> 
         text = body.get("text")
         if not isinstance(text, str):
             raise Reject(400, {"error": "'text' must be the saved file's content"})
+        texts = registry.pool.texts  # a saved file: in the words of this server's profiles
+
         def parse() -> dict[str, Any]:  # tens of MB: off the event loop, streams keep flowing
-            runs = load_saved(text)
+            runs = load_saved(text, texts)
             return {"runs": [
                 {"question": r["question"],
-                 "events": [for_client(i, e) for i, e in enumerate(r["events"])]}
+                 "events": [for_client(i, e, texts) for i, e in enumerate(r["events"])]}
                 for r in runs
             ]}
 

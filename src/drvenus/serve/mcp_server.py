@@ -154,7 +154,7 @@ async def _fetch(registry: RunRegistry, url: str) -> FetchedPage:
                            metadata={"whole_page": True})
     body = await _tool_text(registry, protocol.VISIT, {"url": [url], "goal": FETCH_GOAL})
     frames = protocol.parse_visit_body(body) or []
-    read = [f for f in frames if not protocol.is_visit_failure(f["summary"])]
+    read = [f for f in frames if not protocol.is_visit_failure(f["summary"], registry.pool.texts)]
     if not read:
         raise ToolError(f"could not read {_shown(url)}")
     text = "\n\n".join(part for f in read for part in (f["evidence"], f["summary"]) if part)
@@ -179,13 +179,13 @@ def _start(registry: RunRegistry, question: str, heavy: int | None = None) -> Ru
 def _last_line(run: Run) -> str:
     """What the run did last, in one line (a step's start says nothing of what it does)."""
     lines = [line for e in run.events
-             if e.get("type") != "step_started" and (line := progress_line(e))]
+             if e.get("type") != "step_started" and (line := progress_line(e, run.texts))]
     return one_line(lines[-1], 300) if lines else run.status
 
 
 def _status(run: Run) -> RunStatus:
     """A run as ``research_status`` reports it: progress while it runs, the answer at the end."""
-    answer = final_text(run.record or {}) if run.finished else None
+    answer = final_text(run.record or {}, run.texts) if run.finished else None
     return RunStatus(run_id=run.id, status=run.status, steps=_steps(run), last=_last_line(run),
                      answer=answer)
 
@@ -194,7 +194,7 @@ def _result(run: Run, text: str) -> CallToolResult:
     """deep_research's reply: ``text`` for people and models, the structured result for
     applications (the run id in a field, not in a sentence)."""
     record = run.record or {}
-    view = finished_view(record) if run.finished else None
+    view = finished_view(record, run.texts) if run.finished else None
     result = ResearchResult(
         run_id=run.id, status=run.status, answered=bool(view and view["answered"]),
         answer=text if run.finished else None, sources=view["sources"] if view else [])
@@ -330,14 +330,14 @@ def _research_tools(tool: Callable[..., Callable[[Any], Any]], registry: RunRegi
                 await asyncio.wait_for(run.wait(), quick_answer_seconds)
             if not run.finished:
                 return _result(run, still_running(run, quick_answer_seconds))
-            return _result(run, final_text(run.record or {}))
+            return _result(run, final_text(run.record or {}, run.texts))
         sent = 0  # the progress value: one more per notification, as the spec requires
         async for item in run.follow():
-            line = progress_line(item[1]) if item is not None else "still working"
+            line = progress_line(item[1], run.texts) if item is not None else "still working"
             if line:
                 sent += 1
                 await ctx.report_progress(sent, None, one_line(f"step {_steps(run)}: {line}", 300))
-        return _result(run, final_text(run.record or {}))
+        return _result(run, final_text(run.record or {}, run.texts))
 
     @tool("Start research", read_only=False)
     @with_cap

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Mapping
 from http import HTTPStatus
 from typing import Any
 
+from drvenus.protocol import DRVENUS_TEXTS, TextsLike
 from drvenus.serve.agents import AgentPool, Choice, whole_number
 from drvenus.serve.runs import MAX_QUESTION_CHARS, Run, RunRegistry
 from drvenus.serve.view import final_text, progress_line
@@ -235,10 +236,12 @@ def _max_tokens(body: Mapping[str, Any]) -> int | None:
     return None
 
 
-def shape_content(record: Mapping[str, Any], body: Mapping[str, Any]) -> tuple[str, str]:
-    """The reply's content and ``finish_reason``: the answer (see :func:`final_text`) cut at
-    the first ``stop`` string (``stop``) or to ``max_tokens`` estimated tokens (``length``)."""
-    text, finish = final_text(record), finish_reason(record)
+def shape_content(record: Mapping[str, Any], body: Mapping[str, Any],
+                  texts: TextsLike = DRVENUS_TEXTS) -> tuple[str, str]:
+    """The reply's content and ``finish_reason``: the answer (see :func:`final_text`; its
+    sources read in ``texts``' words, the run's profile's) cut at the first ``stop`` string
+    (``stop``) or to ``max_tokens`` estimated tokens (``length``)."""
+    text, finish = final_text(record, texts), finish_reason(record)
     cuts = [i for stop in _stops(body.get("stop")) if (i := text.find(stop)) != -1]
     if cuts:
         text, finish = text[: min(cuts)], "stop"
@@ -289,9 +292,9 @@ async def complete(run: Run, model: str, body: Mapping[str, Any] | None = None
     """The whole chat.completion once the run is over (``body``: the request's ``stop`` and
     ``max_tokens``)."""
     record = await run.wait() or {}
-    content, finish = shape_content(record, body or {})
+    content, finish = shape_content(record, body or {}, run.texts)
     reasoning = "\n".join(
-        line for event in run.events if (line := progress_line(event)) is not None
+        line for event in run.events if (line := progress_line(event, run.texts)) is not None
     )
     return {
         "id": f"chatcmpl-{run.id}",
@@ -340,10 +343,10 @@ async def stream(run: Run, model: str, *, include_usage: bool = False,
         if item is None:
             yield b": keep-alive\n\n"
             continue
-        line = progress_line(item[1])
+        line = progress_line(item[1], run.texts)
         if line is not None:
             yield _chunk(run, model, {"reasoning_content": line + "\n"})
-    content, finish = shape_content(run.record or {}, body or {})
+    content, finish = shape_content(run.record or {}, body or {}, run.texts)
     yield _chunk(run, model, {"content": content})
     yield _chunk(run, model, {}, finish=finish)
     if include_usage:

@@ -30,6 +30,7 @@ from drvenus.agent import TraceEvent, TraceWriter
 from drvenus.agent.events import read_events
 from drvenus.agent.record import ResultRecord
 from drvenus.net.server import Busy  # every run slot taken and the waiting line full
+from drvenus.protocol import DRVENUS_TEXTS, ProtocolTexts
 from drvenus.serve.agents import AgentPool, Choice
 from drvenus.serve.server import DEFAULT_MAX_RUNNING, DEFAULT_MAX_WAITING
 from drvenus.text import counted, one_line
@@ -107,6 +108,8 @@ class Run:
     status: RunStatus = "queued"
     origin: str = "page"
     owner: str | None = None  # the page's visitor who started it (their cookie's value)
+    # whose fixed words its views read (notices, failure frames): the pool's profiles
+    texts: tuple[ProtocolTexts, ...] = (DRVENUS_TEXTS,)
     task: asyncio.Task[None] | None = None
     writer: TraceWriter | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -222,7 +225,8 @@ class RunRegistry:
             raise Busy(f"{self.active} runs are already going on or waiting")
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.max_running)
-        run = Run(new_run_id(), question, choice, origin=origin, owner=owner)
+        run = Run(new_run_id(), question, choice, origin=origin, owner=owner,
+                  texts=self.pool.texts)
         if self.runs_dir is not None:
             try:
                 run.writer = TraceWriter(str(self.runs_dir / f"{run.id}.jsonl"))
@@ -293,7 +297,8 @@ class RunRegistry:
         except (OSError, ValueError):
             log.exception("cannot read run file %s", path)
             return None
-        run = Run(run_id, "", created=path.stat().st_mtime, events=events)
+        run = Run(run_id, "", created=path.stat().st_mtime, events=events,
+                  texts=self.pool.texts)
         run.status = "done" if run.record is not None else "lost"
         started = (next((e for e in events if e.get("type") == "started"), None) or {}).get(
             "data") or {}

@@ -9,6 +9,9 @@ have none (its ``started`` view has ``heavy``: N and ``heavy_mode``).
 Saved files are read here too: trace JSONL (``drvenus ask --trace``, the server's own run
 files) and result records with messages (``drvenus run``, ``drvenus eval``, ``ask --json``),
 whose events are rebuilt from the conversation.
+The protocol's fixed words (the loop's notices, a visit's failure frame) are read in the words
+of the profiles handed in (``texts``: the server's profile, and drvenus's for saved files),
+never from a table that depends on what else ran in the process.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from drvenus.agent.words import (
 )
 from drvenus.llm.openai_compat import without_address
 from drvenus.net.server import MAX_JSON_DEPTH, json_problem
+from drvenus.protocol import DRVENUS_TEXTS, TextsLike
 from drvenus.records import parse_json_text
 from drvenus.serve.markdown import to_html
 from drvenus.text import one_line
@@ -59,8 +63,9 @@ def _clip(text: str | None, n: int) -> str:
 # --------------------------------------------------------------------------- one event's view
 
 
-def describe(event: Mapping[str, Any]) -> dict[str, Any]:
-    """The display fields of one event dict (``type``, ``step``, ``data``)."""
+def describe(event: Mapping[str, Any], texts: TextsLike = DRVENUS_TEXTS) -> dict[str, Any]:
+    """The display fields of one event dict (``type``, ``step``, ``data``); ``texts``: whose
+    fixed words the run used (a visit's failure frame)."""
     kind, data = event.get("type"), event.get("data") or {}
     if kind == "started":
         return {
@@ -78,7 +83,7 @@ def describe(event: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "tool_call":
         return _tool_call_view(data.get("name", ""), data.get("arguments") or {})
     if kind == "tool_result":
-        return tool_result_view(data.get("name", ""), str(data.get("content", "")))
+        return tool_result_view(data.get("name", ""), str(data.get("content", "")), texts)
     if kind in ("format_error", "limit_notice"):
         body = protocol.unwrap_tool_response((data.get("message") or {}).get("content", ""))
         return {"notice": body or "", "reason": data.get("reason")}
@@ -101,7 +106,7 @@ def describe(event: Mapping[str, Any]) -> dict[str, Any]:
             "last": bool(data.get("last")),
         }
     if kind == "finished":
-        return finished_view(data.get("record") or {})
+        return finished_view(data.get("record") or {}, texts)
     return {}
 
 
@@ -134,8 +139,9 @@ def _tool_call_view(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def tool_result_view(name: str, body: str) -> dict[str, Any]:
-    """Search hits or visited pages of a tool response body (else its text, e.g. an error)."""
+def tool_result_view(name: str, body: str, texts: TextsLike = DRVENUS_TEXTS) -> dict[str, Any]:
+    """Search hits or visited pages of a tool response body (else its text, e.g. an error);
+    a page is ``failed`` when its frame is a failure frame in ``texts``' words."""
     searched = protocol.parse_search_body(body) if name == protocol.SEARCH else None
     if searched is not None:
         return {
@@ -165,7 +171,7 @@ def tool_result_view(name: str, body: str) -> dict[str, Any]:
                     "goal": frame["goal"],
                     "evidence": _clip(frame["evidence"], MAX_EVIDENCE),
                     "summary": _clip(frame["summary"], MAX_EVIDENCE),
-                    "failed": protocol.is_visit_failure(frame["summary"]),
+                    "failed": protocol.is_visit_failure(frame["summary"], texts),
                 }
                 for frame in frames
             ],
@@ -173,8 +179,10 @@ def tool_result_view(name: str, body: str) -> dict[str, Any]:
     return {"name": name, "text": _clip(body, 2000)}
 
 
-def visited_sources(messages: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The URLs a conversation's visits actually read (failed pages left out), in order."""
+def visited_sources(messages: Iterable[Mapping[str, Any]], texts: TextsLike = DRVENUS_TEXTS
+                    ) -> list[str]:
+    """The URLs a conversation's visits actually read (failed pages, in ``texts``' words, left
+    out), in order."""
     seen: list[str] = []
     for message in messages:
         if message.get("role") != "user":
@@ -183,7 +191,8 @@ def visited_sources(messages: Iterable[Mapping[str, Any]]) -> list[str]:
         frames = protocol.parse_visit_body(body) if body is not None else None
         for frame in frames or []:
             url = frame["url"] or ""
-            if not protocol.is_visit_failure(frame["summary"]) and url and url not in seen:
+            failed = protocol.is_visit_failure(frame["summary"], texts)
+            if not failed and url and url not in seen:
                 seen.append(url)
     return seen
 
@@ -230,7 +239,7 @@ def heavy_runs(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [r for r in runs if isinstance(r, Mapping)] if isinstance(runs, list) else []
 
 
-def finished_view(record: Mapping[str, Any]) -> dict[str, Any]:
+def finished_view(record: Mapping[str, Any], texts: TextsLike = DRVENUS_TEXTS) -> dict[str, Any]:
     """What a result record shows; a Heavy record's ``sources`` are those its runs read, and
     ``heavy`` says how many runs there were and what chose the answer."""
     termination = str(record.get("termination", ""))
@@ -239,7 +248,7 @@ def finished_view(record: Mapping[str, Any]) -> dict[str, Any]:
                 if isinstance(m, Mapping)]
     heavy = (record.get("extra") or {}).get("heavy") if runs else None
     answered = termination.startswith("answered")
-    sources = visited_sources(messages)
+    sources = visited_sources(messages, texts)
     titles = source_titles(messages)
     chosen_by = heavy.get("chosen_by") if heavy else None
     return {
@@ -278,11 +287,11 @@ def _public(text: Any) -> Any:
     return without_address(text) if isinstance(text, str) else text
 
 
-def for_client(index: int, event: Mapping[str, Any]) -> EventDict:
+def for_client(index: int, event: Mapping[str, Any], texts: TextsLike = DRVENUS_TEXTS) -> EventDict:
     """The event as the browser gets it: its index, type, step, time and view (the bulky raw
     data, e.g. the system prompt and the record's messages, stays on disk), the Markdown of
     the thinking and the answer rendered as sanitised HTML (``html``)."""
-    view = describe(event)
+    view = describe(event, texts)
     markdown = _markdown_of(event.get("type"), view)
     if markdown:
         view["html"] = to_html(markdown)
@@ -317,14 +326,14 @@ def _markdown_of(kind: Any, view: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- progress as text (/v1, MCP)
 
 
-def progress_line(event: Mapping[str, Any]) -> str | None:
+def progress_line(event: Mapping[str, Any], texts: TextsLike = DRVENUS_TEXTS) -> str | None:
     """One human line for a chat client's "thinking" pane, or None for quiet events; a Heavy
     run's lines start with ``[run i]``."""
     run = _run_of(event)
     if run is None:
-        return _progress(event)
-    view = describe(event) if event.get("type") == "finished" else {}
-    line = _run_done(view) if view else _progress(event)
+        return _progress(event, texts)
+    view = describe(event, texts) if event.get("type") == "finished" else {}
+    line = _run_done(view) if view else _progress(event, texts)
     return None if line is None else f"[run {run + 1}] {line}"
 
 
@@ -335,8 +344,8 @@ def _run_done(view: Mapping[str, Any]) -> str:
     return no_answer_reason(view)
 
 
-def _progress(event: Mapping[str, Any]) -> str | None:
-    kind, view = event.get("type"), describe(event)
+def _progress(event: Mapping[str, Any], texts: TextsLike = DRVENUS_TEXTS) -> str | None:
+    kind, view = event.get("type"), describe(event, texts)
     if kind == "started" and view.get("heavy"):
         how = "Voting over" if view.get("heavy_mode") == "vote" else "Writing one answer from"
         return f"{how} the answers of {view['heavy']} runs"
@@ -382,10 +391,10 @@ def _result_lines(view: Mapping[str, Any]) -> str:
     return f"Tool said: {one_line(view.get('text', ''), 300)}"
 
 
-def final_text(record: Mapping[str, Any]) -> str:
+def final_text(record: Mapping[str, Any], texts: TextsLike = DRVENUS_TEXTS) -> str:
     """The answer with the visited sources listed after it (or why there is no answer, in
     words, with the model's last thoughts as plain text)."""
-    view = finished_view(record)
+    view = finished_view(record, texts)
     if view["answered"]:
         text = str(view["prediction"]).strip()
         if is_forced(record):  # the budget ran out: said, as the page marks it
@@ -397,10 +406,11 @@ def final_text(record: Mapping[str, Any]) -> str:
     return text
 
 
-def report_markdown(record: Mapping[str, Any], run_id: str = "") -> str:
+def report_markdown(record: Mapping[str, Any], run_id: str = "",
+                    texts: TextsLike = DRVENUS_TEXTS) -> str:
     """A run's report to take away (Markdown): the question, the answer (or why there is
     none), the sources by title, and how the run went."""
-    view = finished_view(record)
+    view = finished_view(record, texts)
     question = one_line(str(record.get("question") or ""), 2000)
     parts = [f"# {question}" if question else "# Research report"]
     if view["answered"]:
@@ -424,7 +434,7 @@ def report_markdown(record: Mapping[str, Any], run_id: str = "") -> str:
 # ------------------------------------------------------------------------------ saved files
 
 
-def load_saved(text: str) -> list[dict[str, Any]]:
+def load_saved(text: str, texts: TextsLike = DRVENUS_TEXTS) -> list[dict[str, Any]]:
     """The runs of a saved file, each ``{"question", "events": [event dicts]}``: a trace
     (JSONL of events), result records (JSONL, a JSON array or one object, with
     ``messages``). Raises ValueError for anything else."""
@@ -436,7 +446,7 @@ def load_saved(text: str) -> list[dict[str, Any]]:
         runs = split_researches(rows)
     elif all(isinstance(row.get("messages"), list) for row in rows):
         _check_shapes(rows, _record_problem, "record")
-        runs = [events_from_record(row) for row in rows]
+        runs = [events_from_record(row, texts) for row in rows]
     else:
         raise ValueError(
             "not a trace (JSON lines of events) nor result records with messages"
@@ -503,21 +513,22 @@ def _question_of(events: list[EventDict]) -> str:
     return ""
 
 
-def events_from_record(record: Mapping[str, Any]) -> list[EventDict]:
+def events_from_record(record: Mapping[str, Any], texts: TextsLike = DRVENUS_TEXTS
+                       ) -> list[EventDict]:
     """Trace events rebuilt from a result record's conversation, for replay; a Heavy record's
     runs first (tagged ``heavy_run``), then its decision."""
     runs = heavy_runs(record)
     if not runs:
-        return _conversation_events(record)
+        return _conversation_events(record, texts)
     events = [
         {**e, "data": {**e["data"], "heavy_run": i}}
-        for i, run in enumerate(runs) for e in _conversation_events(run)
+        for i, run in enumerate(runs) for e in _conversation_events(run, texts)
     ]
     heavy = record["extra"]["heavy"]
     mode = "synthesis" if heavy.get("chosen_by") == "synthesis" else "vote"
     extra = {"heavy": len(runs), "heavy_mode": mode}
     if mode == "synthesis":
-        return events + _conversation_events(record, **extra)
+        return events + _conversation_events(record, texts, **extra)
     question = str(record.get("question") or "")
     events.append(_event("started", 0, question=question, messages=[], **extra))
     if str(record.get("termination", "")).startswith("answered"):
@@ -526,7 +537,8 @@ def events_from_record(record: Mapping[str, Any]) -> list[EventDict]:
     return events
 
 
-def _conversation_events(record: Mapping[str, Any], **started: Any) -> list[EventDict]:
+def _conversation_events(record: Mapping[str, Any], texts: TextsLike = DRVENUS_TEXTS, **started: Any
+                         ) -> list[EventDict]:
     """The events of one conversation (``started`` gets ``started`` as well)."""
     messages = [dict(m) for m in record.get("messages") or []]
     head = 2 if len(messages) >= 2 and messages[0].get("role") == "system" else 1
@@ -535,7 +547,7 @@ def _conversation_events(record: Mapping[str, Any], **started: Any) -> list[Even
     events = [_event("started", 0, question=question, messages=messages[:head], **started)]
     step = 0
     for message in messages[head:]:
-        events.extend(_message_events(message, step))
+        events.extend(_message_events(message, step, texts))
         if message.get("role") == "assistant":
             step += 1
     full = _completed(record, question, events, turns=step)
@@ -559,7 +571,8 @@ def _completed(record: Mapping[str, Any], question: str, events: list[EventDict]
     return full
 
 
-def _message_events(message: dict[str, Any], step: int) -> Iterator[EventDict]:
+def _message_events(message: dict[str, Any], step: int, texts: TextsLike = DRVENUS_TEXTS
+                    ) -> Iterator[EventDict]:
     content = str(message.get("content", ""))
     if message.get("role") == "assistant":
         parsed = protocol.parse_turn(protocol.repair_turn(content))
@@ -575,10 +588,10 @@ def _message_events(message: dict[str, Any], step: int) -> Iterator[EventDict]:
         return
     step = max(step - 1, 0)
     body = protocol.unwrap_tool_response(content)
-    kind = protocol.classify_tool_response(content)
+    kind = protocol.classify_tool_response(content, texts)
     if kind in ("search", "visit") and body is not None:
         yield _event("tool_result", step, message=message, name=kind, content=body)
-    elif body is not None and protocol.notice_kind(body) == "format_error":
+    elif body is not None and protocol.notice_kind(body, texts) == "format_error":
         yield _event("format_error", step, message=message)
     elif body is not None and kind == "message":
         yield _event("limit_notice", step, message=message, replace=False)

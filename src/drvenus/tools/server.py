@@ -55,9 +55,18 @@ from drvenus.net.server import (
     socket_url,
     uvicorn_server,
 )
-from drvenus.protocol import TOOL_NAMES, ToolCall, ToolCallError, normalize_tool_call
+from drvenus.protocol import (
+    DRVENUS_TEXTS,
+    TOOL_NAMES,
+    VISIT,
+    ProtocolTexts,
+    TextsLike,
+    ToolCall,
+    ToolCallError,
+    normalize_tool_call,
+    visit_failure_marks,
+)
 from drvenus.protocol import tool_error_message as _tool_error
-from drvenus.protocol.render import visit_failure_marks
 from drvenus.tools.metrics import BUCKETS, Metrics
 from drvenus.tools.toolbox import close_quietly
 
@@ -162,18 +171,29 @@ class Slots:
             self._sem.release()
 
 
-def cacheable(content: str) -> bool:
-    """Only complete answers are kept: no error text, no page that failed to load."""
+def cacheable(content: str, texts: TextsLike = DRVENUS_TEXTS) -> bool:
+    """Only complete answers are kept: no error text, no page that failed to load (a failure
+    frame in ``texts``' words, the toolbox's profile's)."""
     return not content.startswith("ERROR:") and not any(
-        mark in content for mark in visit_failure_marks())
+        mark in content for mark in visit_failure_marks(texts))
+
+
+def toolbox_texts(toolbox: object) -> ProtocolTexts:
+    """The profile texts a toolbox's visit tool writes with (drvenus's when it has none)."""
+    tools = getattr(toolbox, "tools", None)
+    visit = tools.get(VISIT) if isinstance(tools, dict) else None
+    texts = getattr(visit, "texts", None)
+    return texts if isinstance(texts, ProtocolTexts) else DRVENUS_TEXTS
 
 
 class ResponseCache:
     """LRU of tool responses by call key, each kept ``ttl`` seconds; concurrent identical calls
-    share one computation. ``size`` 0 turns caching off (calls are still shared)."""
+    share one computation. ``size`` 0 turns caching off (calls are still shared). ``texts``:
+    whose visit failure frames are not kept (the toolbox's profile's)."""
 
-    def __init__(self, size: int = DEFAULT_CACHE_SIZE, ttl: float = DEFAULT_CACHE_TTL) -> None:
-        self.size, self.ttl = size, ttl
+    def __init__(self, size: int = DEFAULT_CACHE_SIZE, ttl: float = DEFAULT_CACHE_TTL,
+                 texts: TextsLike = DRVENUS_TEXTS) -> None:
+        self.size, self.ttl, self.texts = size, ttl, texts
         self._items: OrderedDict[str, tuple[float, str]] = OrderedDict()
         self._pending: dict[str, _Shared] = {}
 
@@ -188,7 +208,7 @@ class ResponseCache:
         return item[1]
 
     def put(self, key: str, content: str) -> None:
-        if self.size <= 0 or not cacheable(content):
+        if self.size <= 0 or not cacheable(content, self.texts):
             return
         self._items[key] = (time.monotonic() + self.ttl, content)
         self._items.move_to_end(key)
@@ -332,8 +352,8 @@ def create_app(
     metrics = metrics or getattr(toolbox, "metrics", None) or Metrics()
     routes = RouteMetrics()
     service = ToolService(
-        toolbox, metrics, Slots(max_concurrency, max_queue), ResponseCache(cache_size, cache_ttl),
-        routes, max_body_bytes,
+        toolbox, metrics, Slots(max_concurrency, max_queue),
+        ResponseCache(cache_size, cache_ttl, toolbox_texts(toolbox)), routes, max_body_bytes,
     )
     app = FastAPI(
         title="drvenus tool server", docs_url=None, redoc_url=None, openapi_url=None,
