@@ -423,3 +423,140 @@ def test_heavy_runs_shown_in_lanes_in_a_browser(tmp_path, browser, artifacts):
         assert page.inner_text("#a-text").startswith(SYNTHESISED)
         assert not errors, errors
         page.close()
+
+
+LIVE_SEARCHES = 16
+RUN_ANSWER = """## Who wrote it
+
+**Bram Stoker** wrote *Dracula* (1897); see [the article](https://en.wikipedia.org/wiki/Dracula).
+
+| Book | Year |
+|---|---|
+| Dracula | 1897 |
+
+- first published by Archibald Constable and Company in London, in May 1897
+- an epistolary novel told in letters, diary entries and newspaper cuttings"""
+FINAL_ANSWER = "Bram Stoker wrote Dracula, as all three runs found."
+
+
+def _heavy_live_script(question: str) -> list[str]:
+    """Heavy runs that search for a while ("live": then answer in Markdown; "stop": until
+    stopped); the synthesis turn answers at once."""
+    from scripted import answer, call
+
+    if question.startswith("Question:"):
+        return [answer(FINAL_ANSWER)]
+    if question.startswith("stop"):
+        return [call("search", query=[f"Stoker detail {i}"]) for i in range(60)]
+    return [*(call("search", query=[f"Dracula fact {i}"]) for i in range(LIVE_SEARCHES)),
+            answer(RUN_ANSWER)]
+
+
+def _heavy_live_delay(question: str) -> float:
+    return 0.02 if question.startswith("Question:") else 0.4
+
+
+# each run's lane: how many step cards, and whether its latest card is on screen (not scrolled
+# out of the page or of its lane, not under the sticky bar)
+LANES_SEEN = """() => [...document.querySelectorAll('#timeline > li.lane:not(.decision)')].map(lane => {
+  const steps = lane.querySelectorAll('li.step');
+  const last = steps[steps.length - 1];
+  if (!last) return [0, false];
+  const r = last.querySelector('h4').getBoundingClientRect();
+  const hit = document.elementFromPoint(r.left + 4, r.top + r.height / 2);
+  return [steps.length, Boolean(hit && last.contains(hit))];
+})"""
+
+
+def _lanes_followed(pages: list, runs: int, artifacts: Path) -> None:
+    """On every page, every run's lane shows its latest step, twice: once the lanes are longer
+    than the screen, and again after every lane moved on; nothing is wider than the screen."""
+    for page in pages:
+        page.wait_for_function(f"(() => {{ const s = ({LANES_SEEN})(); return s.length === "
+                               f"{runs} && s.every(([n]) => n >= 5); }})()",
+                               timeout=RUN_TIMEOUT_MS)
+    before = [page.evaluate(LANES_SEEN) for page in pages]
+    for page, seen in zip(pages, before, strict=True):
+        width = page.viewport_size["width"]
+        page.screenshot(path=str(artifacts / f"serve-heavy-live-{width}.png"))
+        assert all(shown for _, shown in seen), (width, seen)
+    for page, seen in zip(pages, before, strict=True):
+        counts = [n for n, _ in seen]
+        page.wait_for_function(f"({LANES_SEEN})().every(([n], i) => n > {counts}[i])",
+                               timeout=RUN_TIMEOUT_MS)
+        now = page.evaluate(LANES_SEEN)
+        width = page.viewport_size["width"]
+        assert all(shown for _, shown in now), (width, now)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+
+def test_heavy_live_lanes_in_a_browser(tmp_path, browser, artifacts):
+    """Following a live Heavy run (3 runs, desktop and phone): every run's lane is on screen
+    and moves on, not only the last; lane headers are one short plain line (no run's whole
+    Markdown answer); the final answer is shown once; nothing overflows a phone's width; a
+    stopped Heavy run says it stopped, not "by vote"."""
+    from drvenus.serve.app import create_app
+    from drvenus.serve.server import ServeThread
+    from helpers.serve import make_heavy_registry
+
+    registry = make_heavy_registry(tmp_path / "runs", script=_heavy_live_script,
+                                   delay=_heavy_live_delay, max_steps=80)
+    with ServeThread(create_app(registry)) as running:
+        desk = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        desk.on("pageerror", lambda exc: errors.append(str(exc)))
+        desk.goto(running.url + "/")
+        desk.wait_for_selector("#opt-model option", state="attached")
+        desk.click("#settings summary")
+        desk.fill("#opt-heavy", "3")
+        desk.fill("#question", "live: who wrote Dracula?")
+        desk.click("#ask-btn")
+        desk.wait_for_function("location.hash.startsWith('#run=')")
+        run_id = desk.evaluate("location.hash").split("run=", 1)[1]
+        phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True,
+                                 device_scale_factor=2)
+        phone.on("pageerror", lambda exc: errors.append(str(exc)))
+        phone.goto(f"{running.url}/#run={run_id}")
+
+        _lanes_followed([desk, phone], 3, artifacts)
+        heads = desk.locator("#timeline > li.lane > .lane-head").all_inner_texts()
+        assert all(len(h) < 80 for h in heads), heads  # live: the run and what it is doing
+
+        for page in (desk, phone):
+            assert _answer_shown(page) == FINAL_ANSWER
+            heads = page.locator("#timeline > li.lane:not(.decision) > .lane-head").all_inner_texts()
+            assert len(heads) == 3, heads
+            for head in heads:
+                assert "\n" not in head.strip() and len(head) <= 140, head
+                assert not any(mark in head for mark in ("**", "##", "|", "](", "- ")), head
+                # the answer's first paragraph, past its heading
+                assert head.endswith("Answered: Bram Stoker wrote Dracula (1897); see the "
+                                     "article."), head
+            body = page.inner_text("body")
+            assert body.count(FINAL_ANSWER) == 1, body  # the final answer, once
+            assert "3 runs, synthesised" in page.inner_text("#a-meta")
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= page.viewport_size["width"], (page.viewport_size, width)
+        desk.screenshot(path=str(artifacts / "serve-heavy-done.png"), full_page=True)
+        phone.screenshot(path=str(artifacts / "serve-heavy-done-phone.png"), full_page=True)
+        phone.close()
+
+        # Stop a Heavy run while its runs search: said in words, no vote claimed
+        desk.click("button[data-tab=ask]")
+        desk.fill("#question", "stop: who wrote Dracula?")
+        followed = desk.evaluate("location.hash")
+        desk.click("#ask-btn")
+        desk.wait_for_function(f"location.hash !== {followed!r}")
+        desk.wait_for_function(f"({LANES_SEEN})().length === 3 && "
+                               f"({LANES_SEEN})().every(([n]) => n >= 2)",
+                               timeout=RUN_TIMEOUT_MS)
+        desk.click("#stop-btn")
+        desk.wait_for_selector("#c-status.failed", timeout=RUN_TIMEOUT_MS)
+        assert desk.inner_text("#a-text") == "Stopped before the model gave an answer."
+        meta = desk.inner_text("#a-meta")
+        assert "vote" not in meta and "synthesised" not in meta, meta
+        heads = desk.locator("#timeline > li.lane > .lane-head").all_inner_texts()
+        assert all("Stopped" in h for h in heads), heads
+        desk.screenshot(path=str(artifacts / "serve-heavy-stopped.png"), full_page=True)
+        assert not errors, errors
+        desk.close()

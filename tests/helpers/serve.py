@@ -72,10 +72,13 @@ def heavy_delay(question: str) -> float:
     return 0.5 if question.startswith("slow") else 0.02  # runs interleave
 
 
-def make_heavy_registry(runs_dir: Path, runs: int = 1) -> RunRegistry:
+def make_heavy_registry(runs_dir: Path, runs: int = 1, script=heavy_script, delay=heavy_delay,
+                        max_steps: int = 5) -> RunRegistry:
+    """Heavy mode on a :class:`PerQuestionModel` (by default :func:`heavy_script`)."""
     agent = ResearchAgent(
-        PerQuestionModel(heavy_script, delay=heavy_delay), ScriptedTools(tool_body),
-        AgentConfig(max_steps=5, max_attempts=1, backoff_base=0.0, heavy=HeavyPolicy(runs)),
+        PerQuestionModel(script, delay=delay), ScriptedTools(tool_body),
+        AgentConfig(max_steps=max_steps, max_attempts=1, backoff_base=0.0,
+                    heavy=HeavyPolicy(runs)),
     )
     return RunRegistry(AgentPool.fixed(agent, "scripted", heavy_cap=HEAVY_CAP), runs_dir)
 

@@ -101,6 +101,7 @@ async function api(path, options) {
 function resetView(question) {
   $("view").hidden = false;
   $("timeline").replaceChildren();
+  $("timeline").classList.remove("live");
   state.decision = null;
   $("answer").hidden = true;
   $("a-text").replaceChildren();
@@ -159,8 +160,30 @@ function runLane(run) {
               el("ol", { class: "timeline" }));
     const after = lanes.find((li) => li.classList.contains("decision") || Number(li.dataset.run) > run);
     $("timeline").insertBefore(lane, after || null);
+    fitLanes();
   }
   return lane;
+}
+
+// Following a live Heavy run (#timeline.live): each run's steps scroll in a box of their own,
+// kept at its latest step, and the boxes are sized so that every lane is on screen at once
+// (side by side where there is room, else one under the other); the whole lanes come back
+// when the research ends
+function fitLanes() {
+  const timeline = $("timeline");
+  const lanes = timeline.querySelectorAll(":scope > li.lane:not(.decision)");
+  if (!lanes.length) return;
+  const tracks = getComputedStyle(timeline).gridTemplateColumns.split(" ")
+    .filter((w) => parseFloat(w) > 0).length || 1;
+  const rows = Math.ceil(lanes.length / tracks);
+  const bar = document.querySelector(".top").offsetHeight;
+  const head = lanes[0].querySelector(".lane-head").offsetHeight + 30;  // and the lane's margins
+  const height = (window.innerHeight - bar - 16) / rows - head;
+  timeline.style.setProperty("--lane-h", `${Math.max(150, Math.floor(height))}px`);
+}
+
+function atLaneEnd(list) {
+  return list.scrollHeight - list.scrollTop - list.clientHeight < 40;
 }
 
 function laneOf(ev) {
@@ -216,6 +239,9 @@ const renderers = {
   },
   step_started(ev, v) {
     const box = stepBox(ev);
+    if (Number.isInteger(ev.run)) {
+      runLane(ev.run).querySelector(".lane-status").textContent = ` · researching, step ${ev.step + 1}`;
+    }
     if (Number.isInteger(state.maxSteps) && state.maxSteps > 0 && ev.step >= state.maxSteps) {
       box.querySelector("h4").textContent = "Final answer (step limit)";
     }
@@ -310,6 +336,7 @@ const renderers = {
       return;
     }
     dropEmptySteps($("timeline"));
+    $("timeline").classList.remove("live");  // the research is over: the lanes in full
     showAnswer(Object.assign({ forced: $("a-forced").hidden === false }, v));
     setCounters({ tokens: v.final_token_count, seconds: v.elapsed_seconds });
     setStatus(inWords(v.termination), v.answered ? "done" : "failed");
@@ -384,7 +411,11 @@ function toBottom() {
 
 function renderLive(ev) {
   const following = atBottom();
+  const lane = Number.isInteger(ev.run) ? runLane(ev.run).querySelector("ol") : null;
+  const laneFollowing = lane && atLaneEnd(lane);  // unless its reader scrolled up in it
+  if (lane) $("timeline").classList.add("live");
   render(ev);
+  if (laneFollowing) lane.scrollTop = lane.scrollHeight;
   if (ev.type === "finished") return;  // the answer scrolls itself into view
   if (following) toBottom();
   else if (!atBottom()) $("jump").hidden = false;
@@ -465,6 +496,7 @@ function connect() {
     state.finished = true;
     source.close();
     stopTimer();
+    $("timeline").classList.remove("live");
     $("stop-btn").hidden = true;
     $("ask-btn").disabled = false;
     if (run.status === "lost") setStatus("lost (the server stopped during the run)", "failed");
@@ -678,6 +710,7 @@ async function init() {
     if (state.config.problem) flash(`Research will fail for now: ${state.config.problem}.`);
   } catch (err) { flash("Cannot reach the server: " + err.message); }
   window.addEventListener("hashchange", followHash);
+  window.addEventListener("resize", fitLanes);
   followHash();
 }
 
