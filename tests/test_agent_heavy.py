@@ -127,6 +127,20 @@ def test_the_terminal_shows_each_run_then_the_final_answer():
     assert text.count("Writing one answer from 2 runs") == 1 and "Voting" not in text
 
 
+def test_the_terminal_heads_a_run_with_its_answers_first_paragraph():
+    from rich.console import Console
+
+    from drvenus.agent import TraceEvent
+    from drvenus.cli.console import LiveTrace
+
+    console = Console(record=True, width=200)
+    markdown = ("## Author\n\n**Bram Stoker** wrote [it](https://en.wikipedia.org/wiki/Dracula)."
+                "\n\n| book | year |\n|---|---|\n| Dracula | 1897 |")
+    LiveTrace(console)(TraceEvent("finished", 2, {
+        "heavy_run": 0, "record": {"termination": "answered", "prediction": markdown}}))
+    assert console.export_text().strip() == "run 1 Answered: Bram Stoker wrote it."
+
+
 def test_the_terminal_words_a_failed_synthesis_and_its_vote():
     from rich.console import Console
 

@@ -1,5 +1,5 @@
-"""Small text helpers shared across the package: one token estimate, one-line messages, counts
-in words, one rule for where a sentence ends."""
+"""Small text helpers shared across the package: one token estimate, one-line messages, a
+Markdown answer's headline, counts in words, one rule for where a sentence ends."""
 
 from __future__ import annotations
 
@@ -50,12 +50,30 @@ def one_line(text: object, limit: int = 200) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+MAX_HEADLINE = 100
+_LINK = re.compile(r"!?\[([^\]]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
+_LINE_MARKS = re.compile(r"^\s*(?:#+|>+|[-*+]|\d+[.)])\s+|^[\s|:-]*-{3,}[\s|:-]*$", re.M)
+_INLINE_MARKS = re.compile(r"\*\*|__|~~|`+|(?<!\w)[*_]|[*_](?!\w)")
+_NOT_PROSE = re.compile(r"^\s*(?:#{1,6}\s|\||```|~~~)|^[\s|:-]*-{3,}[\s|:-]*$")  # heading, table
+
+
+def headline(markdown: str, limit: int = MAX_HEADLINE) -> str:
+    """A Markdown answer as one short plain line (a Heavy run's header, on the page and in the
+    terminal): its first paragraph past any heading, table or code fence (the whole answer when
+    it has nothing else), links as their text, no emphasis, heading, list or table marks
+    (``snake_case`` and ``2*3`` stay)."""
+    text = _LINK.sub(r"\1", markdown or "")
+    prose = "\n".join("" if _NOT_PROSE.match(line) else line for line in text.splitlines())
+    first = next((p for p in re.split(r"\n\s*\n", prose) if p.strip()), text)
+    return one_line(_INLINE_MARKS.sub("", _LINE_MARKS.sub("", first)).replace("|", " "), limit)
+
+
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """``1 tool call``, ``2 tool calls``: the number with the noun in the right number."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
-__all__ = ["BYTES_PER_TOKEN", "DEMONYMS", "counted", "estimate_tokens", "one_line"]
+__all__ = ["BYTES_PER_TOKEN", "DEMONYMS", "counted", "estimate_tokens", "headline", "one_line"]
 
 
 # where a sentence ends: . ! ? (and closing quotes or brackets), blanks, then a capital, a digit

@@ -24,7 +24,7 @@ from drvenus.agent.words import (
     no_answer_text,
     termination_words,
 )
-from drvenus.text import counted
+from drvenus.text import counted, headline
 
 
 def _short(text: str, n: int) -> str:
@@ -59,7 +59,7 @@ class LiveTrace:
                                f"{escape(_short(what, 100))}")
         elif e.type == "finished":
             r = e.data["record"]
-            what = (_short(str(r.get("prediction")), 120) if r["termination"].startswith(
+            what = (headline(str(r.get("prediction") or "")) if r["termination"].startswith(
                 "answered") else no_answer_reason(r))
             self.console.print(f"  {label} {escape(termination_words(r['termination']))}: "
                                f"{escape(what)}")

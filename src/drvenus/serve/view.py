@@ -36,27 +36,12 @@ from drvenus.net.server import MAX_JSON_DEPTH, json_problem
 from drvenus.protocol import DRVENUS_TEXTS, TextsLike
 from drvenus.records import parse_json_text
 from drvenus.serve.markdown import to_html
-from drvenus.text import one_line
+from drvenus.text import headline, one_line
 
 EventDict = dict[str, Any]
 MAX_SNIPPET = 400
 MAX_EVIDENCE = 4000
-MAX_HEADLINE = 100
 HEAVY_HOW = {"synthesis": "synthesised", "vote": "by vote"}  # else: stopped before either
-_LINK = re.compile(r"!?\[([^\]]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
-_LINE_MARKS = re.compile(r"^\s*(?:#+|>+|[-*+]|\d+[.)])\s+|^[\s|:-]*-{3,}[\s|:-]*$", re.M)
-_INLINE_MARKS = re.compile(r"\*\*|__|~~|`+|(?<!\w)[*_]|[*_](?!\w)")
-_NOT_PROSE = re.compile(r"^\s*(?:#{1,6}\s|\||```|~~~)|^[\s|:-]*-{3,}[\s|:-]*$")  # heading, table
-
-
-def headline(markdown: str, limit: int = MAX_HEADLINE) -> str:
-    """A Markdown answer as one short plain line (a Heavy lane's header): its first paragraph
-    past any heading, table or code fence (the whole answer when it has nothing else), links as
-    their text, no emphasis, heading, list or table marks (``snake_case`` and ``2*3`` stay)."""
-    text = _LINK.sub(r"\1", markdown or "")
-    prose = "\n".join("" if _NOT_PROSE.match(line) else line for line in text.splitlines())
-    first = next((p for p in re.split(r"\n\s*\n", prose) if p.strip()), text)
-    return one_line(_INLINE_MARKS.sub("", _LINE_MARKS.sub("", first)).replace("|", " "), limit)
 
 
 def _clip(text: str | None, n: int) -> str:
