@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+# imported first here: the real pinned official files are looked for before any test changes
+# the environment (helpers.reference)
+from helpers.reference import checkout_folder, real_store
+
 # The MCP SDK's stdio client takes sys.stderr as its default error log when it is first
 # imported; imported inside a CliRunner (whose stderr has no file descriptor), every later
 # stdio client would fail with "fileno". Imported here, the default is a real stream.
@@ -90,3 +94,17 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     """Never let a test write into the real user cache."""
     monkeypatch.setenv("DRVENUS_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "drvenus-cache"))
     monkeypatch.setenv("DRVENUS_MODELS_DIR", str(TEST_MODELS_DIR))
+
+
+@pytest.fixture(scope="session")
+def _real_reference_folder(tmp_path_factory) -> Path:
+    return checkout_folder(real_store(), tmp_path_factory.mktemp("real-reference"))
+
+
+@pytest.fixture()
+def real_reference(_real_reference_folder: Path, monkeypatch) -> Path:
+    """The real pinned official files, as a folder of checkouts that DRVENUS_REFERENCE_DIR
+    points at for the test (helpers.reference: skips where they cannot be had, fails instead
+    under DRVENUS_REQUIRE_REFERENCE=1)."""
+    monkeypatch.setenv("DRVENUS_REFERENCE_DIR", str(_real_reference_folder))
+    return _real_reference_folder

@@ -1,35 +1,26 @@
 """DR-Venus's own functions, loaded for comparison from its pinned files (hash checked through
 the reference store, as drvenus.reference reads them): nothing of DR-Venus is in the repository.
-The tests that use them skip, with a reason, where DRVENUS_REFERENCE_DIR is not set."""
+The tests that use them are marked ``NEEDS_REFERENCE`` (helpers.reference: they skip, with how
+to get the files, where the real files cannot be had; CI makes that a failure)."""
 
 from __future__ import annotations
 
 import ast
 import json
-import os
 import re
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import json5
-import pytest
 
-from drvenus.reference.store import ReferenceError, ReferenceStore
+from helpers.reference import NEEDS_REFERENCE, real_store
 
-NEEDS_REFERENCE = pytest.mark.skipif(
-    not os.environ.get("DRVENUS_REFERENCE_DIR"),
-    reason="compares with DR-Venus's own functions: set DRVENUS_REFERENCE_DIR to checkouts of "
-           "the pinned sources (CI: ../shared/reference)")
+__all__ = ["NEEDS_REFERENCE", "dispatcher", "rl_functions", "run_demo_functions",
+           "search_function"]
 
 
-def pinned_source(path: str, tmp_path: Path) -> str:
-    root = Path(os.environ["DRVENUS_REFERENCE_DIR"]).expanduser()
-    store = ReferenceStore(cache_dir=tmp_path / "cache", local_dir=root, download=False)
-    try:
-        return store.read_bytes("DR-Venus", path).decode("utf-8")
-    except ReferenceError as exc:
-        pytest.skip(str(exc))
+def pinned_source(path: str) -> str:
+    return real_store().read_bytes("DR-Venus", path).decode("utf-8")
 
 
 def load_functions(source: str, names: set[str], namespace: dict[str, Any]) -> dict[str, Any]:
@@ -52,11 +43,11 @@ def load_functions(source: str, names: set[str], namespace: dict[str, Any]) -> d
     return namespace
 
 
-def run_demo_functions(tmp_path: Path) -> SimpleNamespace:
+def run_demo_functions() -> SimpleNamespace:
     """``_sanitize_content``, ``parse_llm_response`` (bound to a quiet solver) and
     ``_tool_call_key`` of Inference/run_demo.py."""
     ns = load_functions(
-        pinned_source("Inference/run_demo.py", tmp_path),
+        pinned_source("Inference/run_demo.py"),
         {"ALLOWED_ARGS", "ALLOWED_TOOLS", "_filter_args", "_sanitize_content",
          "parse_llm_response", "_tool_call_key"},
         {"re": re, "json": json, "json5": json5})
@@ -83,11 +74,11 @@ class _SerperConnection:
         return SimpleNamespace(read=lambda: body)
 
 
-def search_function(tmp_path: Path) -> Any:
+def search_function() -> Any:
     """DR-Venus's ``google_search_with_serp`` (Inference/tool_server/tool_search.py) as
     ``search(query, serper_reply) -> text``, Serper answered by ``serper_reply``."""
     http = SimpleNamespace(client=SimpleNamespace(HTTPSConnection=_SerperConnection))
-    ns = load_functions(pinned_source("Inference/tool_server/tool_search.py", tmp_path),
+    ns = load_functions(pinned_source("Inference/tool_server/tool_search.py"),
                         {"google_search_with_serp"},
                         {"json": json, "http": http, "SERPER_KEY": "key"})
 
@@ -121,7 +112,7 @@ class _BaseTool:
         self.cfg = cfg
 
 
-def dispatcher(tmp_path: Path, part: str = "Inference") -> Any:
+def dispatcher(part: str = "Inference") -> Any:
     """DR-Venus's tool dispatcher (``custom_call_tool`` of ``<part>/tool_server/
     execute_tools.py``, its real ``parse_search_results``) over its real search tool
     (``Search`` of tool_search.py), Serper stubbed: ``dispatch(tool_call, replies) -> text``,
@@ -130,11 +121,11 @@ def dispatcher(tmp_path: Path, part: str = "Inference") -> Any:
 
     http = SimpleNamespace(client=SimpleNamespace(HTTPSConnection=_Replies))
     tool = load_functions(
-        pinned_source(f"{part}/tool_server/tool_search.py", tmp_path), {"Search"},
+        pinned_source(f"{part}/tool_server/tool_search.py"), {"Search"},
         {"json": json, "http": http, "SERPER_KEY": "key", "BaseTool": _BaseTool,
          "print": lambda *a, **k: None, **{n: getattr(typing, n) for n in typing.__all__}})
     route = load_functions(
-        pinned_source(f"{part}/tool_server/execute_tools.py", tmp_path),
+        pinned_source(f"{part}/tool_server/execute_tools.py"),
         {"parse_search_results", "custom_call_tool"},
         {"re": re, "json": json, "Search": tool["Search"], "Visit": None})
 
@@ -145,13 +136,13 @@ def dispatcher(tmp_path: Path, part: str = "Inference") -> Any:
     return dispatch
 
 
-def rl_functions(tmp_path: Path) -> SimpleNamespace:
+def rl_functions() -> SimpleNamespace:
     """DR-Venus's RL turn reading (``_parse_single_response``, ``_tool_call_key`` of
     dr_agent_loop.py) and its tool server's answer to a call (``custom_call_tool`` routing to
     the search and visit tools' ``call``, the search text re-read by its real
     ``parse_search_results``; a call that would reach the web answers None)."""
     loop = load_functions(
-        pinned_source("RL/scrl/llm_agent/dr_agent_loop.py", tmp_path),
+        pinned_source("RL/scrl/llm_agent/dr_agent_loop.py"),
         {"ALLOWED_ARGS", "THINK_RE", "ANSWER_RE", "TOOL_RE", "_Flag", "_filter_args",
          "_tool_call_key", "_parse_single_response"},
         {"re": re, "json": json, "json5": json5, "Tuple": tuple, "Any": Any})
@@ -159,12 +150,12 @@ def rl_functions(tmp_path: Path) -> SimpleNamespace:
     tools = {}
     for name, path, web in (("Search", "RL/tool_server/tool_search.py", "search_with_serp"),
                             ("Visit", "RL/tool_server/tool_visit.py", "readpage_jina")):
-        ns = load_functions(pinned_source(path, tmp_path), {"call"},
+        ns = load_functions(pinned_source(path), {"call"},
                             {"List": list, "Union": Any, "time": __import__("time"),
                              "os": SimpleNamespace(makedirs=lambda *a, **k: None)})
         tools[name] = type(name, (), {"call": ns["call"],
                                       web: lambda self, *a, w=web: reached.append(w) or w})
-    route = load_functions(pinned_source("RL/tool_server/execute_tools.py", tmp_path),
+    route = load_functions(pinned_source("RL/tool_server/execute_tools.py"),
                            {"custom_call_tool", "parse_search_results"},
                            {**tools, "re": re, "json": json})
 

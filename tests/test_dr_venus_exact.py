@@ -68,8 +68,8 @@ def test_the_profile_reads_turns_with_dr_venus_reader():
 
 @NEEDS_REFERENCE
 @pytest.mark.parametrize("turn", TURNS)
-def test_turn_reading_equals_dr_venus(turn, tmp_path):
-    theirs = run_demo_functions(tmp_path)
+def test_turn_reading_equals_dr_venus(turn):
+    theirs = run_demo_functions()
     fixed = sanitize_turn(turn)
     assert fixed == theirs.sanitize(turn)
     status, thinking, payload = theirs.parse(fixed)
@@ -99,23 +99,18 @@ RL_CALLS = [
 
 
 @pytest.fixture(scope="module")
-def rl(tmp_path_factory):
+def rl():
     from dr_venus_functions import rl_functions
 
-    return rl_functions(tmp_path_factory.mktemp("rl"))
+    return rl_functions()
 
 
 @pytest.fixture(scope="module")
-def rl_texts(tmp_path_factory):
-    import os
-    from pathlib import Path
-
+def rl_texts():
     from drvenus.reference.dr_venus_rl import load_rl_texts
-    from drvenus.reference.store import ReferenceStore
+    from helpers.reference import real_store
 
-    root = Path(os.environ["DRVENUS_REFERENCE_DIR"]).expanduser()
-    return load_rl_texts(ReferenceStore(cache_dir=tmp_path_factory.mktemp("c"), local_dir=root,
-                                        download=False))
+    return load_rl_texts(real_store())
 
 
 @NEEDS_REFERENCE

@@ -3,7 +3,7 @@ the agent, the visit tool, the page extractor and ``data clean`` send, byte for 
 
 The files read here (tests/fixtures/reference/DR-Venus/...) are laid out like the official ones
 (same paths, names and structure) and worded by us; the real files are checked by hand (see
-docs/AGENT.md) and, when DRVENUS_REFERENCE_DIR points at them, by the last test."""
+docs/AGENT.md) and by the last test (helpers.reference: where the real files can be had)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ from drvenus import protocol as P
 from drvenus.agent import AgentConfig, ResearchAgent
 from drvenus.cli import app
 from drvenus.config import Settings
-from drvenus.reference import SOURCES, ReferenceError, ReferenceStore, Source
+from drvenus.reference import SOURCES, ReferenceStore, Source
 from drvenus.reference.dr_venus import INFERENCE_FILES, RUN_DEMO, load_dr_venus_texts
 from drvenus.reference.extract import ExtractError
+from helpers.reference import NEEDS_REFERENCE, real_store
 from scripted import ScriptedModel, ScriptedTools, answer, call
 from stub_server import StubServer
 
@@ -321,21 +322,16 @@ def test_unknown_protocol_is_named_by_its_flag(fixture_env):
     assert res.stderr.strip().startswith("error: --protocol: ")
 
 
-# ---------------------------------------------------------------- the real files (opt-in)
+# ---------------------------------------------------------------- the real files
 
 
-@pytest.mark.skipif(not os.environ.get("DRVENUS_REFERENCE_DIR"),
-                    reason="set DRVENUS_REFERENCE_DIR to checkouts of the pinned sources")
-def test_the_real_files_give_what_run_demo_sends(tmp_path):
+@NEEDS_REFERENCE
+def test_the_real_files_give_what_run_demo_sends():
     """With the official files: the system prompt sent is run_demo.py's SYSTEM_PROMPT literal
     (cut out of the file's text here, independently of the AST extraction)."""
-    root = Path(os.environ["DRVENUS_REFERENCE_DIR"]).expanduser()
-    real = ReferenceStore(cache_dir=tmp_path / "cache", local_dir=root, download=False)
-    try:
-        texts = load_dr_venus_texts(real)
-    except ReferenceError as exc:
-        pytest.skip(str(exc))
-    source = (root / "DR-Venus" / RUN_DEMO).read_text(encoding="utf-8")
+    real = real_store()
+    texts = load_dr_venus_texts(real)
+    source = real.location("DR-Venus", RUN_DEMO).read_text(encoding="utf-8")
     literal = re.search(r'^SYSTEM_PROMPT = """(.*?)"""', source, re.DOTALL | re.MULTILINE)
     assert literal is not None and texts.system_prompt == literal.group(1)
     config = AgentConfig(texts=texts.protocol_texts(), max_attempts=1)

@@ -111,9 +111,9 @@ def test_the_view_keeps_the_quirks_of_the_re_reading():
 
 @NEEDS_REFERENCE
 @pytest.mark.parametrize(("query", "reply"), REPLIES)
-def test_search_markdown_equals_dr_venus_tool(query, reply, tmp_path):
+def test_search_markdown_equals_dr_venus_tool(query, reply):
     """The Markdown under the view: DR-Venus's ``google_search_with_serp``."""
-    theirs = search_function(tmp_path)
+    theirs = search_function()
     assert render_search_text([(query, asyncio.run(_hits(reply)))]) == theirs(query, reply)
 
 
@@ -128,13 +128,13 @@ async def _hits(reply: dict) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def dispatch(tmp_path_factory):
-    return dispatcher(tmp_path_factory.mktemp("inference"))
+def dispatch():
+    return dispatcher()
 
 
 @pytest.fixture(scope="module")
-def dispatch_rl(tmp_path_factory):
-    return dispatcher(tmp_path_factory.mktemp("rl"), "RL")
+def dispatch_rl():
+    return dispatcher("RL")
 
 
 @NEEDS_REFERENCE

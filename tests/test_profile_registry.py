@@ -3,19 +3,16 @@ often a stack is built."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from dr_venus_functions import NEEDS_REFERENCE
 
 
 @NEEDS_REFERENCE
-def test_the_pinned_files_are_read_once_per_process(monkeypatch, tmp_path):
+def test_the_pinned_files_are_read_once_per_process(monkeypatch, tmp_path, real_reference):
     from drvenus.config import Settings
     from drvenus.reference import profiles
     from drvenus.stack import agent_config, protocol_note
 
-    (tmp_path / "refs").symlink_to(Path(os.environ["DRVENUS_REFERENCE_DIR"]).expanduser())
+    (tmp_path / "refs").symlink_to(real_reference)  # a store no earlier test has read
     loads: list[object] = []
     real = profiles.load_dr_venus_texts
     monkeypatch.setattr(profiles, "load_dr_venus_texts",

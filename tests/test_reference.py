@@ -1,12 +1,12 @@
 """The pinned official sources: local checkouts, the cache, HTTPS downloads (from a loopback
 server), hash checks, and the AST extraction. The files here are of our own wording; the real
-ones are checked by hand (see docs) and, when DRVENUS_REFERENCE_DIR is set, by the last test."""
+ones by test_the_real_files_match_the_pins and tests/test_reference_pull.py (where they can be
+had: helpers.reference)."""
 
 from __future__ import annotations
 
 import hashlib
 import http.server
-import os
 import re
 import threading
 from pathlib import Path
@@ -15,6 +15,7 @@ import pytest
 
 from drvenus.reference import SOURCES, ReferenceError, ReferenceStore, Source, extract
 from helpers.cli import drvenus
+from helpers.reference import NEEDS_REFERENCE, real_store
 
 MODULE = '''"""A demo module laid out like an official one."""
 GREETING = "Hello, " "reader."
@@ -190,18 +191,16 @@ def test_the_cli_lists_and_refuses_another_version(tmp_path: Path):
     assert pinned in pulled.stderr
 
 
-@pytest.mark.skipif(not os.environ.get("DRVENUS_REFERENCE_DIR"),
-                    reason="checks real official checkouts when DRVENUS_REFERENCE_DIR is set")
-def test_the_real_checkouts_match_the_pins():
-    from drvenus.reference import reference_store
-
-    states = reference_store().states()
+@NEEDS_REFERENCE
+def test_the_real_files_match_the_pins():
+    """Where the real files are (helpers.reference): every file there is the pinned version,
+    DR-Venus's are all there, and each other source is there whole or not at all (HLE's pin
+    could not be checked, so the workplace's copy has no hle/)."""
+    states = real_store().states()
     assert [s for s in states if s.state == "mismatch"] == []
-    # every DR-Venus file is there; a source whose checkout is absent is reported, not failed
     assert {s.state for s in states if s.source == "DR-Venus"} == {"ok"}
-    missing = sorted({s.source for s in states if s.state == "missing"})
-    if missing:
-        pytest.skip(f"no checkout of {', '.join(missing)} in DRVENUS_REFERENCE_DIR")
+    for name in SOURCES:
+        assert len({s.state for s in states if s.source == name}) == 1, name
 
 
 # ---------------------------------------------------------------- slow, silent and damaged

@@ -4,13 +4,14 @@ fetching them ahead of time so later runs are offline."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from drvenus.cli.common import CheckedGroup, fail, known_errors, out
+from drvenus.cli.common import RUN_FAILED, CheckedGroup, CliError, fail, known_errors, out
 
 reference_app = typer.Typer(
     cls=CheckedGroup,
@@ -58,17 +59,82 @@ def reference_list(names: NamesArgument = None) -> None:
     out.print(_table(states))
 
 
+class PullFailed(CliError):
+    """A pinned file could not be downloaded (no network, the host down, an HTTP error): exit
+    code 1, as a run whose model cannot be reached; another version stays bad input (2)."""
+
+    exit_code = RUN_FAILED
+
+
+def source_template(source: str) -> str:
+    """The download template of ``--source``: a URL base where files lie as on
+    raw.githubusercontent.com (``<base>/<owner>/<name>/<commit>/<path>``), or a whole template
+    with ``{path}`` (and ``{repo}``, ``{commit}``)."""
+    from urllib.parse import urlsplit
+
+    scheme = urlsplit(source).scheme
+    if scheme not in ("http", "https"):
+        raise CliError(f"--source: {source!r} is not an http(s) URL")
+    if "{path}" in source:
+        return source
+    return source.rstrip("/") + "/{repo}/{commit}/{path}"
+
+
 @reference_app.command("pull")
-def reference_pull(names: NamesArgument = None) -> None:
-    """Download the pinned files over HTTPS into the cache (each checked against its SHA-256),
-    so that later runs need no network; with DRVENUS_REFERENCE_DIR set, check the checkouts
-    there instead."""
-    from drvenus.reference import reference_store
+def reference_pull(
+    names: NamesArgument = None,
+    folder: Annotated[Path | None, typer.Option(
+        "--dir", help="Write into this folder, laid out as local checkouts (DIR/DR-Venus/...), "
+                      "for DRVENUS_REFERENCE_DIR=DIR; default: where drvenus reads them "
+                      "(DRVENUS_REFERENCE_DIR when set, else the cache).")] = None,
+    source: Annotated[str | None, typer.Option(
+        "--source", metavar="URL-BASE",
+        help="Download from this base instead of GitHub (files at "
+             "URL-BASE/<owner>/<name>/<commit>/<path>, as raw.githubusercontent.com serves "
+             "them; or a template with {repo}, {commit}, {path}).")] = None,
+) -> None:
+    """Download the pinned files of each source at its pinned commit, check each against its
+    SHA-256 and write them (a source whole or not at all), so that later runs, and the tests
+    that compare with the official files, need no network. A file there of another version is
+    refused, never overwritten. Exit codes: 0 every file ready, 1 a download failed, 2 another
+    version or bad input."""
+    from drvenus.reference import (
+        ReferenceError,
+        ReferenceStore,
+        ReferenceUnreachable,
+        reference_store,
+    )
 
     try:
-        store = reference_store()
-        states = store.pull(names or None)
+        base = reference_store()
+        template = source_template(source) if source else base.url_template
+        local = folder.expanduser().resolve() if folder is not None else base.local_dir
+        store = ReferenceStore(cache_dir=base.cache_dir, local_dir=local,
+                               url_template=template)
+        chosen = [store.source(n).name for n in names or list(store.sources)]
     except known_errors() as exc:
         raise fail(exc) from None
+    failed: list[tuple[str, ReferenceError]] = []
+    for name in chosen:
+        try:
+            store.pull_source(name)
+        except ReferenceError as exc:
+            failed.append((name, exc))
+        except known_errors() as exc:  # the folder cannot be written, ...
+            raise fail(exc) from None
+    states = store.states(chosen)
     out.print(_table(states))
+    for name in chosen:
+        if name not in dict(failed):
+            src = store.source(name)
+            out.print(f"{escape(src.short)}: {len(src.files)} files in "
+                      f"{escape(str(store.root(name)))}")
+    if failed:
+        first = str(failed[0][1]).strip().splitlines()[0]
+        if len(failed) > 1:
+            first += f" (also not pulled: {', '.join(n for n, _ in failed[1:])})"
+        network = all(isinstance(e, ReferenceUnreachable) for _, e in failed)
+        raise fail(PullFailed(first) if network else CliError(first)) from None
     out.print(f"[green]{len(states)} official files ready[/]")
+    if folder is not None and local != base.local_dir:
+        out.print(f"drvenus reads them from there with DRVENUS_REFERENCE_DIR={escape(str(local))}")

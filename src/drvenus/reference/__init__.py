@@ -9,6 +9,12 @@ Python source by parsing it (:mod:`ast`), never by running it.
 """
 
 from drvenus.reference.sources import SOURCES, Source, source
-from drvenus.reference.store import ReferenceError, ReferenceStore, reference_store
+from drvenus.reference.store import (
+    ReferenceError,
+    ReferenceStore,
+    ReferenceUnreachable,
+    reference_store,
+)
 
-__all__ = ["SOURCES", "ReferenceError", "ReferenceStore", "Source", "reference_store", "source"]
+__all__ = ["SOURCES", "ReferenceError", "ReferenceStore", "ReferenceUnreachable", "Source",
+           "reference_store", "source"]

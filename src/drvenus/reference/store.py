@@ -13,6 +13,9 @@ Where a file comes from, in order:
 
 Every read checks the hash, so a checkout at another commit, an edited file or a truncated
 download is refused with one line that names the file, the hash found and the one expected.
+
+:meth:`ReferenceStore.pull` (``drvenus reference pull``) fetches ahead of time, into the cache
+or into a folder laid out as local checkouts: one source at a time, whole or not at all.
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ MAX_FILE_BYTES = 8 * 1024 * 1024  # the official files are source files of a few
 
 class ReferenceError(ValueError):
     """An official file that cannot be had as pinned (missing, another version, offline)."""
+
+
+class ReferenceUnreachable(ReferenceError):
+    """A pinned file that could not be downloaded: the host unreachable or silent, an HTTP
+    error, a download past its deadline (a network failure, not another version)."""
 
 
 def sha256(data: bytes) -> str:
@@ -162,22 +170,58 @@ class ReferenceStore:
                 f"{_where(src, path)}: not in the cache; run `drvenus reference pull` with a "
                 f"network, or set DRVENUS_REFERENCE_DIR to local checkouts")
         data = self._download(src, path, expected)
-        where.parent.mkdir(parents=True, exist_ok=True)
-        part = where.with_name(where.name + f".part{os.getpid()}")
-        part.write_bytes(data)
-        part.replace(where)
-        log.info("reference: saved %s (%d bytes)", _where(src, path), len(data))
+        self._write(src, {path: data})
         return data
 
     def read_text(self, name: str, path: str) -> str:
         return self.read_bytes(name, path).decode("utf-8")
 
+    def root(self, name: str) -> Path:
+        """The folder holding the files of source ``name``: its checkout under ``local_dir``,
+        else its commit's folder in the cache."""
+        src = self.source(name)
+        if self.local_dir is not None:
+            return self.local_dir / src.name
+        return self.cache_dir / f"{src.name}@{src.commit}"
+
     def pull(self, names: list[str] | None = None) -> list[FileState]:
-        """Make every pinned file of ``names`` (default: all) available; their states after."""
-        for state in self.states(names):
-            if state.state != "ok":
-                self.read_bytes(state.source, state.path)
+        """Make every pinned file of ``names`` (default: all) available, source by source
+        (:meth:`pull_source`); raises at the first source that fails, the ones before it
+        written. Their states after."""
+        for name in names or list(self.sources):
+            self.pull_source(name)
         return self.states(names)
+
+    def pull_source(self, name: str) -> list[FileState]:
+        """Make every pinned file of source ``name`` available where this store reads it (the
+        cache, or ``<local_dir>/<name>/<path>``), whole or not at all: the files not there are
+        downloaded from the pinned commit (``url_template``; bounded tries within a deadline
+        per file), every one checked against its SHA-256, and only then written, each
+        atomically. A file of another version under ``local_dir`` (a checkout at another
+        commit, an edit) is refused before anything is downloaded, never overwritten; a
+        damaged copy in the cache is fetched again. Downloads happen whatever ``download``
+        says (that governs reads). Raises :class:`ReferenceUnreachable` when a download fails,
+        :class:`ReferenceError` for another version; the source's states after."""
+        src = self.source(name)
+        states = self.states([src.name])
+        if self.local_dir is not None:
+            for other in (s for s in states if s.state == "mismatch"):
+                raise ReferenceError(
+                    f"{_where(src, other.path)}: sha256 {other.found} where {other.expected} "
+                    f"is expected ({src.repo} at {src.commit[:7]}; read from {other.location}); "
+                    f"nothing of {src.name} was written: remove it, or check out {src.repo} "
+                    f"at {src.commit[:7]} there")
+        todo = [s for s in states if s.state != "ok"]
+        for damaged in (s for s in todo if s.state == "mismatch"):
+            log.warning("reference: %s in the cache is damaged; fetching it again",
+                        _where(src, damaged.path))
+        hint = f"nothing of {src.name} was written"
+        fetched = {s.path: self._download(src, s.path, s.expected, hint) for s in todo}
+        self._write(src, fetched)
+        if fetched:
+            log.info("reference: %s: %d file(s) written under %s", src.short, len(fetched),
+                     self.root(src.name))
+        return self.states([src.name])
 
     # internals ---------------------------------------------------------------------------------
 
@@ -189,9 +233,29 @@ class ReferenceStore:
                 f"{_where(src, path)}: sha256 {found} where {expected} is expected "
                 f"({src.repo} at {src.commit[:7]}; read from {where})")
 
-    def _download(self, src: Source, path: str, expected: str) -> bytes:
+    def _write(self, src: Source, files: Mapping[str, bytes]) -> None:
+        """Write ``files`` (path -> checked bytes) of ``src`` where this store reads them, each
+        atomically (a temporary file beside it, then a rename), the renames only once every
+        temporary file is complete; a failure leaves no temporary file behind."""
+        parts: list[tuple[Path, Path]] = []
+        try:
+            for path, data in files.items():
+                where = self.location(src.name, path)
+                where.parent.mkdir(parents=True, exist_ok=True)
+                part = where.with_name(where.name + f".part{os.getpid()}")
+                parts.append((part, where))
+                part.write_bytes(data)
+            for part, where in parts:
+                part.replace(where)
+                log.info("reference: saved %s", where)
+        finally:
+            for part, _ in parts:
+                part.unlink(missing_ok=True)
+
+    def _download(self, src: Source, path: str, expected: str, hint: str = "") -> bytes:
         """The file at the pinned commit, hash checked: up to :data:`DOWNLOAD_ATTEMPTS` tries
-        (not after a 4xx or a host that never answered), all within ``deadline`` seconds."""
+        (not after a 4xx or a host that never answered), all within ``deadline`` seconds;
+        ``hint`` (what the caller did about it) ends the message of a failure."""
         url = self.url_template.format(repo=src.repo, commit=src.commit, path=path)
         shown = redact_url(url)
         ends = time.monotonic() + self.deadline
@@ -207,7 +271,12 @@ class ReferenceStore:
                     if len(data) > MAX_FILE_BYTES:
                         raise ReferenceError(
                             f"{_where(src, path)}: {shown} is over {MAX_FILE_BYTES} bytes")
-                    self._check(src, path, data, expected, shown)
+                    try:
+                        self._check(src, path, data, expected, shown)
+                    except ReferenceError as exc:
+                        if hint:  # another version is not tried again
+                            raise ReferenceError(f"{exc}; {hint}") from None
+                        raise
                     return data
             except httpx.ConnectTimeout:
                 last = f"no answer from the host within {self.connect_timeout:g} s"
@@ -221,9 +290,10 @@ class ReferenceStore:
             if attempt == DOWNLOAD_ATTEMPTS or time.monotonic() + pause >= ends:
                 break
             time.sleep(pause)
-        raise ReferenceError(
-            f"{_where(src, path)}: cannot download {shown} ({last}); run `drvenus reference "
-            f"pull` with a network, or set DRVENUS_REFERENCE_DIR to local checkouts")
+        raise ReferenceUnreachable(
+            f"{_where(src, path)}: cannot download {shown} ({last}); " + (
+                hint or "run `drvenus reference pull` with a network, or set "
+                        "DRVENUS_REFERENCE_DIR to local checkouts"))
 
     def _fetch(self, url: str, ends: float) -> bytes | int:
         """The body of ``url`` (at most one byte over :data:`MAX_FILE_BYTES`), or the status
