@@ -210,6 +210,35 @@ def _api_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> 
         stopped = await registry.cancel(run.id)
         return _json(200, {"stopped": stopped, **run.summary()})
 
+
+    app.add_route("/api/config", config, methods=["GET"])
+    app.add_route("/api/runs", create, methods=["POST"])
+    app.add_route("/api/runs", listing, methods=["GET"])
+    app.add_route("/api/runs/{run_id}", one, methods=["GET"])
+    app.add_route("/api/runs/{run_id}/events", events, methods=["GET"])
+    app.add_route("/api/runs/{run_id}/cancel", cancel, methods=["POST"])
+    app.add_route("/api/runs/{run_id}/report", report, methods=["GET"])
+    app.add_route("/api/runs/{run_id}/trace", trace, methods=["GET"])
+    _replay_route(app, registry, limits)
+
+    async def no_such_run(request: Request) -> Response:
+        """What the routes above do not take: an unknown run (its id holding a "/", say),
+        or a known run asked for something it does not have."""
+        rest = request.path_params["rest"]
+        run_id, _, action = rest.partition("/")
+        if registry.get(run_id) is None:
+            raise _no_run(rest)
+        if action in RUN_ACTIONS:  # the other method's route
+            raise Reject(405, {"error": f"{request.method} is not allowed here"})
+        raise Reject(404, {"error": "a run has no such page: its summary, events, report, "
+                                    "trace, or cancel"})
+
+    app.add_route("/api/runs/{rest:path}", no_such_run, methods=["GET", "POST"])
+
+
+def _replay_route(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> None:
+    """``POST /api/replay``: a saved trace file's runs, in the page's event form."""
+
     async def replay(request: Request) -> Response:
         body = await read_json_body(request, limits["replay"])
         text = body.get("text")
@@ -235,29 +264,7 @@ def _api_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> 
                                         f"shape ({type(exc).__name__}: {exc})"}) from None
         return _json(200, answer)
 
-    app.add_route("/api/config", config, methods=["GET"])
-    app.add_route("/api/runs", create, methods=["POST"])
-    app.add_route("/api/runs", listing, methods=["GET"])
-    app.add_route("/api/runs/{run_id}", one, methods=["GET"])
-    app.add_route("/api/runs/{run_id}/events", events, methods=["GET"])
-    app.add_route("/api/runs/{run_id}/cancel", cancel, methods=["POST"])
-    app.add_route("/api/runs/{run_id}/report", report, methods=["GET"])
-    app.add_route("/api/runs/{run_id}/trace", trace, methods=["GET"])
     app.add_route("/api/replay", replay, methods=["POST"])
-
-    async def no_such_run(request: Request) -> Response:
-        """What the routes above do not take: an unknown run (its id holding a "/", say),
-        or a known run asked for something it does not have."""
-        rest = request.path_params["rest"]
-        run_id, _, action = rest.partition("/")
-        if registry.get(run_id) is None:
-            raise _no_run(rest)
-        if action in RUN_ACTIONS:  # the other method's route
-            raise Reject(405, {"error": f"{request.method} is not allowed here"})
-        raise Reject(404, {"error": "a run has no such page: its summary, events, report, "
-                                    "trace, or cancel"})
-
-    app.add_route("/api/runs/{rest:path}", no_such_run, methods=["GET", "POST"])
 
 
 def _openai_routes(app: FastAPI, registry: RunRegistry, limits: dict[str, int]) -> None:
