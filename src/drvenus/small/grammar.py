@@ -45,7 +45,7 @@ def answer_options(texts: Sequence[str], question: str, levers: Levers) -> dict[
     if shape.choices or shape.yes_no:
         return {"answer_choices": shape.choices or ("yes", "no")}
     neural = levers.span_reader == "neural"
-    if levers.span_rank and (neural or answer_shape(question) == PLAIN_SHAPE):
+    if levers.span_rank and (neural or answer_shape(question).plain):
         reader = span_reader(levers.span_reader)
         best = reader.rank(question, texts, levers.span_rank, max_words=bound)
         if best:

@@ -263,6 +263,12 @@ class AnswerShape:
         lower = word.lower()
         return (self.number and lower in _NUMBER_WORDS) or (self.time and lower in _TIME_WORDS)
 
+    @property
+    def plain(self) -> bool:
+        """The wording asks for nothing in particular (a "what" question about anything);
+        whether a nationality may answer it aside."""
+        return replace(self, nationality=False) == PLAIN_SHAPE
+
     def takes(self, span: str) -> bool:
         """``span`` is an answer of this shape: it starts as :meth:`first` wants, and unless
         a nationality is asked for, it is not one alone or before lower-case words ("Irish",
