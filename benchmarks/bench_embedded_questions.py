@@ -200,6 +200,8 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
     # the neural reader (drvenus.small.neural, issue 41): every span question answered with
     # its best span (neural), or one of its 3 best (neural-rank3)
     "neural": _ours_with("neural", span_reader="neural"),
+    # the linear reader (the preset's before the neural one): hand-made features
+    "ours-linear": _ours_with("ours-linear", span_reader="linear"),
     "neural-rank3": _ours_with("neural-rank3", span_reader="neural", span_rank=3),
 }
 

@@ -28,6 +28,10 @@ from helpers.cli import drvenus_eval as drvenus
 from scripted import answer, call
 from stub_server import StubServer
 
+# the embedded preset's levers with the linear reader: these tests read the spans a grammar
+# admits, which the linear reader's language lists (the neural one admits its best spans only)
+LINEAR_LEVERS = EMBEDDED_LEVERS.but(span_reader="linear")
+
 EIFFEL = ["The Eiffel Tower is a wrought-iron lattice tower in Paris.",
           " It was built by the company of Gustave Eiffel."]
 BIG_BEN = ["Big Ben is the nickname of the Great Bell in London."]
@@ -269,7 +273,7 @@ def test_a_grounded_answer_is_yes_or_no_to_a_yes_no_question():
     """The embedded model's answer is a span of what it read; no span says "no", so a yes/no
     question is answered yes or no (and only such a question)."""
     def accepts(question: str, body: str) -> bool:
-        grammar = grammar_for_kind("answer", False, _read(question), EMBEDDED_LEVERS)
+        grammar = grammar_for_kind("answer", False, _read(question), LINEAR_LEVERS)
         return Grammar(grammar).accepts(f"<think>\n\n</think>\n<answer>\n{body}\n</answer>")
 
     comparison = "Are the Eiffel Tower and Big Ben both in France?"
@@ -286,7 +290,7 @@ def test_llama_cpp_samples_the_yes_no_grammar(embedded_gguf):
     from drvenus.llm.llamacpp import LlamaCppServer
 
     grammar = grammar_for_kind("answer", False, _read("Is the Eiffel Tower in Paris?"),
-                               EMBEDDED_LEVERS)
+                               LINEAR_LEVERS)
     server = LlamaCppServer(embedded_gguf, window=1024, n_threads=1)
     try:
         reply = server.chat({"messages": [{"role": "user", "content": "Hi"}], "grammar": grammar,

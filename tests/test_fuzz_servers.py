@@ -118,6 +118,7 @@ def _op(body: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
 
 
 RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
+REST = {"name": "rest", "in": "path", "required": True, "schema": {"type": "string"}}
 MESSAGE = {
     "type": "object",
     "properties": {
@@ -157,6 +158,9 @@ SERVE_API = {
         "/api/runs/{run_id}/cancel": {"post": _op({"type": "object"}, parameters=[RUN_ID])},
         "/api/runs/{run_id}/report": {"get": _op(parameters=[RUN_ID])},
         "/api/runs/{run_id}/trace": {"get": _op(parameters=[RUN_ID])},
+        # what the routes above do not take: an unknown run (its id holding a "/"), or a
+        # known run asked for a page it does not have
+        "/api/runs/{rest}": {"get": _op(parameters=[REST]), "post": _op(parameters=[REST])},
         "/api/replay": {"post": _op({"type": "object", "required": ["text"],
                                      "properties": {"text": {"type": "string"}}})},
         "/v1/models": {"get": _op()},

@@ -44,6 +44,10 @@ VISIT = (
     '{"name": "visit", "arguments": {"url": ["https://en.wikipedia.org/wiki/Dracula"], '
     '"goal": "Who wrote it?"}}\n</tool_call>'
 )
+
+# the embedded preset's levers with the linear reader: these tests read the spans a grammar
+# admits, which the linear reader's language lists (the neural one admits its best spans only)
+LINEAR_LEVERS = EMBEDDED_LEVERS.but(span_reader="linear")
 ANSWER = "<think>\nDone.\n</think>\n<answer>\nBram Stoker\n</answer>"
 
 
@@ -270,7 +274,7 @@ def test_plain_queries_leave_the_rest_alone():
     assert accepts(plain, ANSWER) and accepts(plain, search_with("a" * 12))
     assert not accepts(plain, search_with("a" * 13))
     assert not accepts(plain, search_with("a", "b", "c"))  # max_list_items
-    embedded = small_grammar("any", levers=EMBEDDED_LEVERS)
+    embedded = small_grammar("any", levers=LINEAR_LEVERS)
     assert accepts(embedded, search_with("Dracula author"))
     assert not accepts(embedded, SEARCH)  # one query per call for the embedded model
     assert not accepts(embedded, search_with("the_book_2026"))
@@ -310,13 +314,13 @@ def test_grammar_options_validated():
         protocol_grammar(max_answer_words=10)
     # a word bound on free text glues words together: only a span answer takes one
     with pytest.raises(ValueError):
-        EMBEDDED_LEVERS.but(span_answers=False)
+        LINEAR_LEVERS.but(span_answers=False)
     with pytest.raises(ValueError):
-        EMBEDDED_LEVERS.but(span_words=0)
+        LINEAR_LEVERS.but(span_words=0)
     with pytest.raises(ValueError, match="unknown lever 'answer_spans_rank'"):
-        EMBEDDED_LEVERS.but(answer_spans_rank=1)  # a typo (an old name) fails at once
+        LINEAR_LEVERS.but(answer_spans_rank=1)  # a typo (an old name) fails at once
     with pytest.raises(ValueError, match="span reader"):
-        EMBEDDED_LEVERS.but(span_reader="bert")
+        LINEAR_LEVERS.but(span_reader="bert")
 
 
 # -- span answers: grounded, and never glued ----------------------------------------------------
@@ -339,7 +343,7 @@ SPAN_MESSAGES = [
 
 # the embedded options with every span read as answer material (no focus on the question's
 # sentences, no answer shape)
-ALL_SPANS = EMBEDDED_LEVERS.but(span_focus=0, span_shaped=False)
+ALL_SPANS = LINEAR_LEVERS.but(span_focus=0, span_shaped=False)
 
 
 def _answer_of(body: str) -> str:
@@ -402,7 +406,7 @@ def test_year_ranges_and_dashes_split_into_answers():
                     "query": "James Watson", "web_page_info_list": [{
                         "title": "James Watson", "url": "https://en.wikipedia.org/wiki/J_Watson",
                         "snippet": "American biologist (1928–2025)"}]}]))}]
-    grammar = small_grammar("answer", False, messages, EMBEDDED_LEVERS)
+    grammar = small_grammar("answer", False, messages, LINEAR_LEVERS)
     assert accepts(grammar, _answer_of("1928")) and accepts(grammar, _answer_of("2025"))
     assert not accepts(grammar, _answer_of("1928–2025"))
 
@@ -414,7 +418,7 @@ def test_span_sources():
     # nothing read yet: the question itself; the grammar stays well formed either way
     assert span_sources(TurnState.of(SPAN_MESSAGES[:2])) == ("Who wrote the novel Dracula?",)
     assert span_sources(TurnState.of(SPAN_MESSAGES[:1])) == ()
-    plain = small_grammar("answer", False, SPAN_MESSAGES[:1], EMBEDDED_LEVERS)
+    plain = small_grammar("answer", False, SPAN_MESSAGES[:1], LINEAR_LEVERS)
     assert accepts(plain, _answer_of("Bram Stoker wrote it"))
     visit = "The useful information in https://x.example for user goal g as follows: \n\n" \
         "Summary: \nIt was written by Bram Stoker."
@@ -424,7 +428,7 @@ def test_span_sources():
 
 
 def test_span_answers_can_leave_the_question_out():
-    language = _span_language(SPAN_MESSAGES, EMBEDDED_LEVERS.but(span_new_words=True))
+    language = _span_language(SPAN_MESSAGES, LINEAR_LEVERS.but(span_new_words=True))
     assert "Bram Stoker" in language
     # "Who ...?" asks for a name: a run of capitalised words, not "Irish author Bram Stoker"
     assert "Irish author Bram Stoker" not in language and "Irish" in language
@@ -444,11 +448,11 @@ VARIANT_OPTIONS = [
 VARIANTS = dict.fromkeys([  # (without duplicates)
     *(protocol_grammar(prefilled, **options) for prefilled in (False, True) for options in
       VARIANT_OPTIONS),
-    *(small_grammar(kind, prefilled, SPAN_MESSAGES, EMBEDDED_LEVERS)
+    *(small_grammar(kind, prefilled, SPAN_MESSAGES, LINEAR_LEVERS)
       for kind in ("any", "answer") for prefilled in (False, True)),
-    small_grammar("answer", False, SPAN_MESSAGES, EMBEDDED_LEVERS, span_new_words=True),
-    small_grammar("any", False, SPAN_MESSAGES[:-1], EMBEDDED_LEVERS, calls_grounded=True),
-    *(small_grammar(kind, levers=EMBEDDED_LEVERS) for kind in ("tool_call", "search")),
+    small_grammar("answer", False, SPAN_MESSAGES, LINEAR_LEVERS, span_new_words=True),
+    small_grammar("any", False, SPAN_MESSAGES[:-1], LINEAR_LEVERS, calls_grounded=True),
+    *(small_grammar(kind, levers=LINEAR_LEVERS) for kind in ("tool_call", "search")),
     *(grammar_for_kind(kind) for kind in ("any", "tool_call", "search", "answer")),
 ])
 
@@ -489,7 +493,7 @@ def test_llama_cpp_reports_a_broken_grammar(server):
 
 # The embedded model's own grammar options (plain queries, two list items), with bounds tight
 # enough that a sample is a few dozen tokens.
-SAMPLING_LEVERS = EMBEDDED_LEVERS.but(think_chars=120, free_answer_chars=80, call_chars=40)
+SAMPLING_LEVERS = LINEAR_LEVERS.but(think_chars=120, free_answer_chars=80, call_chars=40)
 QUESTION = initial_messages("Who wrote the novel Dracula?", build_system_prompt("2025-01-01"))
 
 
@@ -535,7 +539,7 @@ def test_constrained_samples_are_valid(model, kind, prefilled, seed):
 
 
 def test_grounded_calls_visit_what_was_found_and_never_repeat_a_query():
-    options = EMBEDDED_LEVERS.but(calls_grounded=True, first_search_question=False)
+    options = LINEAR_LEVERS.but(calls_grounded=True, first_search_question=False)
     before = small_grammar("any", False, SPAN_MESSAGES[:2], options)
     assert accepts(before, search_with("Dracula")) and not accepts(before, VISIT)  # no results
     after = small_grammar("any", False, SPAN_MESSAGES[:-1], options)
@@ -557,12 +561,12 @@ def test_grounded_calls_visit_what_was_found_and_never_repeat_a_query():
 
 def test_span_answers_can_be_made_to_say_something_new():
     # not only names: any span of the sentences
-    options = EMBEDDED_LEVERS.but(span_news=True, span_shaped=False)
+    options = LINEAR_LEVERS.but(span_news=True, span_shaped=False)
     language = _span_language(SPAN_MESSAGES, options)
     assert "Bram Stoker" in language and "Dracula is an 1897 Gothic horror novel" in language
     assert "Dracula" not in language and "Dracula is" not in language  # only the question's
     assert "novel" not in language and "Dracula is an" not in language  # "an" says nothing
-    assert language <= _span_language(SPAN_MESSAGES, EMBEDDED_LEVERS.but(span_shaped=False))
+    assert language <= _span_language(SPAN_MESSAGES, LINEAR_LEVERS.but(span_shaped=False))
 
 
 # -- answer shapes: what the question asks for --------------------------------------------------
@@ -630,7 +634,7 @@ def _shaped_language(question: str, snippet: str) -> set[str]:
                     "query": "q", "web_page_info_list": [{
                         "title": "Page", "url": "https://en.wikipedia.org/wiki/Page",
                         "snippet": snippet}]}]))}]
-    return _span_language(messages, EMBEDDED_LEVERS.but(span_shaped=True, span_words=3))
+    return _span_language(messages, LINEAR_LEVERS.but(span_shaped=True, span_words=3))
 
 
 def test_shaped_span_answers_keep_the_asked_kind():
@@ -667,10 +671,10 @@ def test_the_first_search_asks_the_question_and_answers_come_from_its_sentences(
     other query), later searches are free; a span answer comes from the sentences that match
     the question most."""
     question = "Who wrote the novel Dracula?"
-    first = small_grammar("search", False, SPAN_MESSAGES[:2], EMBEDDED_LEVERS)
+    first = small_grammar("search", False, SPAN_MESSAGES[:2], LINEAR_LEVERS)
     assert accepts(first, search_with("Wrote novel Dracula"))
     assert not accepts(first, search_with("Dracula"))
-    later = small_grammar("any", False, SPAN_MESSAGES[:-1], EMBEDDED_LEVERS)
+    later = small_grammar("any", False, SPAN_MESSAGES[:-1], LINEAR_LEVERS)
     assert accepts(later, search_with("Bram Stoker"))
     texts = span_sources(TurnState.of(SPAN_MESSAGES))
     # the best sentence, and the first two lines read (the top result's title and description)
@@ -678,6 +682,6 @@ def test_the_first_search_asks_the_question_and_answers_come_from_its_sentences(
         "Dracula", "Dracula is an 1897 Gothic horror novel by Irish author Bram Stoker.")
     assert "A 1932 novel by Aldous Huxley (see The Rite of Spring; National Park Service)." in \
         focus_sentences(texts, "Which 1932 novel did Aldous Huxley write?", 1)
-    focused = _span_language(SPAN_MESSAGES, EMBEDDED_LEVERS.but(span_focus=1))
+    focused = _span_language(SPAN_MESSAGES, LINEAR_LEVERS.but(span_focus=1))
     assert "Bram Stoker" in focused and "Aldous Huxley" not in focused
 

@@ -28,6 +28,10 @@ from drvenus.small.levers import EMBEDDED_LEVERS
 from drvenus.small.spans import question_query
 from drvenus.stack import build_toolbox
 
+# the embedded preset's levers with the linear reader: these tests read the spans a grammar
+# admits, which the linear reader's language lists (the neural one admits its best spans only)
+LINEAR_LEVERS = EMBEDDED_LEVERS.but(span_reader="linear")
+
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT / "recipes" / "embedded" / "natural" / "dev.jsonl"
 FIXTURE = Path(__file__).with_name("fixtures") / "natural_dev_grammars.json"
@@ -39,7 +43,7 @@ def _digest(grammar: str) -> str:
 
 
 def _grammar(kind: str, messages: list[dict[str, str]]) -> str:
-    return turn_grammar(kind, TurnState.of(messages), EMBEDDED_LEVERS)
+    return turn_grammar(kind, TurnState.of(messages), LINEAR_LEVERS)
 
 
 async def _digests() -> dict[str, dict[str, str]]:

@@ -189,7 +189,7 @@ def test_with_the_neural_reader_every_span_question_answers_with_its_best_spans(
     best = tuple(s.text for s in reader.rank(question, texts, 2))
     assert answer_options(texts, question, levers) == {"answer_choices": best}
     # a shaped question under the linear reader keeps its span grammar
-    linear = answer_options(texts, question, EMBEDDED_LEVERS)
+    linear = answer_options(texts, question, EMBEDDED_LEVERS.but(span_reader="linear"))
     assert "answer_spans" in linear
 
 
@@ -197,9 +197,11 @@ def test_the_reader_setting_picks_the_embedded_agents_reader() -> None:
     from drvenus.config import Settings
     from drvenus.small import preset
 
-    assert preset.embedded_levers(Settings()).span_reader == "linear"
-    assert preset.embedded_levers(Settings(reader="neural")).span_reader == "neural"
-    builder = preset.grammar_builder(Settings(reader="neural"))
+    assert preset.embedded_levers(Settings()).span_reader == "neural"  # the preset's
+    assert preset.embedded_levers(Settings(reader="linear")).span_reader == "linear"
+    builder = preset.grammar_builder(Settings(reader="linear"))
+    assert builder is not None and builder.levers.span_reader == "linear"
+    builder = preset.grammar_builder(Settings())
     assert builder is not None and builder.levers.span_reader == "neural"
     with pytest.raises(ValueError):
         Settings(reader="bert")
@@ -223,3 +225,22 @@ def test_spans_come_best_fused_score_first_within_the_asked_shape(reader: Neural
     shape = neural.answer_shape(question)
     taking = [neural._fused(s, agreed) for s in spans if shape.takes(s.text)]
     assert taking == sorted(taking, reverse=True) and spans[0].text == "Bram Stoker"
+
+
+def test_models_pull_readies_the_reader_too_unless_told_not_to(
+        models_dir: Path, reader: NeuralReader, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preset's reader is the neural one, so `drvenus models pull` (what a user runs to be
+    offline later) fetches its encoder as well; `--no-reader` leaves it out."""
+    from typer.testing import CliRunner
+
+    from drvenus.cli import app
+
+    monkeypatch.setenv("DRVENUS_MODELS_DIR", str(models_dir))
+    monkeypatch.setenv("COLUMNS", "200")
+    both = CliRunner().invoke(app, ["models", "pull"])
+    assert both.exit_code == 0, both.output
+    assert "embedded model ready" in both.output and "reader encoder ready" in both.output
+    assert str(neural.encoder_dir(models_dir)) in " ".join(both.output.split())
+    only = CliRunner().invoke(app, ["models", "pull", "--no-reader"])
+    assert only.exit_code == 0 and "embedded model ready" in only.output
+    assert "reader encoder" not in only.output

@@ -85,7 +85,8 @@ def test_the_reader_is_a_lever_and_the_neural_one_is_imported_only_when_chosen(m
             grammar_for_kind("answer", False, messages, EMBEDDED_LEVERS, span_reader="neural")
     finally:
         readers.span_reader.cache_clear()
-    linear = Grammar(grammar_for_kind("answer", False, messages, EMBEDDED_LEVERS))
+    linear = Grammar(grammar_for_kind("answer", False, messages,
+                                      EMBEDDED_LEVERS.but(span_reader="linear")))
     assert "Gothic horror novel" not in linear.sentences("answer-span")
 
 
@@ -172,7 +173,8 @@ def test_the_real_synthesis_grammar_accepts_the_runs_answers_and_nothing_else(em
         assert not checked.accepts(_answer_turn(wrong)), wrong
     # before: the grammar read the synthesis prompt as the question and its text as what was
     # read, so it refused "Bram Stoker" and took "Researcher 1"
-    before = Grammar(grammar_for_kind("answer", False, messages, EMBEDDED_LEVERS))
+    before = Grammar(grammar_for_kind("answer", False, messages,
+                                      EMBEDDED_LEVERS.but(span_reader="linear")))
     assert before.accepts(_answer_turn("Researcher 1"))
     assert not before.accepts(_answer_turn("Bram Stoker"))
     # llama.cpp decodes the synthesis conversation under the grammar: a run's answer

@@ -94,8 +94,8 @@ class Settings(BaseSettings):
     # built-in corpus when the model's package is installed, else bm25
     # (drvenus.small.preset.hybrid_search)
     retrieval: RetrievalName | None = None
-    # the embedded agent's span reader: linear (hand-made features; the default) or neural
-    # (MiniLM with a trained span head, drvenus.small.neural); None: the preset's
+    # the embedded agent's span reader: neural (MiniLM with a trained span head,
+    # drvenus.small.neural; the preset's) or linear (hand-made features); None: the preset's
     reader: Literal["linear", "neural"] | None = None
     search: str = "local"
     visit: str | None = None

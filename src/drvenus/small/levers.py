@@ -140,6 +140,9 @@ EMBEDDED_LEVERS = Levers(
     span_rank=1,  # a plain "what" question: the span the reader ranks best
     first_search_question=True,  # the first search asks the question's own words
     span_words=8,
+    # the neural reader ranks the spans (issue 41); every span question is answered with its
+    # best span, the linear reader's agreement counted in (drvenus.small.neural)
+    span_reader="neural",
 )
 
 __all__ = ["DEFAULT_SPAN_WORDS", "EMBEDDED_LEVERS", "Levers"]
