@@ -201,7 +201,10 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
     # its best span (neural), or one of its 3 best (neural-rank3)
     "neural": _ours_with("neural", span_reader="neural"),
     # the linear reader (the preset's before the neural one): hand-made features
-    "ours-linear": _ours_with("ours-linear", span_reader="linear"),
+    "ours-linear": _ours_with("ours-linear", span_reader="linear", span_rerank=0),
+    # the neural reader's best span, without the reranker (the preset before issue 41's
+    # reranker)
+    "neural-norerank": _ours_with("neural-norerank", span_reader="neural", span_rerank=0),
     "neural-rank3": _ours_with("neural-rank3", span_reader="neural", span_rank=3),
 }
 

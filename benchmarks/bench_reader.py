@@ -13,16 +13,17 @@ spans of what the agent would read, in two settings:
 A reader is right at k when a span among its top k equals an accepted answer after
 normalisation (SQuAD's: lower case, punctuation and articles dropped). Readers: ``linear``
 (``rank_spans``, the hand-made features with fitted weights) and ``neural``
-(``drvenus.small.neural``, MiniLM with a trained span head) and ``fused`` (the two rankings'
-reciprocal-rank fusion). Reported with Wilson 95%
+(``drvenus.small.neural``, MiniLM with a trained span head), ``fused`` (the two rankings'
+reciprocal-rank fusion) and ``reranked`` (the neural reader's five best spans ordered by the
+reranker, Gemma 3 270M: ``drvenus.small.rerank``). Reported with Wilson 95%
 intervals, per set and level, with the seconds a question each reader took.
 
 ``--sets hotpotqa``: the first 100 HotpotQA dev questions of the shared set (distractor
 setting), read from their two gold paragraphs and from all ten; top-1 F1 as well.
 
-Usage: python benchmarks/bench_reader.py [--sets dev,test,hotpotqa] [--readers linear,neural]
-       [--weights FILE.npz] [--limit N] [--second-hop 1e9,5,8] [--decompose]
-       [--out FILE.json]
+Usage: python benchmarks/bench_reader.py [--sets dev,test,hotpotqa]
+       [--readers linear,neural,reranked] [--weights FILE.npz] [--limit N]
+       [--second-hop 1e9,5,8] [--decompose] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -190,6 +191,19 @@ def neural_reader(weights: Path | None) -> Callable[[str, Sequence[str]], list[s
     return read
 
 
+def reranked_reader(weights: Path | None) -> Callable[[str, Sequence[str]], list[str]]:
+    """The neural reader's five best spans in the order the reranker (Gemma 3 270M) gives."""
+    from drvenus.small.neural import NeuralReader
+    from drvenus.small.rerank import RerankedReader, SpanReranker
+
+    reader = RerankedReader(NeuralReader(weights=weights), SpanReranker())
+
+    def read(question: str, texts: Sequence[str]) -> list[str]:
+        return [s.text for s in reader.rank(question, texts, k=3)]
+
+    return read
+
+
 def fused_reader(weights: Path | None) -> Callable[[str, Sequence[str]], list[str]]:
     """Reciprocal-rank fusion of the two readers' top 20 (a span both rank high wins)."""
     from drvenus.small.neural import NeuralReader
@@ -243,7 +257,8 @@ def main() -> None:
     by_title = {a.title: a.text for a in load_articles()}
     readers = {"linear": linear_reader,
                "neural": lambda: neural_reader(args.weights),
-               "fused": lambda: fused_reader(args.weights)}
+               "fused": lambda: fused_reader(args.weights),
+               "reranked": lambda: reranked_reader(args.weights)}
     report: dict[str, Any] = {}
     for set_name in args.sets.split(","):
         if set_name == "hotpotqa":

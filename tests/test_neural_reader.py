@@ -185,11 +185,11 @@ def test_with_the_neural_reader_every_span_question_answers_with_its_best_spans(
     monkeypatch.setattr("drvenus.small.grammar.span_reader", lambda name="linear": reader)
     texts = ["Dracula\nDracula is an 1897 Gothic horror novel by Irish author Bram Stoker."]
     question = "In what year was the Gothic horror novel Dracula published?"
-    levers = EMBEDDED_LEVERS.but(span_reader="neural", span_rank=2)
+    levers = EMBEDDED_LEVERS.but(span_reader="neural", span_rank=2, span_rerank=0)
     best = tuple(s.text for s in reader.rank(question, texts, 2))
     assert answer_options(texts, question, levers) == {"answer_choices": best}
     # a shaped question under the linear reader keeps its span grammar
-    linear = answer_options(texts, question, EMBEDDED_LEVERS.but(span_reader="linear"))
+    linear = answer_options(texts, question, EMBEDDED_LEVERS.but(span_reader="linear", span_rerank=0))
     assert "answer_spans" in linear
 
 
@@ -214,14 +214,24 @@ def test_the_linear_readers_agreement_raises_a_span_by_its_rank() -> None:
     assert neural._fused(span, {"bram stoker": 3}) == 1.5 + neural.AGREEMENT / 4
 
 
+def test_linear_ranks_are_the_linear_readers_order_best_rank_kept() -> None:
+    texts = ["Dracula\nDracula is an 1897 Gothic horror novel by Irish author Bram Stoker.",
+             "Bram Stoker\nBram Stoker was an Irish author, born in Dublin in 1847."]
+    question = "Who wrote the novel Dracula?"
+    ranked = [neural.normalize_answer(" ".join(s.words))
+              for s in neural.rank_spans(["\n".join(texts)], question, neural.LINEAR_TOP)]
+    ranks = neural.linear_ranks(question, texts)
+    assert ranks and set(ranks) == set(ranked)
+    assert all(ranks[key] == ranked.index(key) for key in ranks)
+
+
 def test_spans_come_best_fused_score_first_within_the_asked_shape(reader: NeuralReader) -> None:
     texts = ["Dracula\nDracula is an 1897 Gothic horror novel by Irish author Bram Stoker.",
              "Whitby\nWhitby is a seaside town in North Yorkshire, England, where part of the "
              "novel is set; Stoker visited it in 1890."]
     question = "Who wrote the novel Dracula?"
     spans = reader.rank(question, texts, k=10)
-    agreed = {neural.normalize_answer(" ".join(s.words)): i for i, s in reversed(list(
-        enumerate(neural.rank_spans(["\n".join(texts)], question, neural.LINEAR_TOP))))}
+    agreed = neural.linear_ranks(question, texts)
     shape = neural.answer_shape(question)
     taking = [neural._fused(s, agreed) for s in spans if shape.takes(s.text)]
     assert taking == sorted(taking, reverse=True) and spans[0].text == "Bram Stoker"
@@ -241,9 +251,10 @@ def test_models_pull_readies_the_reader_too_unless_told_not_to(
     assert both.exit_code == 0, both.output
     assert "embedded model ready" in both.output and "reader encoder ready" in both.output
     assert str(neural.encoder_dir(models_dir)) in " ".join(both.output.split())
-    only = CliRunner().invoke(app, ["models", "pull", "--no-reader"])
+    assert "reranker model ready" in both.output
+    only = CliRunner().invoke(app, ["models", "pull", "--no-reader", "--no-rerank"])
     assert only.exit_code == 0 and "embedded model ready" in only.output
-    assert "reader encoder" not in only.output
+    assert "reader encoder" not in only.output and "reranker" not in only.output
 
 
 def test_a_run_readies_the_reader_before_it_starts_where_the_preset_reads_with_it(

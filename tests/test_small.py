@@ -77,16 +77,17 @@ def test_the_reader_is_a_lever_and_the_neural_one_is_imported_only_when_chosen(m
                         types.SimpleNamespace(NeuralReader=Fake))
     try:
         neural = Grammar(grammar_for_kind("answer", False, messages, EMBEDDED_LEVERS,
-                                          span_reader="neural"))
+                                          span_reader="neural", span_rerank=0))
         assert neural.sentences("answer-span") == {"Gothic horror novel"}
         monkeypatch.setitem(sys.modules, "drvenus.small.neural", None)  # not installed
         readers.span_reader.cache_clear()
         with pytest.raises(readers.ReaderUnavailableError, match="neural span reader"):
-            grammar_for_kind("answer", False, messages, EMBEDDED_LEVERS, span_reader="neural")
+            grammar_for_kind("answer", False, messages, EMBEDDED_LEVERS, span_reader="neural",
+                             span_rerank=0)
     finally:
         readers.span_reader.cache_clear()
     linear = Grammar(grammar_for_kind("answer", False, messages,
-                                      EMBEDDED_LEVERS.but(span_reader="linear")))
+                                      EMBEDDED_LEVERS.but(span_reader="linear", span_rerank=0)))
     assert "Gothic horror novel" not in linear.sentences("answer-span")
 
 
@@ -174,7 +175,7 @@ def test_the_real_synthesis_grammar_accepts_the_runs_answers_and_nothing_else(em
     # before: the grammar read the synthesis prompt as the question and its text as what was
     # read, so it refused "Bram Stoker" and took "Researcher 1"
     before = Grammar(grammar_for_kind("answer", False, messages,
-                                      EMBEDDED_LEVERS.but(span_reader="linear")))
+                                      EMBEDDED_LEVERS.but(span_reader="linear", span_rerank=0)))
     assert before.accepts(_answer_turn("Researcher 1"))
     assert not before.accepts(_answer_turn("Bram Stoker"))
     # llama.cpp decodes the synthesis conversation under the grammar: a run's answer

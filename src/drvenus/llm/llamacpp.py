@@ -287,6 +287,20 @@ class LlamaCppServer:
         choice = {"index": 0, "message": message, "finish_reason": final.get("finish_reason")}
         return {"object": "chat.completion", "choices": [choice], **final}
 
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One plain-text completion (blocking, llama.cpp's ``/completion`` request body);
+        :class:`LLMError` when the engine answers with an error."""
+        with self._lock:
+            if self._closed:
+                raise LLMError(f"model {self.path.name} is closed")
+        try:
+            reply = self._server.handle_completions({**body, "stream": False})
+        except Exception as exc:  # the binding raises RuntimeError/ValueError
+            raise LLMError(f"{self.path.name}: {exc}") from None
+        if not isinstance(reply, dict) or "error" in reply:
+            raise LLMError(f"{self.path.name}: {reply!r:.300}")
+        return reply
+
     def close(self) -> None:
         """Stop every generation (within a token), wait for them, free the model."""
         with self._lock:

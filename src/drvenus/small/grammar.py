@@ -18,7 +18,8 @@ from drvenus.protocol.grammar import protocol_grammar, turn_kinds
 from drvenus.protocol.state import TurnState
 from drvenus.small.heavy import ranked_answers
 from drvenus.small.levers import Levers
-from drvenus.small.reader import span_reader
+from drvenus.small.reader import SpanReader, span_reader
+from drvenus.small.rerank import RerankedReader, span_reranker
 from drvenus.small.spans import (
     PLAIN_SHAPE,
     answer_shape,
@@ -29,6 +30,15 @@ from drvenus.small.spans import (
     spans_of,
     weak_word,
 )
+
+
+def levers_reader(levers: Levers) -> SpanReader:
+    """The levers' reader (``span_reader``), its best ``span_rerank`` spans reordered by the
+    reranker when that lever is on."""
+    reader = span_reader(levers.span_reader)
+    if not levers.span_rerank:
+        return reader
+    return RerankedReader(reader, span_reranker(), levers.span_rerank)
 
 
 def answer_options(texts: Sequence[str], question: str, levers: Levers) -> dict[str, Any]:
@@ -46,7 +56,7 @@ def answer_options(texts: Sequence[str], question: str, levers: Levers) -> dict[
         return {"answer_choices": shape.choices or ("yes", "no")}
     neural = levers.span_reader == "neural"
     if levers.span_rank and (neural or answer_shape(question).plain):
-        reader = span_reader(levers.span_reader)
+        reader = levers_reader(levers)
         best = reader.rank(question, texts, levers.span_rank, max_words=bound)
         if best:
             return {"answer_choices": tuple(b.text for b in best)}
@@ -118,4 +128,5 @@ def grammar_for_kind(kind: str, prefilled_think: bool = False,
     return turn_grammar(kind, TurnState.of(messages), chosen, prefilled_think)
 
 
-__all__ = ["GrammarBuilder", "answer_options", "grammar_for_kind", "turn_grammar"]
+__all__ = ["GrammarBuilder", "answer_options", "grammar_for_kind", "levers_reader",
+           "turn_grammar"]

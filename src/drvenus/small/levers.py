@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from drvenus.small.reader import READERS, ReaderName
+from drvenus.small.rerank import RERANK_TOP
 
 DEFAULT_SPAN_WORDS = 8  # words of a span answer when span_words is not set
 
@@ -36,7 +37,8 @@ class Levers:
     for (a number, a time, a name, yes or no, one of its choices); ``span_focus`` (K): from the
     K sentences that match the question most; ``span_rank`` (K): for a plain "what" question,
     one of the K spans the reader ranks best, whole; ``span_reader``: which reader ranks them
-    (:func:`drvenus.small.reader.span_reader`).
+    (:func:`drvenus.small.reader.span_reader`); ``span_rerank`` (K): a small language model
+    reorders the reader's K best spans (:mod:`drvenus.small.rerank`).
 
     Calls: ``first_search_question``: the first search asks the question's own content words;
     ``calls_grounded``: a visit opens a result read so far and a search never repeats a query.
@@ -60,6 +62,7 @@ class Levers:
     span_focus: int = 0
     span_rank: int = 0
     span_reader: ReaderName = "linear"
+    span_rerank: int = 0
     first_search_question: bool = False
     calls_grounded: bool = False
 
@@ -71,8 +74,8 @@ class Levers:
             raise ValueError("call_chars and call_items must be at least 1")
         if self.span_words is not None and (self.span_words < 1 or not self.span_answers):
             raise ValueError("span_words must be at least 1, and needs span_answers")
-        if self.span_focus < 0 or self.span_rank < 0:
-            raise ValueError("span_focus and span_rank must be 0 (off) or more")
+        if self.span_focus < 0 or self.span_rank < 0 or self.span_rerank < 0:
+            raise ValueError("span_focus, span_rank and span_rerank must be 0 (off) or more")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -143,6 +146,8 @@ EMBEDDED_LEVERS = Levers(
     # the neural reader ranks the spans (issue 41); every span question is answered with its
     # best span, the linear reader's agreement counted in (drvenus.small.neural)
     span_reader="neural",
+    # Gemma 3 270M chooses among the reader's five best spans (issue 41, drvenus.small.rerank)
+    span_rerank=RERANK_TOP,
 )
 
 __all__ = ["DEFAULT_SPAN_WORDS", "EMBEDDED_LEVERS", "Levers"]

@@ -338,12 +338,20 @@ class NeuralReader:
                 key = span.text.lower()
                 if key not in best or best[key].score < span.score:
                     best[key] = span
-        agreed = {normalize_answer(" ".join(s.words)): i for i, s in
-                  reversed(list(enumerate(rank_spans(["\n".join(texts)], question, LINEAR_TOP))))}
+        agreed = linear_ranks(question, texts)
         ranked = sorted(best.values(), key=lambda s: -_fused(s, agreed))
         shape = answer_shape(question)  # spans of the kind asked first, as the linear reader
         ranked.sort(key=lambda s: not shape.takes(s.text))  # stable
         return ranked[:k]
+
+
+def linear_ranks(question: str, texts: Sequence[str]) -> dict[str, int]:
+    """The linear reader's rank (0: best) of each of its :data:`LINEAR_TOP` best spans of
+    ``texts``, keyed by the span's normalised text; a span found twice keeps its best rank."""
+    ranks: dict[str, int] = {}
+    for i, span in enumerate(rank_spans(["\n".join(texts)], question, LINEAR_TOP)):
+        ranks.setdefault(normalize_answer(" ".join(span.words)), i)
+    return ranks
 
 
 def _fused(span: ReadSpan, agreed: dict[str, int]) -> float:

