@@ -46,14 +46,14 @@ def is_embedded(settings: Settings) -> bool:
 def embedded_levers(settings: Settings | None = None) -> Levers:
     """The embedded preset's levers (read at call time, so that a benchmark may swap them),
     with the settings' reader: the neural reader answers every span question with its best
-    span (``span_rank`` 1 for every shape, not only plain "what" questions), as the reranker
-    orders its five best unless ``rerank`` is off; the linear reader is the hand-made one
-    alone, as before either."""
+    span (``span_rank`` 1 for every shape, not only plain "what" questions) in the order the
+    reranker gives its five best, unless ``rerank`` is off; the linear reader is never
+    reranked."""
     levers = _levers.EMBEDDED_LEVERS
     if settings is not None and settings.reader is not None:
         levers = levers.but(span_reader=settings.reader)
     if settings is not None and (settings.rerank is False or levers.span_reader == "linear"):
-        levers = levers.but(span_rerank=0)  # the reranker chooses among the neural reader's
+        levers = levers.but(span_rerank=0)
     return levers
 
 

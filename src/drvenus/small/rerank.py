@@ -131,15 +131,17 @@ def _join(parts: Sequence[Path], target: Path) -> None:
         raise RerankerUnavailable(str(exc)) from None
 
 
-def passage_of(span: ScoredSpan, texts: Sequence[str]) -> str:
+def passage_of(span: ScoredSpan, texts: Sequence[str],
+               parts: Sequence[tuple[int, int, str]] | None = None) -> str:
     """The passage of ``texts`` a span comes from (the neural reader says where; else the
-    first passage that holds its words), or "" when none does."""
+    first passage that holds its words), or "" when none does; ``parts``: the texts'
+    :func:`~drvenus.small.neural.passages`, when already split."""
     from drvenus.small.neural import passages
 
     source = getattr(span, "source", None)
     start = getattr(span, "start", None)
     found = ""
-    for src, offset, text in passages(texts):
+    for src, offset, text in passages(texts) if parts is None else parts:
         if source is not None and start is not None:
             if src == source and offset <= start < offset + len(text):
                 return text
@@ -217,8 +219,11 @@ class RerankedReader:
         spans = list(self.reader.rank(question, texts, max(k, self.top), max_words))
         head, tail = spans[: self.top], spans[self.top :]
         if len(head) > 1:
+            from drvenus.small.neural import passages
+
+            parts = passages(texts)  # split once for the spans
             scores = self.reranker.scores(question, [s.text for s in head],
-                                          [passage_of(s, texts) for s in head])
+                                          [passage_of(s, texts, parts) for s in head])
             order = sorted(range(len(head)), key=lambda i: -scores[i])  # ties: reader's order
             head = [head[i] for i in order]
         return (head + tail)[:k]
