@@ -62,6 +62,8 @@ CASES = (
          expect="well-formed"),
     Case("bench_fresh_install.py", skip="installs the project into a new venv from the network "
          "(minutes); run it by hand: python benchmarks/bench_fresh_install.py"),
+    Case("bench_gpu.py", skip="its --smoke run (the GPU checks' code on the CPU, tiny shapes) is "
+         "tests/test_bench_gpu.py; the full run needs a GPU (docs/SFT.md, Running on a GPU)"),
     Case("bench_ig.py", ("--turns", "3", "--clip-chars", "200", "--hidden", "64", "--layers", "1",
                          "--same-process"),
          expect="| path | CPU s | wall s | peak MiB |", modules=("torch", "transformers"),

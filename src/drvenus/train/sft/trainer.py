@@ -313,8 +313,7 @@ def training_arguments(config: SFTConfig, world_size: int, precision: str, has_v
         seed=config.seed,
         bf16=precision == "bf16",
         use_cpu=not _cuda(),
-        activation_checkpointing=config.gradient_checkpointing_on(),
-        activation_checkpointing_kwargs={"use_reentrant": False},
+        **checkpointing_arguments(config.gradient_checkpointing_on()),
         eval_strategy="steps" if has_val else "no",
         eval_steps=config.eval_steps,
         save_strategy="steps",
@@ -326,6 +325,20 @@ def training_arguments(config: SFTConfig, world_size: int, precision: str, has_v
         dataloader_num_workers=0,
         prediction_loss_only=True,
     )
+
+
+def checkpointing_arguments(on: bool) -> dict[str, Any]:
+    """The ``TrainingArguments`` of gradient checkpointing, under this transformers' names:
+    ``activation_checkpointing`` (later 5.x; ``gradient_checkpointing`` is then its deprecated
+    alias) or ``gradient_checkpointing`` (4.x and early 5.x, e.g. 5.17, which has no other)."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    prefix = "activation" if "activation_checkpointing" in names else "gradient"
+    return {f"{prefix}_checkpointing": on,
+            f"{prefix}_checkpointing_kwargs": {"use_reentrant": False}}
 
 
 def _cuda() -> bool:
@@ -437,5 +450,6 @@ def train(config: SFTConfig, *, callbacks: list[Any] | None = None) -> SFTResult
                      output.training_loss, resume_from, list(trainer.state.log_history), stats)
 
 
-__all__ = ["SFTResult", "build_data", "checkpoints", "collator", "latest_checkpoint", "load_model",
-           "load_tokenizer", "parallelism_config", "train", "training_arguments"]
+__all__ = ["SFTResult", "build_data", "checkpointing_arguments", "checkpoints", "collator",
+           "latest_checkpoint", "load_model", "load_tokenizer", "parallelism_config", "train",
+           "training_arguments"]
