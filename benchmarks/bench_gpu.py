@@ -12,7 +12,13 @@ would not fit is recorded as skipped):
    into the shortest length. Tokens/s (steps after the first), peak GPU memory, MFU against a
    bf16 matrix product timed in the same run. Side by side the baseline a user would write: a
    plain transformers ``Trainer`` on the same model, rows and assistant-only labels (-100
-   elsewhere), its ratio and both first-step losses. An out-of-memory is recorded, not fatal.
+   elsewhere), its ratio and both first-step losses. Ours computes the loss from the final
+   hidden states, ``loss_chunk_tokens`` trained tokens' logits at a time (recomputed in the
+   backward); the baseline from the full logits in fp32 (T x 151,936 x 4 bytes: 20 GB at 32K,
+   40 GB at 64K, plus the log-softmax kept for the backward), so on an 80 GB GPU the baseline
+   may run out of memory at lengths ours still runs. An out-of-memory is recorded, not fatal;
+   once ours has run out of memory the longer lengths are skipped, once the baseline has, its
+   longer runs are (ours still runs them).
 2. **CPU and GPU agree.** ``drvenus sft`` (the command) on a tiny seeded Llama and seeded rows:
    the first 5 losses on this machine's CPU (a process that sees no GPU, started at once so it
    runs while check 1 uses the GPU; ``--cpu-reference FILE``, made elsewhere with
@@ -71,7 +77,7 @@ if str(SRC) not in sys.path:  # the device runs drvenus from the checkout, not i
     sys.path.insert(0, str(SRC))
 
 from drvenus.train.sft import trainer as sft_trainer  # noqa: E402
-from drvenus.train.sft.config import SFTConfig  # noqa: E402
+from drvenus.train.sft.config import LOSS_CHUNK_TOKENS, SFTConfig  # noqa: E402
 from drvenus.train.sft.config import load_config as load_sft_config  # noqa: E402
 from drvenus.train.sft.data import Example, tokenize_dataset  # noqa: E402
 
@@ -729,6 +735,7 @@ def check_sft_shape(ctx: Context) -> None:
     jobs += [(lengths[0], False, False), (packed_at, True, True)]
     last: tuple[float, float] | None = None  # (flops, seconds) of one of our steps, measured
     oom_at: int | None = None
+    baseline_oom_at: int | None = None  # the full logits outgrow the GPU before ours does
     for i, (length, lora, packed) in enumerate(jobs):
         name = _tokens(length) + (", LoRA" if lora else ", all weights")
         name += ", packed rows" if packed else ""
@@ -754,8 +761,11 @@ def check_sft_shape(ctx: Context) -> None:
                 convs = [trajectory(text, int(length * 1.1)) for _ in range(steps)]
             data = write_jsonl(ctx.tmp / f"sft-{length}-{int(lora)}{int(packed)}.jsonl",
                                [{"messages": c} for c in convs])
-            measured, ours_status = sft_pair(ctx, row, shape, model_dir, data, tok, length,
-                                             steps, lora, packed)
+            baseline_oom = (baseline_oom_at if lora and baseline_oom_at is not None
+                            and length > baseline_oom_at else None)
+            measured, ours_status, base_status = sft_pair(ctx, row, shape, model_dir, data, tok,
+                                                          length, steps, lora, packed,
+                                                          baseline_oom)
         except Exception as exc:  # noqa: BLE001 - this row's data; the next row runs
             row.status, row.error = ("oom" if is_oom(exc) else "error"), _error(exc)
             ctx.report.done(row)
@@ -764,6 +774,8 @@ def check_sft_shape(ctx: Context) -> None:
             last = measured
         if ours_status == "oom" and lora and not packed:
             oom_at = length if oom_at is None else min(oom_at, length)
+        if base_status == "oom" and lora and not packed:
+            baseline_oom_at = length if baseline_oom_at is None else min(baseline_oom_at, length)
 
 
 def _tokens(n: int) -> str:
@@ -771,10 +783,12 @@ def _tokens(n: int) -> str:
 
 
 def sft_pair(ctx: Context, row: Row, shape: dict[str, Any], model_dir: Path, data: Path,
-             tok: Any, length: int, steps: int, lora: bool, packed: bool
-             ) -> tuple[tuple[float, float] | None, str]:
-    """Ours, then (rows not packed) the baseline, into ``row``; returns (flops, seconds) of one
-    of our steps (None if ours failed) and our status."""
+             tok: Any, length: int, steps: int, lora: bool, packed: bool,
+             baseline_oom_at: int | None = None
+             ) -> tuple[tuple[float, float] | None, str, str | None]:
+    """Ours, then (rows not packed, and the baseline not already out of memory at the shorter
+    ``baseline_oom_at``) the baseline, into ``row``; returns (flops, seconds) of one of our
+    steps (None if ours failed), our status and the baseline's (None if it did not run)."""
     kw: dict[str, Any] = {"over_length": "truncate", "packing": packed,
                           "train_after_end_of_turn": True}
     rows = [json.loads(line)["messages"] for line in data.read_text().splitlines()]
@@ -785,6 +799,7 @@ def sft_pair(ctx: Context, row: Row, shape: dict[str, Any], model_dir: Path, dat
     row.details.update({"sequences": seqs, "rows_per_sequence": [len(s) for s in seq_lens],
                         "trained_tokens": sft.stats.trained_tokens, "tokens": sft.stats.tokens,
                         "flops_per_step": flops, "steps": steps, "lora": lora, "packed": packed,
+                        "loss_chunk_tokens": LOSS_CHUNK_TOKENS,
                         "shape": {k: v for k, v in shape.items() if k != "model_type"}})
     result: dict[str, Any] = {}
 
@@ -829,7 +844,7 @@ def sft_pair(ctx: Context, row: Row, shape: dict[str, Any], model_dir: Path, dat
     fill()
     ctx.report.write()  # ours is on disk before the baseline starts
     base_row: Row | None = None
-    if not packed and ctx.budget.fits(20.0, ctx.reserve_after(1)):
+    if not packed and baseline_oom_at is None and ctx.budget.fits(20.0, ctx.reserve_after(1)):
         base_row = run_part(ctx, Row(1, f"{row.name}, baseline"), measure("baseline"),
                             echo=False)
     fill()
@@ -840,11 +855,15 @@ def sft_pair(ctx: Context, row: Row, shape: dict[str, Any], model_dir: Path, dat
         notes.append(f"ours: {ours_row.status}")
     if packed:
         notes.append("ours only (the plain Trainer has no packing)")
+    elif base_row is None and baseline_oom_at is not None:
+        notes.append(f"baseline skipped ({_tokens(baseline_oom_at)} already ran out of memory: "
+                     "the full logits)")
     elif base_row is None:
         notes.append("baseline skipped (budget)")
     else:
-        row.status = _worse(ours_row.status, base_row.status)
-        row.error = row.error or base_row.error
+        if base_row.status != "oom":  # the baseline alone out of memory: its full logits' limit
+            row.status = _worse(ours_row.status, base_row.status)
+            row.error = row.error or base_row.error
         if base_row.error:
             row.details["baseline_error"] = base_row.error
             notes.append(f"baseline: {base_row.status}")
@@ -859,7 +878,7 @@ def sft_pair(ctx: Context, row: Row, shape: dict[str, Any], model_dir: Path, dat
     row.seconds = round(ours_row.seconds + (base_row.seconds if base_row else 0.0), 2)
     ctx.report.done(row)
     measured = (flops, result["ours"]["step_s"]) if "ours" in result else None
-    return measured, ours_row.status
+    return measured, ours_row.status, base_row.status if base_row else None
 
 
 def _worse(a: str, b: str) -> str:

@@ -25,7 +25,8 @@ VALID: dict[tuple[str, str], set[str]] = {
     ("sft", "--max-steps"): {"-1"},
     **{("sft", o): {"0"} for o in ("--val-fraction", "--warmup-ratio", "--weight-decay",
                                     "--adam-beta1", "--adam-beta2", "--max-grad-norm", "--seed",
-                                    "--lora-dropout", "--machine-rank")},
+                                    "--lora-dropout", "--machine-rank",
+                                    "--loss-chunk-tokens")},  # 0: the loss from the full logits
     ("rl", "--top-k"): {"-1"},
     ("rl", "--total-steps"): {"-1"},
     **{("rl", o): {"0"} for o in ("--robust-max-retries", "--max-turns-jitter",

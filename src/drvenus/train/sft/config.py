@@ -36,6 +36,10 @@ LossAggregation = Literal["row-mean", "token-mean"]
 # gradient checkpointing left unset turns on above this many tokens per forward pass
 # (micro batch x max length)
 CHECKPOINTING_ABOVE_TOKENS = 4096
+# trained tokens whose logits the loss computes at a time (drvenus.train.sft.loss,
+# chunked_token_losses): about 14 bytes x chunk x vocabulary at the peak of a chunk's backward,
+# 4.4 GB with Qwen3's 151,936 tokens, where the full logits take 20 GB at 32K tokens a row
+LOSS_CHUNK_TOKENS = 2048
 
 
 class SFTConfigError(ConfigError):
@@ -92,6 +96,11 @@ class SFTConfig:
         f"max length is over {CHECKPOINTING_ABOVE_TOKENS} tokens.")
     attn_implementation: str = _opt("sdpa|eager|flash_attention_2|... (model default if empty).",
                                     "sdpa")
+    loss_chunk_tokens: int | None = _opt(
+        "Loss from the final hidden states, the LM head applied to this many trained tokens at "
+        "a time and recomputed in the backward: memory holds one chunk's logits, not the whole "
+        "sequence's (0: the full logits at once; not under accelerate --sequence-parallel).",
+        LOSS_CHUNK_TOKENS, ge=0)
     # LoRA
     lora: bool = _opt("Train LoRA adapters (peft) instead of all weights.", False)
     lora_r: int = _opt("LoRA rank.", 16)
@@ -250,6 +259,6 @@ def dump_config(config: SFTConfig, path: Path) -> Path:
     return options.dump(config, path)
 
 
-__all__ = ["CHECKPOINTING_ABOVE_TOKENS", "CONFIG_FILE", "ENGINES", "SP_ATTENTION",
-           "LossAggregation", "SFTConfig", "SFTConfigError", "dump_config", "field_help", "flag",
-           "load_config", "one_line_reason", "sequence_parallel_settings"]
+__all__ = ["CHECKPOINTING_ABOVE_TOKENS", "CONFIG_FILE", "ENGINES", "LOSS_CHUNK_TOKENS",
+           "SP_ATTENTION", "LossAggregation", "SFTConfig", "SFTConfigError", "dump_config",
+           "field_help", "flag", "load_config", "one_line_reason", "sequence_parallel_settings"]

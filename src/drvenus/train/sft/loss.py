@@ -22,11 +22,23 @@ batch of the step and summed over the processes before the first forward), times
 processes (DDP, FSDP and DeepSpeed average the processes' gradients). Evaluation batches are
 averaged on their own (:func:`batch_loss`).
 
+Memory: :func:`token_losses` takes the model's logits ``[B, T, V]`` and keeps their fp32
+log-probabilities for the backward (20 GB at 32K tokens with Qwen3's 151,936-token vocabulary).
+:func:`chunked_token_losses` computes the same per-token losses from the final hidden states
+instead: only the positions whose target is trained go through the LM head, a chunk of them at a
+time, and each chunk's logits are recomputed in the backward (``torch.utils.checkpoint``), so
+memory holds one chunk's logits whatever the length. :func:`forward_hidden` runs the model
+(through whatever wraps it: peft, DDP, FSDP, DeepSpeed) with the logits of its last position
+only and hands back the final hidden states and the LM head as a callable (:func:`logits_head`:
+the output-embedding module itself, so a LoRA adapter on it takes part, then the final logit
+transform the model's forward applies: Gemma's soft-capping, Cohere's and Granite's scales).
+
 Torch is imported inside the functions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from drvenus.train.sft.config import LossAggregation
@@ -108,4 +120,177 @@ def batch_loss(total: Any, items: Any) -> Any:
     return total / items.clamp(min=1)
 
 
-__all__ = ["AGGREGATIONS", "aggregate", "batch_loss", "count_items", "step_loss", "token_losses"]
+# --------------------------------------------------------------------------- from hidden states
+
+# What a causal LM's forward does to its LM head's output, by model type (transformers' modeling
+# files): (prefix of model_type, config attribute, "mul" or "div"). Soft-capping
+# (``final_logit_softcapping``, Gemma and others) is read from any config that sets it.
+_LOGIT_SCALES: tuple[tuple[str, str, str], ...] = (
+    ("cohere", "logit_scale", "mul"),
+    ("granite", "logits_scaling", "div"),
+    ("minicpm3", "logits_scaling", "div"),  # divides the hidden states: the same for a linear head
+    ("hyperclovax", "logits_scaling", "mul"),
+)
+
+
+def causal_lm(model: Any) -> Any:
+    """The transformers causal LM inside ``model`` (a peft model's base model, LoRA layers in
+    place; ``model`` itself otherwise). Unwrap DDP / FSDP / DeepSpeed first."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
+def logits_head(lm: Any) -> Callable[[Any], Any] | None:
+    """``hidden [..., H] -> logits [..., V]`` as the causal LM ``lm``'s forward computes them
+    from its final hidden states: its output-embedding module, called (a LoRA adapter on the LM
+    head takes part; tied embeddings are that module's weight), then the model type's final
+    scale and soft-capping. None when ``lm`` has no output embeddings."""
+    proj = lm.get_output_embeddings() if hasattr(lm, "get_output_embeddings") else None
+    if proj is None:
+        return None
+    config = lm.config.get_text_config() if hasattr(lm.config, "get_text_config") else lm.config
+    kind = str(getattr(config, "model_type", "") or "")
+    scales = [(float(getattr(config, name)), op) for prefix, name, op in _LOGIT_SCALES
+              if kind.startswith(prefix) and getattr(config, name, None) is not None]
+    cap = getattr(config, "final_logit_softcapping", None)
+
+    def head(hidden: Any) -> Any:
+        import torch
+
+        logits = proj(hidden)
+        for value, op in scales:
+            logits = logits * value if op == "mul" else logits / value
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    return head
+
+
+def _autocast(state: tuple[str, Any, bool] | None) -> Any:
+    import contextlib
+
+    import torch
+
+    if state is None:
+        return contextlib.nullcontext()
+    device, dtype, enabled = state
+    return torch.autocast(device, dtype=dtype, enabled=enabled)
+
+
+def _chunk_losses(head: Callable[[Any], Any], states: Any, targets: Any) -> Any:
+    import torch.nn.functional as F
+
+    return F.cross_entropy(head(states).float(), targets, reduction="none")
+
+
+def chunked_token_losses(hidden: Any, labels: Any, head: Callable[[Any], Any], chunk_tokens: int,
+                         autocast: tuple[str, Any, bool] | None = None) -> tuple[Any, Any]:
+    """:func:`token_losses` of the logits ``head(hidden)`` without ever holding them: the final
+    hidden states ``hidden [B, T, H]`` of the trained targets' positions (``labels[:, 1:] !=
+    -100``; the others are skipped) go through ``head`` ``chunk_tokens`` at a time, each chunk's
+    logits recomputed in the backward (``torch.utils.checkpoint``, no graph kept under
+    ``torch.no_grad``). Memory: one chunk's logits, not ``[B, T, V]``. ``autocast``:
+    ``(device type, dtype, enabled)`` of the model's forward, so that ``head`` runs as it would
+    inside it (:func:`forward_hidden`). Returns the losses ``[B, T-1]`` (fp32, 0 where
+    untrained, in the graph even when nothing is trained) and the trained mask."""
+    import functools
+
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens {chunk_tokens}: give at least 1")
+    targets = labels[:, 1:].to(hidden.device)
+    mask = targets != IGNORE_INDEX
+    states, wanted = hidden[:, :-1][mask], targets[mask]  # [N, H], [N]
+    run = functools.partial(_chunk_losses, head)
+    keep_graph = torch.is_grad_enabled()
+    pieces = []
+    with _autocast(autocast):
+        for start in range(0, wanted.numel(), chunk_tokens):
+            part = (states[start:start + chunk_tokens], wanted[start:start + chunk_tokens])
+            pieces.append(checkpoint(run, *part, use_reentrant=False) if keep_graph
+                          else run(*part))
+    losses = torch.zeros(targets.shape, dtype=torch.float32, device=hidden.device)
+    if pieces:
+        return losses.masked_scatter(mask, torch.cat(pieces)), mask
+    return losses + hidden[..., :1].sum().float() * 0, mask  # nothing trained: still a graph
+
+
+def _keep_argument(lm: Any) -> str | None:
+    """The forward argument that limits the logits to the last positions, under this
+    transformers' name (``logits_to_keep``; ``num_logits_to_keep`` before 4.50), or None."""
+    import inspect
+
+    try:
+        names = inspect.signature(lm.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    return next((n for n in ("logits_to_keep", "num_logits_to_keep") if n in names), None)
+
+
+def _has_live_dropout(module: Any) -> bool:
+    import torch
+
+    return any(isinstance(m, torch.nn.Dropout) and m.training and m.p > 0
+               for m in module.modules())
+
+
+def forward_hidden(model: Any, inputs: dict[str, Any], lm: Any, check: bool = False
+                   ) -> tuple[Any, Any, Callable[[Any], Any], tuple[str, Any, bool]] | str:
+    """Run ``model(**inputs)`` (``model`` as the Trainer holds it, wrapper and all, so that
+    peft, DDP, FSDP and DeepSpeed see their own forward) computing the logits of the last
+    position only, and catch the final hidden states on their way to the LM head (a forward
+    hook on ``lm``'s decoder; ``lm``: :func:`causal_lm` of the unwrapped model). Returns
+    ``(outputs, hidden [B, T, H], head, autocast state of the forward)`` (``head``:
+    :func:`logits_head`), or why it cannot (then compute the loss from the full logits).
+    ``check``: also compare ``head`` on the last position with the model's own logits there,
+    which catches a final transform :func:`logits_head` does not know."""
+    import torch
+
+    keep = _keep_argument(lm)
+    head = logits_head(lm)
+    decoder = lm.get_decoder() if hasattr(lm, "get_decoder") else None
+    name = type(lm).__name__
+    if keep is None:
+        return f"{name}.forward has no logits_to_keep argument"
+    if head is None:
+        return f"{name} has no output embeddings"
+    if decoder is None or decoder is lm:
+        return f"{name} has no decoder module of its own"
+    seen: dict[str, Any] = {}
+
+    def catch(module: Any, args: Any, output: Any) -> None:
+        hidden = getattr(output, "last_hidden_state", None)
+        hidden = output[0] if hidden is None else hidden
+        device = hidden.device.type
+        seen["hidden"] = hidden
+        seen["autocast"] = (device, torch.get_autocast_dtype(device),
+                            torch.is_autocast_enabled(device))
+
+    handle = decoder.register_forward_hook(catch)
+    try:
+        outputs = model(**inputs, **{keep: 1})
+    finally:
+        handle.remove()
+    if "hidden" not in seen:
+        return f"{type(decoder).__name__} (the decoder) was not called by the forward"
+    hidden, state = seen["hidden"], seen["autocast"]
+    proj = lm.get_output_embeddings()
+    if check and not _has_live_dropout(proj):
+        with torch.no_grad(), _autocast(state):
+            ours = head(hidden[:, -1:]).float()
+        theirs = outputs.logits[:, -1:].detach().float()
+        if ours.shape != theirs.shape:
+            return f"the LM head gives logits {tuple(ours.shape)}, the model {tuple(theirs.shape)}"
+        diff = float((ours - theirs).abs().max())
+        if not diff <= 1e-2 * float(theirs.abs().max()) + 1e-4:
+            return (f"the LM head on the final hidden states differs from the model's logits "
+                    f"(max abs diff {diff:.3g}): {type(lm).__name__} transforms its logits in a "
+                    "way drvenus does not know")
+    return outputs, hidden, head, state
+
+
+__all__ = ["AGGREGATIONS", "aggregate", "batch_loss", "causal_lm", "chunked_token_losses",
+           "count_items", "forward_hidden", "logits_head", "step_loss", "token_losses"]

@@ -6,10 +6,11 @@ from an ``accelerate launch`` config, gradient checkpointing, checkpoints in Hug
 position, RNG states). What is ours: the data (assistant-only labels, packing through
 ``position_ids``, see :mod:`drvenus.train.sft.data`), the loss and its average over the global
 batch (per row, as verl, or per token: :mod:`drvenus.train.sft.loss`; the step's count of rows
-or tokens replaces the Trainer's ``num_items_in_batch``), the DR-Venus / verl optimizer (AdamW
-betas from the config, weight decay on every trained parameter as verl's ``AdamW(model.
-parameters())``, where the Trainer would exempt biases and norms), tokens/s in the logs. The
-launch plan ``--dry-run`` prints is :mod:`drvenus.train.sft.launch`.
+or tokens replaces the Trainer's ``num_items_in_batch``), computed from the final hidden states
+a chunk of trained tokens at a time (``loss_chunk_tokens``; the full logits never exist), the
+DR-Venus / verl optimizer (AdamW betas from the config, weight decay on every trained parameter
+as verl's ``AdamW(model.parameters())``, where the Trainer would exempt biases and norms),
+tokens/s in the logs. The launch plan ``--dry-run`` prints is :mod:`drvenus.train.sft.launch`.
 
 Sequence parallelism (``--sequence-parallel N``) is DeepSpeed Ulysses (ALST) as accelerate
 >= 1.12 and transformers' Trainer wire it: ``TrainingArguments(parallelism_config=
@@ -38,6 +39,7 @@ from drvenus import signals
 from drvenus.train.sft.config import (
     CHECKPOINTING_ABOVE_TOKENS,
     CONFIG_FILE,
+    LOSS_CHUNK_TOKENS,
     SFTConfig,
     SFTConfigError,
     dump_config,
@@ -170,12 +172,16 @@ def build_data(config: SFTConfig, tokenizer: Any) -> tuple[SFTData, SFTData | No
 # --------------------------------------------------------------------------- trainer
 
 
-def _trainer_class(aggregation: str = "row-mean", sequence_parallel: bool = False) -> type:
+def _trainer_class(aggregation: str = "row-mean", sequence_parallel: bool = False,
+                   chunk_tokens: int | None = LOSS_CHUNK_TOKENS) -> type:
     """A ``Trainer`` with our loss (``aggregation``, see :mod:`drvenus.train.sft.loss`), weight
     decay on every trained parameter, and real tokens counted (tokens/s in the logs). Under
     ``sequence_parallel`` the loss is the Trainer's own Ulysses loss (the token mean of each
     micro batch over its shards, averaged over the micro batches: verl's aggregation, equal to
-    ``row-mean`` with one unpacked row per micro batch)."""
+    ``row-mean`` with one unpacked row per micro batch). ``chunk_tokens``: the loss from the
+    final hidden states, that many trained tokens' logits at a time
+    (:func:`~drvenus.train.sft.loss.chunked_token_losses`); 0 or None: from the full logits (also
+    the fallback, with a warning, for a model whose hidden states or LM head cannot be had)."""
     import torch
     from transformers import Trainer
 
@@ -186,6 +192,8 @@ def _trainer_class(aggregation: str = "row-mean", sequence_parallel: bool = Fals
         _since: float | None = None
         _aggregation = aggregation
         _sequence_parallel = sequence_parallel
+        _chunk_tokens = chunk_tokens or 0
+        _head_checked = False
         # our training loss is already divided by the step's global count (not per micro batch)
         loss_is_scaled_for_ga = None if sequence_parallel else True
 
@@ -214,15 +222,35 @@ def _trainer_class(aggregation: str = "row-mean", sequence_parallel: bool = Fals
             if self._sequence_parallel:
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             labels = inputs.pop("labels")
-            outputs = model(**inputs)
-            losses, mask = sft_loss.token_losses(outputs.logits, labels)
+            losses, mask, outputs, tie = self._token_losses(model, inputs, labels)
             total, items = sft_loss.aggregate(losses, mask, rows, self._aggregation)
+            total = total + tie
             if model.training and num_items_in_batch is not None:
                 loss = sft_loss.step_loss(total, num_items_in_batch,
                                           self.accelerator.num_processes)
             else:  # evaluation: each batch on its own
                 loss = sft_loss.batch_loss(total, items)
             return (loss, outputs) if return_outputs else loss
+
+        def _token_losses(self, model, inputs, labels) -> tuple[Any, Any, Any, Any]:
+            """Per-target losses and trained mask (:mod:`drvenus.train.sft.loss`), the model's
+            outputs, and a zero that ties the outputs into the loss's graph (the chunked path
+            does not use its last-position logits; hooks that FSDP puts on the model's outputs
+            still run in the backward)."""
+            if self._chunk_tokens:
+                lm = sft_loss.causal_lm(self.accelerator.unwrap_model(model))
+                got = sft_loss.forward_hidden(model, inputs, lm, check=not self._head_checked)
+                if not isinstance(got, str):
+                    self._head_checked = True
+                    outputs, hidden, head, autocast = got
+                    losses, mask = sft_loss.chunked_token_losses(hidden, labels, head,
+                                                                 self._chunk_tokens, autocast)
+                    return losses, mask, outputs, outputs.logits.float().sum() * 0
+                log.warning("loss from the full logits (loss_chunk_tokens ignored): %s", got)
+                self._chunk_tokens = 0
+            outputs = model(**inputs)
+            losses, mask = sft_loss.token_losses(outputs.logits, labels)
+            return losses, mask, outputs, 0
 
         def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
             if "loss" in logs and self._since is not None:
@@ -426,11 +454,14 @@ def train(config: SFTConfig, *, callbacks: list[Any] | None = None) -> SFTResult
     model = load_model(config, precision)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     args = training_arguments(config, state.num_processes, precision, val_data is not None)
-    log.info("loss %s, AdamW betas (%s, %s), %s row order, gradient checkpointing %s",
-             config.loss_aggregation, config.adam_beta1, config.adam_beta2,
-             "shuffled" if config.shuffle else "file", _checkpointing_reason(config))
     sequence_parallel = sequence_parallel_settings(config) is not None
-    trainer = _trainer_class(config.loss_aggregation, sequence_parallel)(
+    chunks = (f"from the LM head {config.loss_chunk_tokens} trained tokens at a time"
+              if config.loss_chunk_tokens and not sequence_parallel else "from the full logits")
+    log.info("loss %s %s, AdamW betas (%s, %s), %s row order, gradient checkpointing %s",
+             config.loss_aggregation, chunks, config.adam_beta1, config.adam_beta2,
+             "shuffled" if config.shuffle else "file", _checkpointing_reason(config))
+    trainer = _trainer_class(config.loss_aggregation, sequence_parallel,
+                             config.loss_chunk_tokens)(
         model=model, args=args, train_dataset=train_data, eval_dataset=val_data,
         data_collator=collator(config, int(pad or 0)), processing_class=tokenizer,
         callbacks=callbacks,
