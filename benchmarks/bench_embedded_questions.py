@@ -207,6 +207,11 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
     # reranker)
     "neural-norerank": _ours_with("neural-norerank", span_reader="neural", span_rerank=0),
     "neural-rank3": _ours_with("neural-rank3", span_reader="neural", span_rank=3),
+    # a second search for the bridge the first found, when the reranker doubts the first
+    # search's best span (hop-guided) or always (hop-always), the answer chosen among both
+    # searches' best spans (drvenus.small.grammar.second_search, issue 41 item 3)
+    "hop-guided": _ours_with("hop-guided", second_hop="guided"),
+    "hop-always": _ours_with("hop-always", second_hop="always"),
 }
 
 

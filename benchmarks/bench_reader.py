@@ -23,7 +23,7 @@ setting), read from their two gold paragraphs and from all ten; top-1 F1 as well
 
 Usage: python benchmarks/bench_reader.py [--sets dev,test,hotpotqa]
        [--readers linear,neural,reranked] [--weights FILE.npz] [--limit N]
-       [--second-hop 1e9,5,8] [--decompose] [--out FILE.json]
+       [--second-hop 1e9,5,8] [--hops 1e9,-16,-1e9] [--decompose] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -125,6 +125,44 @@ def second_hop(rows: list[dict[str, Any]], first: list[list[str]], weights: Path
                 c[2] += 1
         for level, (h1, n2, n) in sorted(counts.items()):
             print(f"second search below {tau:g}: {level:10s} top-1 {interval(h1, n):24s} "
+                  f"searched twice {n2}/{n}", flush=True)
+
+
+def hops(rows: list[dict[str, Any]], first: list[list[str]],
+         thresholds: Sequence[float]) -> None:
+    """The shipped second hop (``second_hop``, :func:`drvenus.small.grammar.second_search`)
+    with the reader and the reranker: the bridge query made from the first results, searched,
+    the answer the reranker's best of both searches' best spans
+    (``RerankedReader.after_hops``); for each threshold, a second search only when the
+    reranker's score of the first search's best span is below it (1e9: always, -1e9: never,
+    the first search's best span then)."""
+    from drvenus.protocol.state import TurnState
+    from drvenus.small.grammar import levers_reader, second_search
+    from drvenus.small.levers import EMBEDDED_LEVERS
+
+    levers = EMBEDDED_LEVERS.but(second_hop="always")
+    reader = levers_reader(levers)
+    words = levers.max_span_words
+    firsts = [reader.ranked(r["question"], t, 5, words) for r, t in zip(rows, first, strict=True)]
+    queries = [second_search(TurnState(question=r["question"], texts=tuple(("read", x) for x in t),
+                                       queries=("first",)), levers) or r["question"]
+               for r, t in zip(rows, first, strict=True)]
+    second = asyncio.run(search_texts(queries))
+    after = [reader.after_hops(r["question"], a, b, words)
+             for r, a, b in zip(rows, first, second, strict=True)]
+    for tau in thresholds:
+        counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for r, one, two in zip(rows, firsts, after, strict=True):
+            sure = one[0][1] if one and one[0][1] is not None else -1e9
+            again = sure < tau
+            best = (two[0][0] if two else "") if again else (one[0][0].text if one else "")
+            for level in (r["level"], "all"):
+                c = counts[level]
+                c[0] += hit([best], r["answer"], 1)
+                c[1] += again
+                c[2] += 1
+        for level, (h1, n2, n) in sorted(counts.items()):
+            print(f"second hop below {tau:g}: {level:10s} top-1 {interval(h1, n):24s} "
                   f"searched twice {n2}/{n}", flush=True)
 
 
@@ -250,6 +288,9 @@ def main() -> None:
     ap.add_argument("--second-hop", default="",
                     help="thresholds (comma-separated) below which the neural reader's best "
                          "score makes a second search; 1e9: always")
+    ap.add_argument("--hops", default="",
+                    help="thresholds (comma-separated) below which the reranker's score of the "
+                         "first search's best span makes the shipped second hop; 1e9: always")
     ap.add_argument("--decompose", action="store_true",
                     help="also read each question one nested description at a time")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/out/reader.json")
@@ -271,6 +312,8 @@ def main() -> None:
             if args.second_hop:
                 second_hop(rows, settings["search"], args.weights,
                            [float(x) for x in args.second_hop.split(",")])
+            if args.hops:
+                hops(rows, settings["search"], [float(x) for x in args.hops.split(",")])
             if args.decompose:
                 decomposed(rows, settings["search"], args.weights)
         for name in args.readers.split(","):

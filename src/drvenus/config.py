@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     # the embedded agent's reranker (Gemma 3 270M orders the reader's best spans,
     # drvenus.small.rerank); None: the preset's (on)
     rerank: bool | None = None
+    # the embedded agent's second search, for the bridge its first found (drvenus.small
+    # .grammar.second_search); None: the preset's
+    second_hop: bool | None = None
     search: str = "local"
     visit: str | None = None
     serper_api_key: SecretStr | None = Field(

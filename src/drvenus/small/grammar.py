@@ -19,11 +19,14 @@ from drvenus.protocol.state import TurnState
 from drvenus.small.heavy import ranked_answers
 from drvenus.small.levers import Levers
 from drvenus.small.reader import SpanReader, span_reader
-from drvenus.small.rerank import RerankedReader, span_reranker
+from drvenus.small.rerank import RerankedReader, passage_of, span_reranker
 from drvenus.small.spans import (
     PLAIN_SHAPE,
+    AnswerShape,
     answer_shape,
+    bridge_query,
     focus_sentences,
+    full_name,
     question_query,
     question_words,
     span_sources,
@@ -41,11 +44,57 @@ def levers_reader(levers: Levers) -> SpanReader:
     return RerankedReader(reader, span_reranker(), levers.span_rerank)
 
 
-def answer_options(texts: Sequence[str], question: str, levers: Levers) -> dict[str, Any]:
+BRIDGE_TOP = 5  # the spans a bridge is chosen among
+# "guided": a second search when the reranker's log-probability of the first search's best
+# span is below this (chosen on natural dev: single-hop 70 of 159 as with one search, two-hop
+# 9 of 57 against 5; a second search for 29% of single-hop questions and 46% of two-hop ones)
+SECOND_HOP_BELOW = -16.0
+_NAME = AnswerShape(name=True)
+
+
+def second_search(state: TurnState, levers: Levers) -> str | None:
+    """The second search of ``second_hop``: the bridge the first search found, the best name
+    among the :data:`BRIDGE_TOP` spans the levers' reader ranks best in what was read (its best
+    span when none is a name), with the question's content words that
+    neither the span nor its passage holds (:func:`~drvenus.small.spans.bridge_query`); None
+    when nothing was read, for a yes/no or a which-of question, or, ``second_hop`` "guided",
+    when the reranker's log-probability of the best span is at least
+    :data:`SECOND_HOP_BELOW` (without the reranker, "guided" never searches again)."""
+    texts = span_sources(state)
+    if not state.read or not state.question:
+        return None
+    shape = answer_shape(state.question)
+    if shape.choices or shape.yes_no:  # the answer is one of the words the question holds
+        return None
+    reader = levers_reader(levers)
+    if isinstance(reader, RerankedReader):
+        ranked = reader.ranked(state.question, texts, BRIDGE_TOP, levers.max_span_words)
+        best = [span for span, _ in ranked]
+        sure = ranked[0][1] if ranked else None
+        if levers.second_hop == "guided" and sure is not None and sure >= SECOND_HOP_BELOW:
+            return None  # the reranker believes the first search's best span
+    elif levers.second_hop == "guided":
+        return None  # no reranker, no doubt to follow
+    else:
+        best = list(reader.rank(state.question, texts, BRIDGE_TOP, levers.max_span_words))
+    if not best:
+        return None
+    # the bridge is a thing with a name: the best name among the best spans ("Adriana
+    # Trigiani", not the year or the number the question asks for at its end)
+    bridge = next((b for b in best if _NAME.takes(b.text)), best[0])
+    return bridge_query(state.question, bridge.text, passage_of(bridge, texts),
+                        levers.call_chars) or None
+
+
+def answer_options(texts: Sequence[str], question: str, levers: Levers,
+                   first: int | None = None) -> dict[str, Any]:
     """The answer a span grammar admits, as :class:`~drvenus.protocol.grammar.GrammarOptions`
     fields: one of the choices a question names (or yes / no); for a plain "what" question
     (no answer shape), or any span question when the reader is the neural one, one of the
-    ``span_rank`` spans the reader ranks best, whole; else a span
+    ``span_rank`` spans the reader ranks best, whole (a surname as the full name the texts
+    write, for a "who" question: :func:`~drvenus.small.spans.full_name`); after a second
+    search (``first``: how many of ``texts`` the first search gave), the reranker's best of
+    both searches' best spans; else a span
     of ``texts`` without the question's words (``span_new_words``), of the shape asked
     (``span_shaped``), from the ``span_focus`` sentences that match the question most when one
     of them holds a span of that shape, else of anything read of that shape, else of anything
@@ -57,9 +106,15 @@ def answer_options(texts: Sequence[str], question: str, levers: Levers) -> dict[
     neural = levers.span_reader == "neural"
     if levers.span_rank and (neural or answer_shape(question).plain):
         reader = levers_reader(levers)
+        if first is not None and isinstance(reader, RerankedReader):  # after a second search
+            after = reader.after_hops(question, texts[:first], texts[first:], bound)
+            if after:
+                return {"answer_choices": tuple(dict.fromkeys(
+                    full_name(text, texts, question) for text, _ in after[:levers.span_rank]))}
         best = reader.rank(question, texts, levers.span_rank, max_words=bound)
-        if best:
-            return {"answer_choices": tuple(b.text for b in best)}
+        if best:  # a surname alone as the full name the texts give ("Joseph Conrad")
+            return {"answer_choices": tuple(dict.fromkeys(
+                full_name(b.text, texts, question) for b in best))}
     exclude = question_words(question) if levers.span_new_words else frozenset()
 
     def shaped(sources: Sequence[str]) -> list[tuple[str, ...]]:
@@ -87,6 +142,15 @@ def turn_grammar(kind: str, state: TurnState, levers: Levers,
         query = question_query(state.question)
         if query:  # the first search asks the question's own words
             options["search_query"] = query
+    hops = levers.second_hop != "off" and not state.answers
+    if hops and len(state.queries) == 1 and allow_call and "search" in tools:
+        query = second_search(state, levers)
+        if query:  # the second search asks for the bridge; nothing else, no thought
+            options["search_query"] = query
+            options["max_think_chars"] = levers.forced_think_chars
+            tools, allow_answer = ("search",), False
+    elif hops and len(state.queries) >= 2 and allow_answer:
+        allow_call = False  # two searches made: the answer
     if levers.calls_grounded and allow_call:
         options["used_queries"] = state.queries
         if state.results:
@@ -99,7 +163,8 @@ def turn_grammar(kind: str, state: TurnState, levers: Levers,
         options["answer_choices"] = ranked_answers(state, levers)
     elif levers.span_answers and allow_answer:
         texts = span_sources(state, thinking=levers.span_thinking)
-        options.update(answer_options(texts, state.question, levers))
+        first = 1 if hops and len(state.queries) >= 2 and len(state.read) >= 2 else None
+        options.update(answer_options(texts, state.question, levers, first))
     return protocol_grammar(prefilled_think, allow_tool_call=allow_call,
                             allow_answer=allow_answer, tools=tools or ("search",), **options)
 
@@ -129,4 +194,4 @@ def grammar_for_kind(kind: str, prefilled_think: bool = False,
 
 
 __all__ = ["GrammarBuilder", "answer_options", "grammar_for_kind", "levers_reader",
-           "turn_grammar"]
+           "second_search", "turn_grammar"]

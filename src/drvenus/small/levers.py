@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Literal, get_args
 
 from drvenus.small.reader import READERS, ReaderName
 from drvenus.small.rerank import RERANK_TOP
 
 DEFAULT_SPAN_WORDS = 8  # words of a span answer when span_words is not set
+SecondHop = Literal["off", "guided", "always"]
+SECOND_HOPS: tuple[str, ...] = get_args(SecondHop)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,11 @@ class Levers:
     reorders the reader's K best spans (:mod:`drvenus.small.rerank`).
 
     Calls: ``first_search_question``: the first search asks the question's own content words;
+    ``second_hop``: "always" or "guided" (when the reranker doubts the first search's best
+    span; never without the reranker), the second search asks for the bridge the first found
+    (the reader's best name, with the question's words its passage lacks), and the answer
+    follows it, chosen among both searches' best spans
+    (:func:`drvenus.small.grammar.second_search`);
     ``calls_grounded``: a visit opens a result read so far and a search never repeats a query.
     """
 
@@ -64,9 +71,13 @@ class Levers:
     span_reader: ReaderName = "linear"
     span_rerank: int = 0
     first_search_question: bool = False
+    second_hop: SecondHop = "off"
     calls_grounded: bool = False
 
     def __post_init__(self) -> None:
+        if self.second_hop not in SECOND_HOPS:
+            raise ValueError(f"unknown second_hop {self.second_hop!r}; choose from "
+                             + ", ".join(SECOND_HOPS))
         if self.span_reader not in READERS:
             raise ValueError(f"unknown span reader {self.span_reader!r}; choose from "
                              + ", ".join(READERS))
@@ -148,6 +159,9 @@ EMBEDDED_LEVERS = Levers(
     span_reader="neural",
     # Gemma 3 270M chooses among the reader's five best spans (issue 41, drvenus.small.rerank)
     span_rerank=RERANK_TOP,
+    # a second search for the bridge the first found when the reranker doubts the first
+    # search's best span, the answer chosen among both searches' best spans (issue 41)
+    second_hop="guided",
 )
 
-__all__ = ["DEFAULT_SPAN_WORDS", "EMBEDDED_LEVERS", "Levers"]
+__all__ = ["DEFAULT_SPAN_WORDS", "EMBEDDED_LEVERS", "SECOND_HOPS", "Levers", "SecondHop"]

@@ -54,6 +54,8 @@ def embedded_levers(settings: Settings | None = None) -> Levers:
         levers = levers.but(span_reader=settings.reader)
     if settings is not None and (settings.rerank is False or levers.span_reader == "linear"):
         levers = levers.but(span_rerank=0)
+    if settings is not None and settings.second_hop is not None:
+        levers = levers.but(second_hop="guided" if settings.second_hop else "off")
     return levers
 
 

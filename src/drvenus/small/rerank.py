@@ -207,26 +207,63 @@ class SpanReranker:
 
 class RerankedReader:
     """A :class:`~drvenus.small.reader.SpanReader` whose best ``top`` spans the reranker
-    orders (the rest keep the reader's order)."""
+    orders (the rest keep the reader's order). The last few rankings are kept, so that the
+    turn that searches again and the turn that answers read the first search once."""
+
+    KEEP = 8  # rankings kept
 
     def __init__(self, reader: SpanReader, reranker: SpanReranker, top: int = RERANK_TOP) -> None:
         self.reader = reader
         self.reranker = reranker
         self.top = top
+        self._kept: dict[tuple[Any, ...], list[tuple[ScoredSpan, float | None]]] = {}
+        self._guard = threading.Lock()  # the kept rankings (runs share one reader)
+
+    def ranked(self, question: str, texts: Sequence[str], k: int = 10,
+               max_words: int = MAX_SPAN_WORDS) -> list[tuple[ScoredSpan, float | None]]:
+        """The ranking with each span's reranker score (None below the reranked top)."""
+        key = (question, tuple(texts), k, max_words)
+        with self._guard:
+            kept = self._kept.get(key)
+        if kept is None:
+            spans = list(self.reader.rank(question, texts, max(k, self.top), max_words))
+            head, tail = spans[: self.top], spans[self.top :]
+            scored: list[tuple[ScoredSpan, float | None]] = [(s, None) for s in head]
+            if len(head) > 1:
+                from drvenus.small.neural import passages
+                parts = passages(texts)  # split once for the spans
+                scores = self.reranker.scores(question, [s.text for s in head],
+                                              [passage_of(s, texts, parts) for s in head])
+                order = sorted(range(len(head)), key=lambda i: -scores[i])  # ties: reader's
+                scored = [(head[i], scores[i]) for i in order]
+            kept = (scored + [(s, None) for s in tail])[:k]
+            with self._guard:
+                self._kept[key] = kept
+                while len(self._kept) > self.KEEP:
+                    self._kept.pop(next(iter(self._kept)))
+        return kept
 
     def rank(self, question: str, texts: Sequence[str], k: int = 10,
              max_words: int = MAX_SPAN_WORDS) -> list[ScoredSpan]:
-        spans = list(self.reader.rank(question, texts, max(k, self.top), max_words))
-        head, tail = spans[: self.top], spans[self.top :]
-        if len(head) > 1:
-            from drvenus.small.neural import passages
+        return [span for span, _ in self.ranked(question, texts, k, max_words)]
 
-            parts = passages(texts)  # split once for the spans
-            scores = self.reranker.scores(question, [s.text for s in head],
-                                          [passage_of(s, texts, parts) for s in head])
-            order = sorted(range(len(head)), key=lambda i: -scores[i])  # ties: reader's order
-            head = [head[i] for i in order]
-        return (head + tail)[:k]
+    def after_hops(self, question: str, first: Sequence[str], second: Sequence[str],
+                   max_words: int = MAX_SPAN_WORDS) -> list[tuple[str, float]]:
+        """The answers after a second search, best first, with their reranker scores: the
+        reader's best ``top`` spans of each search's texts, scored together, read with the
+        passage of the first search's best span and those of the second's spans."""
+        from drvenus.small.neural import passages
+        before = self.ranked(question, first, self.top, max_words)
+        after = list(self.reader.rank(question, second, self.top, max_words))
+        answers = list(dict.fromkeys([s.text for s, _ in before] + [s.text for s in after]))
+        if not answers:
+            return []
+        parts = passages(second)
+        read = [passage_of(before[0][0], first)] if before else []
+        read += [passage_of(s, second, parts) for s in after]
+        scores = self.reranker.scores(question, answers, read)
+        order = sorted(range(len(answers)), key=lambda i: -scores[i])
+        return [(answers[i], scores[i]) for i in order]
 
 
 @cache

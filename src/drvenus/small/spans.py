@@ -333,6 +333,47 @@ def _shape(text: str) -> AnswerShape:
     return PLAIN_SHAPE
 
 
+# -- a person's full name -------------------------------------------------------------------
+
+_ASKS_PERSON = re.compile(r"^\W*(?:who|whom)\b", re.IGNORECASE)
+# capitalised words that start a sentence or a title rather than a name ("The", "In", "By")
+_NOT_GIVEN_NAMES = frozenset(
+    """The A An In On At By Of For From With And Or But As To His Her Its Their This That
+    These Those It He She They When Where While After Before During Since Under Over
+    Composer Painter Author Writer Poet Novelist Artist Director Sir Saint St""".split())
+_NAME_WORD = r"[A-Z\u00C0-\u00DE][\w\u00C0-\u024F'\u2019-]*"
+FULL_NAME_WORDS = 4  # words of a full name, at most
+
+
+def full_name(span: str, texts: Sequence[str], question: str) -> str:
+    """For a "who" question, ``span`` as the full name the texts give it: a surname alone
+    ("Conrad", "Mozart") becomes the longest name of at most :data:`FULL_NAME_WORDS`
+    capitalised words that ends with it and that the texts write most often, a name counted in
+    every longer one that ends with it ("Joseph Conrad", "Wolfgang Amadeus Mozart" and not
+    "Vienna Wolfgang Amadeus Mozart"); ``span`` unchanged for any other question, for a span that is
+    not one or two capitalised words, or when the texts never write it after a given name."""
+    words = span.split()
+    if not _ASKS_PERSON.match(question) or not 1 <= len(words) <= 2 \
+            or not all(w[:1].isupper() and w.isalpha() for w in words) \
+            or _demonym(words[0]):
+        return span
+    lead = rf"((?:{_NAME_WORD}\s+){{1,{FULL_NAME_WORDS - len(words)}}})"
+    pattern = re.compile(rf"(?<![\w\u00C0-\u024F]){lead}{re.escape(span)}(?![\w\u00C0-\u024F])")
+    counts: dict[str, int] = {}
+    for text in texts:
+        for match in pattern.finditer(text):
+            given = match.group(1).split()
+            while given and given[0] in _NOT_GIVEN_NAMES:
+                given = given[1:]
+            if given and not any(_demonym(g) or g in _NOT_GIVEN_NAMES for g in given):
+                for i in range(len(given)):  # "Vienna Wolfgang Amadeus" counts its tails too
+                    name = " ".join([*given[i:], *words])
+                    counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return span
+    return max(counts, key=lambda n: (counts[n], len(n.split())))
+
+
 # -- the first search ------------------------------------------------------------------------
 
 # Words that locate nothing in a search index: question words, articles, prepositions, pronouns
@@ -366,13 +407,31 @@ def question_query(question: str, limit: int = QUESTION_QUERY_CHARS) -> str:
     return text[:1].upper() + text[1:]
 
 
+def bridge_query(question: str, bridge: str, passage: str, limit: int = 60) -> str:
+    """The second search of a two-hop question: the bridge the first search found (the
+    reader's best span: "Venezuela" for "the capital of the country that holds most of the
+    Orinoco's basin") and the question's content words that neither the bridge nor its
+    passage holds ("capital"), at most ``limit`` characters (whole words, the bridge first),
+    the first letter a capital, in the plain-query alphabet."""
+    have = _stems(passage) | _stems(bridge)
+    words = [w for w in question_query(question).split() if not _stems(w) & have]
+    text = " ".join(_NOT_QUERY_CHARS.sub(" ", bridge).split())[:limit]
+    for word in words:
+        if len(text) + 1 + len(word) > limit:
+            break
+        text = f"{text} {word}" if text else word
+    return text[:1].upper() + text[1:]
+
+
 __all__ = [
     "PLAIN_SHAPE",
     "AnswerShape",
     "answer_shape",
+    "bridge_query",
     "clause_words",
     "clean_word",
     "focus_sentences",
+    "full_name",
     "QUESTION_QUERY_CHARS",
     "question_query",
     "question_words",
