@@ -698,6 +698,7 @@ FULL_NAME_TEXTS = [
     "Conrad. In Conrad's story, Marlow travels up the Congo. Conrad wrote it in 1899.",
     "The Marriage of Figaro\nAn opera buffa by Wolfgang Amadeus Mozart. Leopold Mozart, his "
     "father, wrote a violin method; in Vienna Wolfgang Amadeus Mozart met Da Ponte.",
+    "Eenasul Fateh\nEenasul Fateh, also known by his stage name Aladin, is a consultant.",
 ]
 
 
@@ -713,6 +714,9 @@ FULL_NAME_TEXTS = [
         ("Who wrote the novel?", "Polish-English", "Polish-English"),  # a nationality
         ("Who wrote the novel?", "Darkness", "Darkness"),  # "of" is no given name
         ("Who wrote it in 1899?", "1899", "1899"),
+        # a title line above a sentence that starts with the name is no longer name
+        ("Who was known as Aladin?", "Eenasul Fateh", "Eenasul Fateh"),
+        ("Who was known as Aladin?", "Fateh", "Eenasul Fateh"),
     ],
 )
 def test_a_surname_becomes_the_full_name_the_texts_write(question, span, full):

@@ -357,7 +357,9 @@ def full_name(span: str, texts: Sequence[str], question: str) -> str:
             or not all(w[:1].isupper() and w.isalpha() for w in words) \
             or _demonym(words[0]):
         return span
-    lead = rf"((?:{_NAME_WORD}\s+){{1,{FULL_NAME_WORDS - len(words)}}})"
+    # the given names on the same line, blanks between ("Dracula\nBram Stoker ..." is a title
+    # line and a sentence, not one name)
+    lead = rf"((?:{_NAME_WORD}[ \t]+){{1,{FULL_NAME_WORDS - len(words)}}})"
     pattern = re.compile(rf"(?<![\w\u00C0-\u024F]){lead}{re.escape(span)}(?![\w\u00C0-\u024F])")
     counts: dict[str, int] = {}
     for text in texts:
@@ -365,7 +367,8 @@ def full_name(span: str, texts: Sequence[str], question: str) -> str:
             given = match.group(1).split()
             while given and given[0] in _NOT_GIVEN_NAMES:
                 given = given[1:]
-            if given and not any(_demonym(g) or g in _NOT_GIVEN_NAMES for g in given):
+            if given and not any(_demonym(g) or g in _NOT_GIVEN_NAMES or g in words
+                                 for g in given):
                 for i in range(len(given)):  # "Vienna Wolfgang Amadeus" counts its tails too
                     name = " ".join([*given[i:], *words])
                     counts[name] = counts.get(name, 0) + 1
