@@ -210,8 +210,8 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
     # a second search for the bridge the first found, when the reranker doubts the first
     # search's best span (hop-guided) or always (hop-always), the answer chosen among both
     # searches' best spans (drvenus.small.grammar.second_search, issue 41 item 3)
-    "hop-guided": _ours_with("hop-guided", second_hop="guided"),
-    "hop-always": _ours_with("hop-always", second_hop="always"),
+    "hop-guided": _ours_with("hop-guided", bridge_search="guided"),
+    "hop-always": _ours_with("hop-always", bridge_search="always"),
 }
 
 

@@ -130,7 +130,7 @@ def second_hop(rows: list[dict[str, Any]], first: list[list[str]], weights: Path
 
 def hops(rows: list[dict[str, Any]], first: list[list[str]],
          thresholds: Sequence[float]) -> None:
-    """The shipped second hop (``second_hop``, :func:`drvenus.small.grammar.second_search`)
+    """The shipped second hop (``bridge_search``, :func:`drvenus.small.grammar.second_search`)
     with the reader and the reranker: the bridge query made from the first results, searched,
     the answer the reranker's best of both searches' best spans
     (``RerankedReader.after_hops``); for each threshold, a second search only when the
@@ -140,7 +140,7 @@ def hops(rows: list[dict[str, Any]], first: list[list[str]],
     from drvenus.small.grammar import levers_reader, second_search
     from drvenus.small.levers import EMBEDDED_LEVERS
 
-    levers = EMBEDDED_LEVERS.but(second_hop="always")
+    levers = EMBEDDED_LEVERS.but(bridge_search="always")
     reader = levers_reader(levers)
     words = levers.max_span_words
     firsts = [reader.ranked(r["question"], t, 5, words) for r, t in zip(rows, first, strict=True)]

@@ -325,8 +325,8 @@ def test_grammar_options_validated():
         LINEAR_LEVERS.but(answer_spans_rank=1)  # a typo (an old name) fails at once
     with pytest.raises(ValueError, match="span reader"):
         LINEAR_LEVERS.but(span_reader="bert")
-    with pytest.raises(ValueError, match="second_hop"):
-        LINEAR_LEVERS.but(second_hop=True)  # a mode, not a flag
+    with pytest.raises(ValueError, match="bridge_search"):
+        LINEAR_LEVERS.but(bridge_search=True)  # a mode, not a flag
 
 
 # -- span answers: grounded, and never glued ----------------------------------------------------
@@ -760,11 +760,11 @@ def _search_body(title: str, snippet: str) -> str:
 
 
 def test_the_second_hop_searches_for_the_bridge_then_answers():
-    """With ``second_hop``, the turn after the first search is a search for the bridge (the
+    """With ``bridge_search``, the turn after the first search is a search for the bridge (the
     reader's best span and the question's words its passage lacks), with no thought and no
     answer; after the second search the turn is an answer; a yes/no question is not made to
     search again."""
-    levers = LINEAR_LEVERS.but(second_hop="always")
+    levers = LINEAR_LEVERS.but(bridge_search="always")
     question = "In which city was the novelist who wrote Dracula born?"
     first = _search_body("Dracula", "Dracula is an 1897 Gothic horror novel by Bram Stoker.")
     messages = _searched(question, first)

@@ -138,9 +138,9 @@ def test_the_preset_reranks_the_neural_readers_five_best_unless_told_not_to() ->
     assert preset.embedded_levers(Settings(rerank=False)).span_rerank == 0
     assert preset.embedded_levers(Settings(reader="linear")).span_rerank == 0
     # --second-hop / --no-second-hop (DRVENUS_SECOND_HOP): the guided second search, or none
-    assert preset.embedded_levers(Settings(second_hop=True)).second_hop == "guided"
-    assert preset.embedded_levers(Settings(second_hop=False)).second_hop == "off"
-    assert preset.embedded_levers(Settings()).second_hop == EMBEDDED_LEVERS.second_hop
+    assert preset.embedded_levers(Settings(second_hop=True)).bridge_search == "guided"
+    assert preset.embedded_levers(Settings(second_hop=False)).bridge_search == "off"
+    assert preset.embedded_levers(Settings()).bridge_search == EMBEDDED_LEVERS.bridge_search
     assert Levers().span_rerank == 0
     with pytest.raises(ValueError, match="span_rerank"):
         Levers(span_rerank=-1)
@@ -232,14 +232,14 @@ def test_a_guided_second_search_follows_the_rerankers_doubt(monkeypatch) -> None
     state = TurnState.of(messages)
     spans = [ReadSpan(n, 5.0 - i, 0, 0) for i, n in enumerate(["1897", "Bram Stoker"])]
     monkeypatch.setattr(grammar, "span_reader", lambda name: Fixed(spans))
-    levers = EMBEDDED_LEVERS.but(second_hop="guided")
+    levers = EMBEDDED_LEVERS.but(bridge_search="guided")
     for best, query in ((grammar.SECOND_HOP_BELOW, None),
                         (grammar.SECOND_HOP_BELOW - 1, "Bram Stoker Year born")):
         table = {"1897": best, "Bram Stoker": best - 5}
         monkeypatch.setattr(grammar, "span_reranker", lambda table=table: Scripted(table))
         assert grammar.second_search(state, levers) == query
     monkeypatch.setattr(grammar, "span_reranker", lambda: Scripted({"1897": 0.0}))
-    assert grammar.second_search(state, levers.but(second_hop="always")) == "Bram Stoker Year born"
+    assert grammar.second_search(state, levers.but(bridge_search="always")) == "Bram Stoker Year born"
 
 
 def test_the_real_reranker_answers_after_the_second_search(reranker: SpanReranker) -> None:

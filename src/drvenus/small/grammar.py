@@ -53,11 +53,11 @@ _NAME = AnswerShape(name=True)
 
 
 def second_search(state: TurnState, levers: Levers) -> str | None:
-    """The second search of ``second_hop``: the bridge the first search found, the best name
+    """The second search of ``bridge_search``: the bridge the first search found, the best name
     among the :data:`BRIDGE_TOP` spans the levers' reader ranks best in what was read (its best
     span when none is a name), with the question's content words that
     neither the span nor its passage holds (:func:`~drvenus.small.spans.bridge_query`); None
-    when nothing was read, for a yes/no or a which-of question, or, ``second_hop`` "guided",
+    when nothing was read, for a yes/no or a which-of question, or, ``bridge_search`` "guided",
     when the reranker's log-probability of the best span is at least
     :data:`SECOND_HOP_BELOW` (without the reranker, "guided" never searches again)."""
     texts = span_sources(state)
@@ -71,9 +71,9 @@ def second_search(state: TurnState, levers: Levers) -> str | None:
         ranked = reader.ranked(state.question, texts, BRIDGE_TOP, levers.max_span_words)
         best = [span for span, _ in ranked]
         sure = ranked[0][1] if ranked else None
-        if levers.second_hop == "guided" and sure is not None and sure >= SECOND_HOP_BELOW:
+        if levers.bridge_search == "guided" and sure is not None and sure >= SECOND_HOP_BELOW:
             return None  # the reranker believes the first search's best span
-    elif levers.second_hop == "guided":
+    elif levers.bridge_search == "guided":
         return None  # no reranker, no doubt to follow
     else:
         best = list(reader.rank(state.question, texts, BRIDGE_TOP, levers.max_span_words))
@@ -142,7 +142,7 @@ def turn_grammar(kind: str, state: TurnState, levers: Levers,
         query = question_query(state.question)
         if query:  # the first search asks the question's own words
             options["search_query"] = query
-    hops = levers.second_hop != "off" and not state.answers
+    hops = levers.bridge_search != "off" and not state.answers
     if hops and len(state.queries) == 1 and allow_call and "search" in tools:
         query = second_search(state, levers)
         if query:  # the second search asks for the bridge; nothing else, no thought

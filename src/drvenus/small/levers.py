@@ -43,7 +43,7 @@ class Levers:
     reorders the reader's K best spans (:mod:`drvenus.small.rerank`).
 
     Calls: ``first_search_question``: the first search asks the question's own content words;
-    ``second_hop``: "always" or "guided" (when the reranker doubts the first search's best
+    ``bridge_search``: "always" or "guided" (when the reranker doubts the first search's best
     span; never without the reranker), the second search asks for the bridge the first found
     (the reader's best name, with the question's words its passage lacks), and the answer
     follows it, chosen among both searches' best spans
@@ -71,12 +71,12 @@ class Levers:
     span_reader: ReaderName = "linear"
     span_rerank: int = 0
     first_search_question: bool = False
-    second_hop: SecondHop = "off"
+    bridge_search: SecondHop = "off"
     calls_grounded: bool = False
 
     def __post_init__(self) -> None:
-        if self.second_hop not in SECOND_HOPS:
-            raise ValueError(f"unknown second_hop {self.second_hop!r}; choose from "
+        if self.bridge_search not in SECOND_HOPS:
+            raise ValueError(f"unknown bridge_search {self.bridge_search!r}; choose from "
                              + ", ".join(SECOND_HOPS))
         if self.span_reader not in READERS:
             raise ValueError(f"unknown span reader {self.span_reader!r}; choose from "
@@ -161,7 +161,7 @@ EMBEDDED_LEVERS = Levers(
     span_rerank=RERANK_TOP,
     # a second search for the bridge the first found when the reranker doubts the first
     # search's best span, the answer chosen among both searches' best spans (issue 41)
-    second_hop="guided",
+    bridge_search="guided",
 )
 
 __all__ = ["DEFAULT_SPAN_WORDS", "EMBEDDED_LEVERS", "SECOND_HOPS", "Levers", "SecondHop"]

@@ -55,7 +55,7 @@ def embedded_levers(settings: Settings | None = None) -> Levers:
     if settings is not None and (settings.rerank is False or levers.span_reader == "linear"):
         levers = levers.but(span_rerank=0)
     if settings is not None and settings.second_hop is not None:
-        levers = levers.but(second_hop="guided" if settings.second_hop else "off")
+        levers = levers.but(bridge_search="guided" if settings.second_hop else "off")
     return levers
 
 

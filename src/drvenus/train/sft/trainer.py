@@ -172,6 +172,31 @@ def build_data(config: SFTConfig, tokenizer: Any) -> tuple[SFTData, SFTData | No
 # --------------------------------------------------------------------------- trainer
 
 
+def _trainer_token_losses(self: Any, model: Any, inputs: Any,
+                          labels: Any) -> tuple[Any, Any, Any, Any]:
+    """Per-target losses and trained mask (:mod:`drvenus.train.sft.loss`), the model's
+    outputs, and a zero that ties the outputs into the loss's graph (the chunked path
+    does not use its last-position logits; hooks that FSDP puts on the model's outputs
+    still run in the backward). The ``_token_losses`` method of :func:`_trainer_class`'s
+    Trainer."""
+    from drvenus.train.sft import loss as sft_loss
+
+    if self._chunk_tokens:
+        lm = sft_loss.causal_lm(self.accelerator.unwrap_model(model))
+        got = sft_loss.forward_hidden(model, inputs, lm, check=not self._head_checked)
+        if not isinstance(got, str):
+            self._head_checked = True
+            outputs, hidden, head, autocast = got
+            losses, mask = sft_loss.chunked_token_losses(hidden, labels, head,
+                                                         self._chunk_tokens, autocast)
+            return losses, mask, outputs, outputs.logits.float().sum() * 0
+        log.warning("loss from the full logits (loss_chunk_tokens ignored): %s", got)
+        self._chunk_tokens = 0
+    outputs = model(**inputs)
+    losses, mask = sft_loss.token_losses(outputs.logits, labels)
+    return losses, mask, outputs, 0
+
+
 def _trainer_class(aggregation: str = "row-mean", sequence_parallel: bool = False,
                    chunk_tokens: int | None = LOSS_CHUNK_TOKENS) -> type:
     """A ``Trainer`` with our loss (``aggregation``, see :mod:`drvenus.train.sft.loss`), weight
@@ -232,25 +257,7 @@ def _trainer_class(aggregation: str = "row-mean", sequence_parallel: bool = Fals
                 loss = sft_loss.batch_loss(total, items)
             return (loss, outputs) if return_outputs else loss
 
-        def _token_losses(self, model, inputs, labels) -> tuple[Any, Any, Any, Any]:
-            """Per-target losses and trained mask (:mod:`drvenus.train.sft.loss`), the model's
-            outputs, and a zero that ties the outputs into the loss's graph (the chunked path
-            does not use its last-position logits; hooks that FSDP puts on the model's outputs
-            still run in the backward)."""
-            if self._chunk_tokens:
-                lm = sft_loss.causal_lm(self.accelerator.unwrap_model(model))
-                got = sft_loss.forward_hidden(model, inputs, lm, check=not self._head_checked)
-                if not isinstance(got, str):
-                    self._head_checked = True
-                    outputs, hidden, head, autocast = got
-                    losses, mask = sft_loss.chunked_token_losses(hidden, labels, head,
-                                                                 self._chunk_tokens, autocast)
-                    return losses, mask, outputs, outputs.logits.float().sum() * 0
-                log.warning("loss from the full logits (loss_chunk_tokens ignored): %s", got)
-                self._chunk_tokens = 0
-            outputs = model(**inputs)
-            losses, mask = sft_loss.token_losses(outputs.logits, labels)
-            return losses, mask, outputs, 0
+        _token_losses = _trainer_token_losses
 
         def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
             if "loss" in logs and self._since is not None:
