@@ -64,7 +64,7 @@ def _segments(draw_flags: list[bool], pad: int) -> list[int]:
     return rows[:len(rows) - pad] + [-1] * pad if pad else rows
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_chunked_losses_and_gradients_equal_the_full_logits_for_any_mask(data):
     """Hidden states [B, T, H] and an LM head (soft-capped or not), in float64: the chunked
