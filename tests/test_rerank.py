@@ -211,6 +211,28 @@ def test_after_a_second_search_the_answer_is_chosen_among_both_searches_best_spa
     assert passages[0] == first[0] and passages[1:] == [second[0], second[0]]
 
 
+def test_a_shorter_ranking_of_the_same_texts_reuses_the_kept_one() -> None:
+    """The turn that decides on a second search ranks five spans; the answer turn asks for
+    one: the reranker scores the texts once, and the orders agree."""
+    texts = ["Dracula is an 1897 Gothic horror novel by Irish author Bram Stoker."]
+
+    class ByText:
+        def rank(self, question: str, texts: Sequence[str], k: int = 10,
+                 max_words: int = 8) -> list[ReadSpan]:
+            names = ["1897", "Bram Stoker", "Irish"]
+            return [ReadSpan(n, 5.0 - i, 0, texts[0].find(n)) for i, n in enumerate(names)][:k]
+
+    scripted = Scripted({"Bram Stoker": -2.0, "1897": -9.0, "Irish": -4.0})
+    reader = RerankedReader(ByText(), scripted, top=5)  # type: ignore[arg-type]
+    question = "Who wrote Dracula?"
+    five = reader.ranked(question, texts, 5)
+    assert [s.text for s in reader.rank(question, texts, 1)] == ["Bram Stoker"]
+    assert reader.ranked(question, texts, 2) == five[:2]
+    assert len(scripted.calls) == 1
+    reader.ranked("Who was Dracula's author?", texts, 1)  # another question: scored anew
+    assert len(scripted.calls) == 2
+
+
 def test_a_guided_second_search_follows_the_rerankers_doubt(monkeypatch) -> None:
     """"guided" searches again only when the reranker's score of the first search's best span
     is below the bound, and then for the best name among the best spans."""
@@ -235,9 +257,14 @@ def test_a_guided_second_search_follows_the_rerankers_doubt(monkeypatch) -> None
     levers = EMBEDDED_LEVERS.but(bridge_search="guided")
     for best, query in ((grammar.SECOND_HOP_BELOW, None),
                         (grammar.SECOND_HOP_BELOW - 1, "Bram Stoker Year born")):
-        table = {"1897": best, "Bram Stoker": best - 5}
-        monkeypatch.setattr(grammar, "span_reranker", lambda table=table: Scripted(table))
+        scripted = Scripted({"1897": best, "Bram Stoker": best - 5})
+        monkeypatch.setattr(grammar, "span_reranker", lambda scripted=scripted: scripted)
         assert grammar.second_search(state, levers) == query
+        if query is None:  # the answer turn reads the ranking the turn before made
+            texts = grammar.span_sources(state)
+            assert grammar.answer_options(texts, state.question, levers) == {
+                "answer_choices": ("1897",)}
+            assert len(scripted.calls) == 1
     monkeypatch.setattr(grammar, "span_reranker", lambda: Scripted({"1897": 0.0}))
     assert grammar.second_search(state, levers.but(bridge_search="always")) == "Bram Stoker Year born"
 

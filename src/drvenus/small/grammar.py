@@ -12,14 +12,15 @@ answers (:mod:`drvenus.small.heavy`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from drvenus.protocol.grammar import protocol_grammar, turn_kinds
 from drvenus.protocol.state import TurnState
 from drvenus.small.heavy import ranked_answers
 from drvenus.small.levers import Levers
-from drvenus.small.reader import SpanReader, span_reader
-from drvenus.small.rerank import RerankedReader, passage_of, span_reranker
+from drvenus.small.reader import ReaderName, SpanReader, span_reader
+from drvenus.small.rerank import RerankedReader, SpanReranker, passage_of, span_reranker
 from drvenus.small.spans import (
     PLAIN_SHAPE,
     AnswerShape,
@@ -37,11 +38,16 @@ from drvenus.small.spans import (
 
 def levers_reader(levers: Levers) -> SpanReader:
     """The levers' reader (``span_reader``), its best ``span_rerank`` spans reordered by the
-    reranker when that lever is on."""
-    reader = span_reader(levers.span_reader)
+    reranker when that lever is on: one reranked reader per reader and depth, so that its kept
+    rankings serve the turns that follow (the first search is reranked once a run)."""
     if not levers.span_rerank:
-        return reader
-    return RerankedReader(reader, span_reranker(), levers.span_rerank)
+        return span_reader(levers.span_reader)
+    return _reranked(levers.span_reader, span_reranker(), levers.span_rerank)
+
+
+@lru_cache(maxsize=8)
+def _reranked(name: ReaderName, reranker: SpanReranker, top: int) -> RerankedReader:
+    return RerankedReader(span_reader(name), reranker, top)
 
 
 BRIDGE_TOP = 5  # the spans a bridge is chosen among

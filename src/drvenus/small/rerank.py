@@ -216,17 +216,19 @@ class RerankedReader:
         self.reader = reader
         self.reranker = reranker
         self.top = top
-        self._kept: dict[tuple[Any, ...], list[tuple[ScoredSpan, float | None]]] = {}
+        self._kept: dict[tuple[Any, ...], tuple[int, list[tuple[ScoredSpan, float | None]]]] = {}
         self._guard = threading.Lock()  # the kept rankings (runs share one reader)
 
     def ranked(self, question: str, texts: Sequence[str], k: int = 10,
                max_words: int = MAX_SPAN_WORDS) -> list[tuple[ScoredSpan, float | None]]:
         """The ranking with each span's reranker score (None below the reranked top)."""
-        key = (question, tuple(texts), k, max_words)
+        key = (question, tuple(texts), max_words)  # any k: the longest ranking is kept
         with self._guard:
-            kept = self._kept.get(key)
+            found = self._kept.get(key)
+        kept = found[1] if found is not None and found[0] >= k else None
         if kept is None:
-            spans = list(self.reader.rank(question, texts, max(k, self.top), max_words))
+            depth = max(k, self.top)
+            spans = list(self.reader.rank(question, texts, depth, max_words))
             head, tail = spans[: self.top], spans[self.top :]
             scored: list[tuple[ScoredSpan, float | None]] = [(s, None) for s in head]
             if len(head) > 1:
@@ -236,12 +238,12 @@ class RerankedReader:
                                               [passage_of(s, texts, parts) for s in head])
                 order = sorted(range(len(head)), key=lambda i: -scores[i])  # ties: reader's
                 scored = [(head[i], scores[i]) for i in order]
-            kept = (scored + [(s, None) for s in tail])[:k]
+            kept = scored + [(s, None) for s in tail]
             with self._guard:
-                self._kept[key] = kept
+                self._kept[key] = (depth, kept)
                 while len(self._kept) > self.KEEP:
                     self._kept.pop(next(iter(self._kept)))
-        return kept
+        return kept[:k]
 
     def rank(self, question: str, texts: Sequence[str], k: int = 10,
              max_words: int = MAX_SPAN_WORDS) -> list[ScoredSpan]:
