@@ -36,6 +36,7 @@ from drvenus.small.spans import (
     focus_sentences,
     full_name,
     span_sources,
+    with_unit,
 )
 from gbnf import Grammar
 
@@ -739,6 +740,52 @@ def test_a_full_name_ends_with_the_span_and_is_written_in_the_texts(span, texts,
         assert full.endswith(" " + span) and len(full.split()) <= 4
         assert any(full in text for text in texts)
         assert full.split()[0] not in ("The", "In", "Polish")
+
+
+MEASURE_TEXTS = [
+    "A singles luge sled weighs 21–25 kg (46–55 lb); a doubles sled 25–30 kg.",
+    "The Stone Age lasted roughly 3.4 million years. About 25% of the tools were flint.",
+    "Its winds reach 480 kilometers per hour; the plateau covers 105,000 km2 (41,000 sq mi).",
+    "Nervous tissue appeared 550 to 600 million years ago. Lake Baikal is 1,642 metres deep.",
+]
+
+
+@pytest.mark.parametrize(
+    ("question", "span", "answer"),
+    [
+        ("How much does a singles sled weigh?", "21–25", "21–25 kg"),
+        ("For about how long did the Stone Age last?", "3.4 million", "3.4 million years"),
+        ("How much of the tools were flint?", "25", "25%"),
+        ("How fast can its winds get?", "480", "480 kilometers per hour"),
+        ("How big is the plateau?", "105,000", "105,000 km2"),
+        ("About how long ago did nervous tissue appear?", "550 to 600 million",
+         "550 to 600 million years ago"),
+        ("How deep is the deepest lake?", "1,642", "1,642 metres"),
+        ("How deep is the deepest lake?", "1,642 metres", "1,642 metres"),  # has its unit
+        ("How many years did the Stone Age last?", "3.4 million", "3.4 million"),  # a count
+        ("What weighs 21–25?", "21–25", "21–25"),  # not a measure question
+        ("How deep is the deepest lake?", "1", "1"),  # a part of a number is not the number
+        ("How heavy is the sled?", "Baikal", "Baikal"),  # not a number
+    ],
+)
+def test_a_measures_number_takes_the_unit_the_texts_write(question, span, answer):
+    assert with_unit(span, MEASURE_TEXTS, question) == answer
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.sampled_from(["12", "3.4 million", "1,642", "21–25", "7", "Baikal"]),
+       st.lists(st.lists(st.sampled_from(["12", "3.4 million", "1,642", "21–25", "7", "kg",
+                                          "years", "%", "metres", "ago", "per", "hour", "the",
+                                          ",", ".", "km2", "square", "miles", "Baikal"]),
+                         max_size=25).map(" ".join), max_size=3),
+       st.sampled_from(["How long was it?", "How far is it?", "How many are there?",
+                        "What is it?"]))
+def test_a_unit_is_added_only_to_a_measures_number_as_written(span, texts, question):
+    answer = with_unit(span, texts, question)
+    if answer != span:
+        assert question.startswith(("How long", "How far"))
+        assert answer.startswith(span) and any(answer in text for text in texts)
+        assert span[0].isdigit() and not answer[len(span):].strip()[0].isdigit()
 
 
 def _searched(question: str, *responses: str) -> list[dict[str, str]]:

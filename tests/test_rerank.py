@@ -281,3 +281,16 @@ def test_the_real_reranker_answers_after_the_second_search(reranker: SpanReranke
     scores = [score for _, score in answers]
     assert all(score < 0 for score in scores) and scores == sorted(scores, reverse=True)
     assert "Bram Stoker" in dict(answers)  # the first search's spans are among them
+
+
+def test_the_answer_turn_gives_a_measures_number_with_its_unit(monkeypatch) -> None:
+    from drvenus.small import grammar
+
+    texts = ["Luge\nA singles sled weighs 21–25 kg (46–55 lb) and a doubles sled 25–30 kg."]
+    spans = [ReadSpan("21–25", 5.0, 0, texts[0].find("21–25"))]
+    monkeypatch.setattr(grammar, "span_reader", lambda name: Fixed(spans))
+    levers = EMBEDDED_LEVERS.but(span_rerank=0)
+    got = grammar.answer_options(texts, "How much does a singles luge sled weigh?", levers)
+    assert got == {"answer_choices": ("21–25 kg",)}
+    got = grammar.answer_options(texts, "Which sled weighs 21–25?", levers)
+    assert got == {"answer_choices": ("21–25",)}

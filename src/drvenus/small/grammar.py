@@ -33,6 +33,7 @@ from drvenus.small.spans import (
     span_sources,
     spans_of,
     weak_word,
+    with_unit,
 )
 
 
@@ -92,13 +93,20 @@ def second_search(state: TurnState, levers: Levers) -> str | None:
                         levers.call_chars) or None
 
 
+def finished(span: str, texts: Sequence[str], question: str) -> str:
+    """A span as the answer: a surname alone as the full name the texts give ("Joseph
+    Conrad", :func:`~drvenus.small.spans.full_name`), a measure's number with its unit
+    ("21–25 kg", :func:`~drvenus.small.spans.with_unit`)."""
+    return with_unit(full_name(span, texts, question), texts, question)
+
+
 def answer_options(texts: Sequence[str], question: str, levers: Levers,
                    first: int | None = None) -> dict[str, Any]:
     """The answer a span grammar admits, as :class:`~drvenus.protocol.grammar.GrammarOptions`
     fields: one of the choices a question names (or yes / no); for a plain "what" question
     (no answer shape), or any span question when the reader is the neural one, one of the
-    ``span_rank`` spans the reader ranks best, whole (a surname as the full name the texts
-    write, for a "who" question: :func:`~drvenus.small.spans.full_name`); after a second
+    ``span_rank`` spans the reader ranks best, whole (:func:`finished`: a surname as the full
+    name the texts write, a measure with its unit); after a second
     search (``first``: how many of ``texts`` the first search gave), the reranker's best of
     both searches' best spans; else a span
     of ``texts`` without the question's words (``span_new_words``), of the shape asked
@@ -116,11 +124,11 @@ def answer_options(texts: Sequence[str], question: str, levers: Levers,
             after = reader.after_hops(question, texts[:first], texts[first:], bound)
             if after:
                 return {"answer_choices": tuple(dict.fromkeys(
-                    full_name(text, texts, question) for text, _ in after[:levers.span_rank]))}
+                    finished(text, texts, question) for text, _ in after[:levers.span_rank]))}
         best = reader.rank(question, texts, levers.span_rank, max_words=bound)
-        if best:  # a surname alone as the full name the texts give ("Joseph Conrad")
+        if best:
             return {"answer_choices": tuple(dict.fromkeys(
-                full_name(b.text, texts, question) for b in best))}
+                finished(b.text, texts, question) for b in best))}
     exclude = question_words(question) if levers.span_new_words else frozenset()
 
     def shaped(sources: Sequence[str]) -> list[tuple[str, ...]]:
@@ -199,5 +207,5 @@ def grammar_for_kind(kind: str, prefilled_think: bool = False,
     return turn_grammar(kind, TurnState.of(messages), chosen, prefilled_think)
 
 
-__all__ = ["GrammarBuilder", "answer_options", "grammar_for_kind", "levers_reader",
+__all__ = ["GrammarBuilder", "answer_options", "finished", "grammar_for_kind", "levers_reader",
            "second_search", "turn_grammar"]

@@ -377,6 +377,52 @@ def full_name(span: str, texts: Sequence[str], question: str) -> str:
     return max(counts, key=lambda n: (counts[n], len(n.split())))
 
 
+# -- a measure's unit ------------------------------------------------------------------------
+
+# "how long / far / big ... ?": a measure, whose answer is a number and its unit ("21-25 kg",
+# "3.4 million years"); "how many" counts things and "how old" asks for years: neither is here
+_ASKS_MEASURE = re.compile(
+    r"\bhow (?:much|long|far|tall|high|heavy|deep|big|large|wide|fast|hot|cold|thick)\b",
+    re.IGNORECASE)
+_NUMBER = r"\d[\d,.]*(?:\s?(?:–|-|to)\s?\d[\d,.]*)?(?: (?:thousand|million|billion|trillion))?"
+_NUMBER_SPAN = re.compile(
+    rf"(?:(?:about|around|roughly|nearly|almost|over|under|more than|less than|up to) )?"
+    rf"{_NUMBER}")
+_UNIT_WORDS = (
+    "kg|kilograms?|grams?|g|tonnes?|tons?|pounds?|lbs?|ounces?|oz|carats?|"
+    "years?|months?|weeks?|days?|hours?|minutes?|seconds?|centuries|century|decades?|"
+    "millennia|millennium|km|kilomet(?:re|er)s?|miles?|mi|met(?:re|er)s?|m|cm|mm|"
+    "(?:centi|milli)met(?:re|er)s?|feet|foot|ft|inches|yards?|nautical miles|light-years?|"
+    "astronomical units|AU|acres?|hectares?|ha|km2|km²|mi2|mi²|m2|m²|sq mi|litres?|liters?|"
+    "gallons?|°C|°F|degrees(?: Celsius| Fahrenheit)?|kelvin|K|per ?cent|percent|mph|knots|"
+    "km/h|m/s|watts?|W|kW|MW|GW|kilowatts?|megawatts?|volts?|V|calories|kcal|bytes|"
+    "kilobytes|megabytes|gigabytes|KB|MB|GB")
+_UNIT = re.compile(
+    rf"\s?(%|(?:(?:square|cubic) )?(?:{_UNIT_WORDS})(?: per (?:hour|second|minute|day|year))?"
+    rf"(?: ago)?)(?![\w\u00C0-\u024F])")
+
+
+def with_unit(span: str, texts: Sequence[str], question: str) -> str:
+    """For a question that asks for a measure ("how long", "how far", "how heavy"...), a bare
+    number as the number and the unit the texts write after it most often ("21–25" ->
+    "21–25 kg", "3.4 million" -> "3.4 million years", "25" -> "25%"); ``span`` unchanged for
+    any other question, for a span that is not a number, or when no unit follows it."""
+    if not _ASKS_MEASURE.search(question) or not _NUMBER_SPAN.fullmatch(span.strip()):
+        return span
+    span = span.strip()
+    counts: dict[str, int] = {}
+    here = re.compile(rf"(?<![\w.,–-]){re.escape(span)}(?![\d,.–-]\d)")  # not in a range
+    for text in texts:
+        for match in here.finditer(text):
+            unit = _UNIT.match(text, match.end())
+            if unit:
+                written = text[match.end():unit.end()]
+                counts[written] = counts.get(written, 0) + 1
+    if not counts:
+        return span
+    return span + max(counts, key=lambda u: (counts[u], len(u)))
+
+
 # -- the first search ------------------------------------------------------------------------
 
 # Words that locate nothing in a search index: question words, articles, prepositions, pronouns
@@ -427,6 +473,7 @@ def bridge_query(question: str, bridge: str, passage: str, limit: int = 60) -> s
 
 
 __all__ = [
+    "with_unit",
     "PLAIN_SHAPE",
     "AnswerShape",
     "answer_shape",
