@@ -679,8 +679,12 @@ def test_the_first_search_asks_the_question_and_answers_come_from_its_sentences(
     the question most."""
     question = "Who wrote the novel Dracula?"
     first = small_grammar("search", False, SPAN_MESSAGES[:2], LINEAR_LEVERS)
-    assert accepts(first, search_with("Wrote novel Dracula"))
-    assert not accepts(first, search_with("Dracula"))
+    unthought = "<think>\n\n</think>"  # the grammar fixes the turn: no thought
+    assert accepts(first, search_with("Wrote novel Dracula").replace(
+        "<think>\nI should search.\n</think>", unthought))
+    assert not accepts(first, search_with("Wrote novel Dracula"))
+    assert not accepts(first, search_with("Dracula").replace(
+        "<think>\nI should search.\n</think>", unthought))
     later = small_grammar("any", False, SPAN_MESSAGES[:-1], LINEAR_LEVERS)
     assert accepts(later, search_with("Bram Stoker"))
     texts = span_sources(TurnState.of(SPAN_MESSAGES))
@@ -846,3 +850,48 @@ def test_a_bridge_query_is_the_bridge_and_what_its_passage_lacks():
     long = bridge_query("Which river flows through the city?", "X" * 80, "", 60)
     assert long == "X" * 60
     assert bridge_query("Who?", "the <b>end</b>", "") == "The b end b"
+
+
+# -- a grammar that admits one text -------------------------------------------------------------
+
+_QUERY_TEXT = st.text(alphabet=st.sampled_from(list('ab Z9,."\\é-')), min_size=1, max_size=12)
+_QUERY = _QUERY_TEXT.map(str.strip).filter(bool)  # the parser drops blank queries
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.booleans(), st.booleans(), st.sampled_from([0, 0, 4, None]), _QUERY,
+       st.lists(_QUERY, min_size=1, max_size=2, unique=True))
+def test_a_grammar_fixes_the_turn_only_when_it_admits_one_text(prefilled, answer, think, query,
+                                                                 choices):
+    """fixed_text reads the real protocol grammars: the one text of a turn whose thought is
+    empty and whose query, or answer, is given; None for any turn with a choice left."""
+    from drvenus.protocol.grammar import fixed_text
+
+    if answer:
+        grammar = protocol_grammar(prefilled, allow_tool_call=False, answer_choices=tuple(choices),
+                                   max_think_chars=think)
+        one = think == 0 and len(choices) == 1
+    else:
+        grammar = protocol_grammar(prefilled, allow_answer=False, tools=("search",),
+                                   search_query=query, max_think_chars=think)
+        one = think == 0
+    text = fixed_text(grammar)
+    assert (text is not None) == one
+    if text is not None:
+        assert accepts(grammar, text)
+        turn = parse_turn(text if not prefilled else "<think>" + text)
+        if answer:
+            assert turn.answer == choices[0]
+        else:
+            assert turn.tool_call.arguments == {"query": [query]}
+
+
+def test_the_embedded_first_and_bridge_searches_are_fixed_and_the_answer_turn_is_not():
+    from drvenus.protocol.grammar import fixed_text
+
+    state = TurnState.of(initial_messages("Who wrote the novel Dracula?",
+                                          build_system_prompt("2025-01-01")))
+    first = GrammarBuilder(LINEAR_LEVERS)("search", False, state)
+    assert fixed_text(first) == ('<think>\n\n</think>\n<tool_call>\n{"name": "search", '
+                                 '"arguments": {"query": ["Wrote novel Dracula"]}}\n</tool_call>')
+    assert fixed_text(GrammarBuilder(LINEAR_LEVERS)("any", False, state)) is None

@@ -309,3 +309,26 @@ def test_stub_server_streams_sse():
         assert '"content": "hello"' in "".join(events)
         assert httpx.get(server.base_url + "/models").json()["data"][0]["id"] == "stub-model"
         assert httpx.post(server.url + "/nope", json={}).status_code == 404
+
+
+@pytest.mark.parametrize("prefilled", [False, True])
+def test_a_turn_the_grammar_fixes_is_written_without_the_model(server, prefilled):
+    """A grammar that admits one text (a given query, no thought) needs no request; any
+    other turn still goes to the server."""
+
+    def builder(kind: str, prefilled_think: bool, state: object) -> str:
+        if kind == "search":
+            return protocol_grammar(prefilled_think, allow_answer=False, tools=("search",),
+                                    search_query="Bram Stoker", max_think_chars=0)
+        return grammar_for_kind(kind, prefilled_think)
+
+    model = _fast(server.base_url, grammar_mode="gbnf-field", grammar_builder=builder,
+                  prefilled_think=prefilled)
+    gen = run(_generate(model, grammar="search"))
+    assert server.chat_requests == []
+    assert gen.text == ('<think>\n\n</think>\n<tool_call>\n{"name": "search", "arguments": '
+                        '{"query": ["Bram Stoker"]}}\n</tool_call>')
+    assert parse_turn(gen.text).tool_call.arguments == {"query": ["Bram Stoker"]}
+    assert gen.completion_tokens == 0 and gen.extra["fixed_by_grammar"]
+    run(_generate(model, grammar="any"))
+    assert len(server.chat_requests) == 1

@@ -9,7 +9,9 @@ one of them as it was. A fresh index of the built-in corpus is not bit-stable fr
 to the next (a few results of a few questions change places: 10 of 270 in three runs), so a
 question's grammars are compared where its search response is the recorded one (its SHA-256 is
 in the fixture too), and nearly all of them must be. Rewrite the fixture, after a change that means to alter the grammars,
-with ``python tests/test_natural_dev_grammars.py --write``.
+with ``python tests/test_natural_dev_grammars.py --write``. Rewritten once since the move:
+the first search's grammar admits no thought (its query is the question's words, so the grammar
+fixes the turn and it is written without the model); nothing else changed.
 """
 
 from __future__ import annotations

@@ -284,7 +284,8 @@ def test_teacher_turns_are_in_the_embedded_grammar():
     # which the reader may rank second; the model learns the answer, the reader then chooses)
     # (and the second hop aside: its query and the answer after it are the grammar's, chosen
     # by the reader and the reranker; the teacher's second search is its own)
-    options = EMBEDDED_LEVERS.but(span_rank=0, bridge_search="off")
+    # (and the first search's thought aside: the grammar writes that turn whole, without one)
+    options = EMBEDDED_LEVERS.but(span_rank=0, bridge_search="off", forced_think_chars=None)
     checked = 0
     for traj in list(solved.values())[:8]:
         msgs = traj.messages

@@ -42,7 +42,7 @@ from drvenus.net import (
     with_retries,
 )
 from drvenus.protocol import assistant_text
-from drvenus.protocol.grammar import grammar_for_kind
+from drvenus.protocol.grammar import fixed_text, grammar_for_kind
 from drvenus.protocol.state import TurnState
 from drvenus.text import estimate_tokens, one_line
 
@@ -284,7 +284,14 @@ class OpenAICompatModel:
     ) -> Generation:
         if self.model is None or (grammar and self.grammar_mode == "auto"):
             await self._probe(timeout)
-        body = self.request_body(messages, params, grammar, state)
+        body, turn_grammar = self._request(messages, params, grammar, state)
+        fixed = fixed_text(turn_grammar) if turn_grammar else None
+        if fixed is not None:  # the grammar admits one text: written without the model
+            return Generation(
+                text=assistant_text(fixed, None, prefilled_think=self.prefilled_think),
+                completion_tokens=0, finish_reason="stop",
+                extra={"model": self.model, "fixed_by_grammar": True},
+            )
 
         async def attempt(seconds: float | None) -> Any:
             return await self.transport.request("POST", "/chat/completions", body, seconds)
@@ -321,6 +328,13 @@ class OpenAICompatModel:
         self, messages: list[dict[str, str]], params: SamplingParams, kind: str | None,
         state: TurnState | None = None,
     ) -> dict[str, Any]:
+        return self._request(messages, params, kind, state)[0]
+
+    def _request(
+        self, messages: list[dict[str, str]], params: SamplingParams, kind: str | None,
+        state: TurnState | None = None,
+    ) -> tuple[dict[str, Any], str | None]:
+        """The request body, and the turn's grammar (None without one)."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -339,10 +353,11 @@ class OpenAICompatModel:
         if params.seed is not None:
             body["seed"] = params.seed
         body.update(self.extra_body)
+        grammar = None
         if kind:
             grammar = self.grammar_of(kind, messages, state)
             body.update(grammar_fields(self._resolved_grammar_mode(), grammar))
-        return body
+        return body, grammar
 
     def parse_response(self, data: Any) -> Generation:
         try:

@@ -22,6 +22,7 @@ reads it; xgrammar (vLLM structured outputs, SGLang) reads the same syntax.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -519,8 +520,112 @@ def grammar_for_kind(kind: str, prefilled_think: bool = False, **options: Any) -
                             allow_answer=allow_answer, tools=tools or ("search",), **options)
 
 
+# -- a grammar that admits one text ------------------------------------------------------------
+
+_GBNF_TOKEN = re.compile(
+    r'\s*(?:(?P<lit>"(?:[^"\\]|\\.)*")|(?P<cls>\[(?:[^\]\\]|\\.)*\])|(?P<name>[a-zA-Z][\w-]*)'
+    r"|(?P<rep>\{\d+(?:,\d*)?\})|(?P<op>[()|?*+]))")
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "/": "/", "[": "[",
+            "]": "]"}
+
+
+def _unescape(body: str) -> str | None:
+    out, i = [], 0
+    while i < len(body):
+        c = body[i]
+        if c != "\\":
+            out.append(c)
+            i += 1
+            continue
+        nxt = body[i + 1 : i + 2]
+        if nxt in _ESCAPES:
+            out.append(_ESCAPES[nxt])
+            i += 2
+        elif nxt in ("x", "u"):
+            width = 2 if nxt == "x" else 4
+            digits = body[i + 2 : i + 2 + width]
+            if len(digits) != width:
+                return None
+            out.append(chr(int(digits, 16)))
+            i += 2 + width
+        else:
+            return None
+    return "".join(out)
+
+
+def _exact_repeat(rep: str) -> int | None:
+    """How many times ``{m,n}`` repeats its item, when ``m == n`` (None: a range)."""
+    low, comma, high = rep[1:-1].partition(",")
+    return int(low) if not comma or high == low else None
+
+
+def fixed_text(grammar: str) -> str | None:
+    """The one text a GBNF ``grammar`` admits, or None when it admits more than one (or uses
+    what this reading does not follow). A turn whose every character the grammar fixes, such as
+    a search whose query is given with an empty thought, needs no model to write it. Only the
+    rules reachable from ``root`` are read: sequences of literals and rules, groups of one
+    alternative, and exact repeats (``x{0,0}``, ``x{2,2}``); an alternative, a character
+    class or an open repeat means more than one text."""
+    rules: dict[str, str] = {}
+    for line in grammar.splitlines():
+        name, sep, body = line.partition("::=")
+        if sep and name.strip():
+            rules[name.strip()] = body
+    done: dict[str, str | None] = {}
+
+    def rule(name: str, seen: frozenset[str]) -> str | None:
+        if name in done:
+            return done[name]
+        if name in seen or name not in rules:
+            return None
+        done[name] = value = sequence(rules[name], seen | {name})
+        return value
+
+    def sequence(body: str, seen: frozenset[str]) -> str | None:
+        tokens = []
+        pos = 0
+        while pos < len(body) and body[pos:].strip():
+            m = _GBNF_TOKEN.match(body, pos)
+            if m is None:
+                return None
+            tokens.append((m.lastgroup, m.group(m.lastgroup or "")))
+            pos = m.end()
+        text, stack = [""], []  # the text of each open group
+        for i, (kind, tok) in enumerate(tokens):
+            after = tokens[i + 1] if i + 1 < len(tokens) else (None, "")
+            times = _exact_repeat(after[1]) if after[0] == "rep" else 1
+            if times is None or (after[0] == "op" and after[1] in "?*+"):
+                return None  # an open repeat
+            if times == 0 and kind in ("lit", "name", "cls"):
+                continue  # x{0,0}: nothing
+            if kind == "op" and tok == "(":
+                stack.append(len(text))
+                text.append("")
+                continue
+            if kind == "op" and tok == ")":
+                if not stack:
+                    return None
+                stack.pop()
+                item: str | None = text.pop()
+            elif kind == "lit":
+                item = _unescape(tok[1:-1])
+            elif kind == "name":
+                item = rule(tok, seen)
+            elif kind == "rep" and i > 0:
+                continue  # read with the item before it
+            else:  # "|", a class, "?", "*", "+": more than one text
+                return None
+            if item is None:
+                return None
+            text[-1] += item * times
+        return text[0] if not stack and len(text) == 1 else None
+
+    return rule("root", frozenset())
+
+
 __all__ = [
     "PROTOCOL_TAGS",
+    "fixed_text",
     "GrammarOptions",
     "grammar_for_kind",
     "protocol_grammar",

@@ -156,6 +156,8 @@ def turn_grammar(kind: str, state: TurnState, levers: Levers,
         query = question_query(state.question)
         if query:  # the first search asks the question's own words
             options["search_query"] = query
+            if tools == ("search",) and not allow_answer:  # the turn is forced: no thought
+                options["max_think_chars"] = levers.forced_think_chars
     hops = levers.bridge_search != "off" and not state.answers
     if hops and len(state.queries) == 1 and allow_call and "search" in tools:
         query = second_search(state, levers)

@@ -29,7 +29,9 @@ class Levers:
     is a token bound), ``call_chars`` (a query, a goal, a URL), ``call_items`` (queries or URLs
     in one call), ``queries_plain`` (queries are words as a person types them),
     ``queries_capital`` (a query starts like a title), ``forced_think_chars`` (the thought of a
-    turn that can only be an answer), ``answer_plain`` (an answer is one line of plain text),
+    turn that can only be an answer, or only a search the grammar words: the first search of
+    ``first_search_question`` and the second hop's; 0 in the preset: a turn the grammar fixes
+    whole is written without the model), ``answer_plain`` (an answer is one line of plain text),
     ``free_answer_chars`` (a free answer's length).
 
     Answers: ``span_answers``: an answer is a span of what was read
