@@ -590,7 +590,7 @@ def fixed_text(grammar: str) -> str | None:
                 return None
             tokens.append((m.lastgroup, m.group(m.lastgroup or "")))
             pos = m.end()
-        text, stack = [""], []  # the text of each open group
+        text = [""]  # the text of the sequence, then of each group open in it
         for i, (kind, tok) in enumerate(tokens):
             after = tokens[i + 1] if i + 1 < len(tokens) else (None, "")
             times = _exact_repeat(after[1]) if after[0] == "rep" else 1
@@ -599,13 +599,11 @@ def fixed_text(grammar: str) -> str | None:
             if times == 0 and kind in ("lit", "name", "cls"):
                 continue  # x{0,0}: nothing
             if kind == "op" and tok == "(":
-                stack.append(len(text))
                 text.append("")
                 continue
             if kind == "op" and tok == ")":
-                if not stack:
+                if len(text) == 1:
                     return None
-                stack.pop()
                 item: str | None = text.pop()
             elif kind == "lit":
                 item = _unescape(tok[1:-1])
@@ -618,7 +616,7 @@ def fixed_text(grammar: str) -> str | None:
             if item is None:
                 return None
             text[-1] += item * times
-        return text[0] if not stack and len(text) == 1 else None
+        return text[0] if len(text) == 1 else None
 
     return rule("root", frozenset())
 

@@ -473,7 +473,6 @@ def bridge_query(question: str, bridge: str, passage: str, limit: int = 60) -> s
 
 
 __all__ = [
-    "with_unit",
     "PLAIN_SHAPE",
     "AnswerShape",
     "answer_shape",
@@ -488,4 +487,5 @@ __all__ = [
     "span_sources",
     "spans_of",
     "weak_word",
+    "with_unit",
 ]
