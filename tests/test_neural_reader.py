@@ -23,6 +23,7 @@ from drvenus.small.neural import (
     echoes,
     load_safetensors,
     passages,
+    whole,
 )
 from drvenus.small.spans import question_words
 
@@ -88,6 +89,34 @@ def test_an_echo_of_the_question_is_no_answer() -> None:
     asked = question_words("What is the capital of France?")
     assert echoes("France", asked) and echoes("the capital of France", asked)
     assert not echoes("Paris", asked) and not echoes("V", asked) and not echoes("23", asked)
+
+
+@pytest.mark.parametrize("span", ["Keith Bostic (American", "Will &", "& Grace", "Kingdom of",
+                                  'Hotel "Splendid', "Texas Tech and", "Owsley Stanley [1"])
+def test_a_fragment_is_no_span(span: str) -> None:
+    assert not whole(span)
+
+
+@pytest.mark.parametrize("span", ["Keith Bostic", "Will & Grace", "Kingdom of the Isles",
+                                  "The Conversation", 'Hotel "Splendid"', "Blur (band)", "1,462"])
+def test_a_whole_name_is_a_span(span: str) -> None:
+    assert whole(span)
+
+
+@given(st.lists(st.sampled_from(["Keith", "Bostic", "of", "and", "&", "(born", "1939)", '"A',
+                                 'B"', "the", "Isles"]), min_size=1, max_size=6))
+def test_a_whole_span_closes_what_it_opens_and_has_no_dangling_words(words: list[str]) -> None:
+    span = " ".join(words)
+    closed = span.count("(") == span.count(")") and span.count('"') % 2 == 0
+    dangling = words[-1] in ("of", "and", "&", "the") or words[0] in ("and", "&")
+    assert whole(span) == (closed and not dangling)
+
+
+def test_the_reader_never_offers_a_fragment(reader: NeuralReader) -> None:
+    text = ("Keith Bostic\nKeith Bostic (American football) (born January 17, 1961) is a former "
+            "American football safety.\nWill & Grace\nWill & Grace is an American sitcom.")
+    for question in ("Who played safety in American football?", "What sitcom is American?"):
+        assert all(whole(s.text) for s in reader.rank(question, [text], k=30))
 
 
 def test_a_search_response_reads_as_one_passage_a_result() -> None:

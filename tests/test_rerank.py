@@ -59,9 +59,15 @@ def test_the_preset_reader_answers_dracula_with_its_author(reranker: SpanReranke
 class Scripted:
     """Scores from a table (the ordering logic of RerankedReader, apart from any model)."""
 
-    def __init__(self, table: dict[str, float]) -> None:
+    def __init__(self, table: dict[str, float], own: str = "") -> None:
         self.table = table
+        self.own = own  # its own answer ("": none)
         self.calls: list[tuple[str, list[str], list[str]]] = []
+        self.asked: list[list[str]] = []
+
+    def answer(self, question: str, passages: Sequence[str]) -> str:
+        self.asked.append(list(passages))
+        return self.own
 
     def scores(self, question: str, answers: Sequence[str],
                passages: Sequence[str]) -> list[float]:
@@ -294,3 +300,99 @@ def test_the_answer_turn_gives_a_measures_number_with_its_unit(monkeypatch) -> N
     assert got == {"answer_choices": ("21–25 kg",)}
     got = grammar.answer_options(texts, "Which sled weighs 21–25?", levers)
     assert got == {"answer_choices": ("21–25",)}
+
+
+JOHNNY = ["Johnny Angel\nJohnny Angel is a 1945 American film noir directed by Edwin L. Marin.",
+          "George Raft\nGeorge Raft was an American film actor and dancer.",
+          "Edwin L. Marin (director)\nEdwin Marin was an American film director.",
+          "1945 in film\nThe year 1945 in film involved some significant events."]
+
+
+@pytest.mark.parametrize(("answer", "question", "expected"), [
+    ("george raft.", "Who starred in Johnny Angel?", ("George Raft", 1)),  # as written there
+    (" Edwin L.  Marin", "Who directed it?", ("Edwin L. Marin", 0)),  # the first text's place
+    ("Humphrey Bogart", "Who starred in Johnny Angel?", None),  # nowhere in the texts
+    ("Johnny Angel", "Who starred in Johnny Angel?", None),  # only the question's words
+    ("1945", "Who starred in it?", None),  # a year is no answer to "who"
+    ("Raft was an", "What was he?", None),  # a fragment
+    ("Raf", "Who?", None),  # part of a word
+])
+def test_the_rerankers_own_answer_counts_where_the_texts_hold_it(
+        answer: str, question: str, expected: tuple[str, int] | None) -> None:
+    got = rerank.grounded(answer, question, JOHNNY)
+    if expected is None:
+        assert got is None
+    else:
+        assert got is not None and (got.text, got.source) == expected
+        assert JOHNNY[got.source][got.start:].startswith(got.text.split()[0])
+        assert isinstance(got, rerank.OwnSpan)
+
+
+def test_the_own_answer_is_placed_in_the_passages_the_reranker_read_first() -> None:
+    texts = ["Alpha\nGeorge Raft is named here first.", "Beta\nGeorge Raft was an actor."]
+    got = rerank.grounded("George Raft", "Who acted?", texts, read=[texts[1]])
+    assert got is not None and got.source == 1 and got.start == texts[1].find("George")
+
+
+@given(st.text(st.sampled_from("ab Xy.\n"), max_size=30), st.text(st.sampled_from("ab Xy."),
+                                                                 max_size=12))
+def test_a_grounded_answer_is_always_words_the_texts_hold(text: str, answer: str) -> None:
+    got = rerank.grounded(answer, "What is it?", [text])
+    if got is not None:
+        assert got.text.lower() == " ".join(answer.strip(" ,.;:\"'").split()).lower()
+        assert " ".join(text[got.start:].split()).startswith(got.text)
+
+
+def test_when_it_doubts_the_readers_spans_the_rerankers_own_answer_goes_first() -> None:
+    spans = [ReadSpan("Edwin L. Marin", 3.0, 0, JOHNNY[0].find("Edwin")),
+             ReadSpan("George Raft", 2.0, 1, JOHNNY[1].find("George"))]
+    question = "Who starred in Johnny Angel?"
+    for best, own, expected in [
+        (rerank.OWN_BELOW + 1, "George Raft", None),  # sure: it is not asked for its own
+        (rerank.OWN_BELOW - 1, "george raft", ("George Raft", -30.0)),  # a reader's span: moved
+        (rerank.OWN_BELOW - 1, "Edwin Marin.", ("Edwin Marin", -9.0)),  # a new span, scored
+        (rerank.OWN_BELOW - 1, "Humphrey Bogart", ("Edwin L. Marin", rerank.OWN_BELOW - 1)),
+    ]:
+        scripted = Scripted({"George Raft": -30.0, "Edwin L. Marin": best}, own=own)
+        reader = RerankedReader(Fixed(spans), scripted, generate=True)  # type: ignore[arg-type]
+        got = reader.ranked(question, JOHNNY, 3)
+        if expected is None:
+            assert scripted.asked == [] and got[0][0].text == "Edwin L. Marin"
+            continue
+        assert (got[0][0].text, got[0][1]) == expected
+        assert scripted.asked == [[JOHNNY[0], JOHNNY[1]]]  # the passages it scored with
+        assert reader.doubt(got) == best  # the reader's best span's score, its own aside
+        assert {s.text for s, _ in got} == {"Edwin L. Marin", "George Raft", expected[0]}
+    assert EMBEDDED_LEVERS.span_generate
+
+
+def test_the_real_reranker_answers_in_words_of_the_text(reranker: SpanReranker) -> None:
+    own = reranker.answer("Who wrote the novel Dracula?", DRACULA)
+    assert own == "Bram Stoker"
+    assert rerank.grounded(own, "Who wrote the novel Dracula?", DRACULA) is not None
+
+
+def test_after_a_second_search_its_own_answer_is_chosen_among_both_searches_spans() -> None:
+    first = ["Dracula is an 1897 Gothic horror novel by Irish author Bram Stoker."]
+    second = ["Bram Stoker was born in Clontarf, Dublin, in 1847."]
+
+    class ByText:
+        def rank(self, question: str, texts: Sequence[str], k: int = 10,
+                 max_words: int = 8) -> list[ReadSpan]:
+            name = "Bram Stoker" if texts == first else "1847"
+            return [ReadSpan(name, 5.0, 0, texts[0].find(name))]
+
+    scripted = Scripted({"Clontarf, Dublin": -1.0, "Bram Stoker": -3.0, "1847": -4.0},
+                        own="Clontarf, Dublin")
+    reader = RerankedReader(ByText(), scripted, generate=True)  # type: ignore[arg-type]
+    got = reader.after_hops("In which place was the author of Dracula born?", first, second)
+    assert got[0] == ("Clontarf, Dublin", -1.0)
+    scripted.table["Clontarf, Dublin"] = -9.0  # first even where it scores below another
+    reader = RerankedReader(ByText(), scripted, generate=True)  # type: ignore[arg-type]
+    got = reader.after_hops("In which place was the author of Dracula born?", first, second)
+    assert got[0] == ("Clontarf, Dublin", -9.0)
+    assert scripted.asked[-1] == scripted.calls[-1][2]  # answered from what it scores with
+    scripted.own = "Paris"  # what no text holds is no answer
+    reader = RerankedReader(ByText(), scripted, generate=True)  # type: ignore[arg-type]
+    got = reader.after_hops("Where was the author of Dracula born?", first, second)
+    assert [a for a, _ in got] == ["Bram Stoker", "1847"]

@@ -39,16 +39,19 @@ from drvenus.small.spans import (
 
 def levers_reader(levers: Levers) -> SpanReader:
     """The levers' reader (``span_reader``), its best ``span_rerank`` spans reordered by the
-    reranker when that lever is on: one reranked reader per reader and depth, so that its kept
+    reranker when that lever is on (with its own answer when ``span_generate``): one
+    reranked reader per setting, so that its kept
     rankings serve the turns that follow (the first search is reranked once a run)."""
     if not levers.span_rerank:
         return span_reader(levers.span_reader)
-    return _reranked(levers.span_reader, span_reranker(), levers.span_rerank)
+    return _reranked(levers.span_reader, span_reranker(), levers.span_rerank,
+                     levers.span_generate)
 
 
 @lru_cache(maxsize=8)
-def _reranked(name: ReaderName, reranker: SpanReranker, top: int) -> RerankedReader:
-    return RerankedReader(span_reader(name), reranker, top)
+def _reranked(name: ReaderName, reranker: SpanReranker, top: int,
+              generate: bool) -> RerankedReader:
+    return RerankedReader(span_reader(name), reranker, top, generate)
 
 
 BRIDGE_TOP = 5  # the spans a bridge is chosen among
@@ -77,7 +80,7 @@ def second_search(state: TurnState, levers: Levers) -> str | None:
     if isinstance(reader, RerankedReader):
         ranked = reader.ranked(state.question, texts, BRIDGE_TOP, levers.max_span_words)
         best = [span for span, _ in ranked]
-        sure = ranked[0][1] if ranked else None
+        sure = reader.doubt(ranked)
         if levers.bridge_search == "guided" and sure is not None and sure >= SECOND_HOP_BELOW:
             return None  # the reranker believes the first search's best span
     elif levers.bridge_search == "guided":

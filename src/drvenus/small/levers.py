@@ -42,7 +42,9 @@ class Levers:
     K sentences that match the question most; ``span_rank`` (K): for a plain "what" question,
     one of the K spans the reader ranks best, whole; ``span_reader``: which reader ranks them
     (:func:`drvenus.small.reader.span_reader`); ``span_rerank`` (K): a small language model
-    reorders the reader's K best spans (:mod:`drvenus.small.rerank`).
+    reorders the reader's K best spans (:mod:`drvenus.small.rerank`); ``span_generate``: the
+    reranker's own answer is among them, when the texts read hold it
+    (:func:`drvenus.small.rerank.grounded`).
 
     Calls: ``first_search_question``: the first search asks the question's own content words;
     ``bridge_search``: "always" or "guided" (when the reranker doubts the first search's best
@@ -72,6 +74,7 @@ class Levers:
     span_rank: int = 0
     span_reader: ReaderName = "linear"
     span_rerank: int = 0
+    span_generate: bool = False
     first_search_question: bool = False
     bridge_search: SecondHop = "off"
     calls_grounded: bool = False
@@ -161,6 +164,8 @@ EMBEDDED_LEVERS = Levers(
     span_reader="neural",
     # Gemma 3 270M chooses among the reader's five best spans (issue 41, drvenus.small.rerank)
     span_rerank=RERANK_TOP,
+    # and its own answer, where what was read holds it (issue 41)
+    span_generate=True,
     # a second search for the bridge the first found when the reranker doubts the first
     # search's best span, the answer chosen among both searches' best spans (issue 41)
     bridge_search="guided",

