@@ -603,6 +603,20 @@ def test_span_answers_can_be_made_to_say_something_new():
          AnswerShape(choices=("Bach", "Handel", "Vivaldi"))),
         ("Which of Carl Rogers and Sandro Botticelli was born earlier?",
          AnswerShape(choices=("Carl Rogers", "Sandro Botticelli"))),
+        ("Who was born first, Erika Jayne or Marco Da Silva",  # no question mark
+         AnswerShape(choices=("Erika Jayne", "Marco Da Silva"))),
+        ("Which band, Letters to Cleo or Screaming Trees, had more members?",
+         AnswerShape(choices=("Letters to Cleo", "Screaming Trees"))),
+        ("who is younger Keith Bostic or Jerry Glanville ?",
+         AnswerShape(choices=("Keith Bostic", "Jerry Glanville"))),
+        ("Which genus has more species Eucryphia or Lepidozamia ?",
+         AnswerShape(choices=("Eucryphia", "Lepidozamia"))),
+        ("Who was born first Doug Liman or Saul Metzstein?",
+         AnswerShape(choices=("Doug Liman", "Saul Metzstein"))),
+        ("Which case came first, Craig v. Boren or United States v. Paramount Pictures, Inc.?",
+         AnswerShape(choices=("Craig v. Boren", "United States v. Paramount Pictures, Inc."))),
+        ("Which film was nominated, LaLee's Kin: The Legacy of Cotton or Gimme Shelter, the "
+         "1970 documentary?", PLAIN_SHAPE),  # "..., the 1970 documentary" is no choice
         ("Which of the planets is largest?", PLAIN_SHAPE),
         ("What do some people consider the first musical instrument?", PLAIN_SHAPE),
         ("What is the atomic number of the metal?", AnswerShape(number=True)),

@@ -20,6 +20,7 @@ from drvenus.small.neural import (
     _erf,
     _gelu,
     _widen,
+    asked_words,
     echoes,
     load_safetensors,
     passages,
@@ -89,6 +90,20 @@ def test_an_echo_of_the_question_is_no_answer() -> None:
     asked = question_words("What is the capital of France?")
     assert echoes("France", asked) and echoes("the capital of France", asked)
     assert not echoes("Paris", asked) and not echoes("V", asked) and not echoes("23", asked)
+
+
+@pytest.mark.parametrize(("question", "span", "echo"), [
+    # the question's numbers, as written and in parts, however short
+    ("How far from Windsor was the film shot on 16 January 1995?", "16 January 1995", True),
+    ("How far from Windsor was the film shot on 16 January 1995?", "16", True),
+    ("How far from Windsor was the film shot on 16 January 1995?", "17 January 1995", False),
+    ("How far from Windsor was the film shot on 16 January 1995?", "7 miles", False),
+    ("How many laps did he run in the 10,000 metres race?", "10,000", True),
+    ("How many laps did he run in the 10,000 metres race?", "25 laps", False),
+    ("What is the capital of France?", "France", True),
+])
+def test_a_number_the_question_states_is_no_answer(question, span, echo) -> None:
+    assert echoes(span, asked_words(question)) is echo
 
 
 @pytest.mark.parametrize("span", ["Keith Bostic (American", "Will &", "& Grace", "Kingdom of",

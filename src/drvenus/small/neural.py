@@ -329,7 +329,7 @@ class NeuralReader:
         windows = self._windows(question, texts)
         with self._lock:
             all_logits = self._logits(windows)
-        asked = question_words(question)
+        asked = asked_words(question)
         best: dict[str, ReadSpan] = {}
         for w, logits in zip(windows, all_logits, strict=True):
             for span in _spans(w, logits, texts[w.source], max_words):
@@ -362,10 +362,20 @@ def _fused(span: ReadSpan, agreed: dict[str, int]) -> float:
 
 def echoes(span: str, asked: frozenset[str]) -> bool:
     """The span says nothing the question does not: each of its words of three or more
-    letters is one of the question's ("France" for "What is the capital of France?")."""
+    letters, and each of its numbers, is one of the question's ``asked`` words
+    (:func:`asked_words`: "France" for "What is the capital of France?", "16 January 1995" for
+    "... on 16 January 1995?"); a number's parts count as written ("10,000" for "the 10,000
+    metres")."""
+    parts = asked | {p for w in asked for p in re.findall(r"\w+", w)}
     words = [w.lower() for w in re.findall(r"\w+", span)
              if len(w) >= 3 or w.isdigit() or w[0].isupper()]
-    return bool(words) and all(w in asked for w in words)
+    return bool(words) and all(w in parts for w in words)
+
+
+def asked_words(question: str) -> frozenset[str]:
+    """The words an answer should not merely repeat: the question's words
+    (:func:`~drvenus.small.spans.question_words`) and its numbers, however short ("16")."""
+    return question_words(question) | frozenset(re.findall(r"(?<![\w.])\d+(?![\w])", question))
 
 
 # words that cannot end a span ("Will &", "Kingdom of"), or start one ("& Grace")
@@ -424,5 +434,7 @@ __all__ = [
     "base_files",
     "encoder_dir",
     "load_safetensors",
+    "asked_words",
+    "echoes",
     "whole",
 ]

@@ -33,7 +33,7 @@ from drvenus.grading.match import normalize_answer
 from drvenus.llm.base import LLMError
 from drvenus.llm.wheels import WheelError, fetch_members, write_checked
 from drvenus.small.reader import MAX_SPAN_WORDS, ScoredSpan, SpanReader
-from drvenus.small.spans import answer_shape, question_words
+from drvenus.small.spans import answer_shape
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ def grounded(answer: str, question: str, texts: Sequence[str], read: Sequence[st
     first in the passages ``read`` (the reranker's prompt), then anywhere; None when no text
     holds it, or when it is no answer of the shape asked, a fragment, longer than
     ``max_words`` words, or only the question's words."""
-    from drvenus.small.neural import echoes, whole
+    from drvenus.small.neural import asked_words, echoes, whole
 
     words = answer.strip(_EDGE).split()
     if not words or len(words) > max_words:
@@ -263,7 +263,7 @@ def grounded(answer: str, question: str, texts: Sequence[str], read: Sequence[st
         if found is None:
             continue
         span = " ".join(found.group().split())
-        if not whole(span) or echoes(span, question_words(question)) \
+        if not whole(span) or echoes(span, asked_words(question)) \
                 or not answer_shape(question).takes(span):
             return None
         source = next(i for i, text in enumerate(texts) if passage in text)

@@ -209,8 +209,22 @@ _YEAR_WORD = re.compile(r"\d{3,4}s?")  # 1904, 820, 1960s
 _NAME_LINKS = frozenset("of the de del della da di du dos von van der den la le al bin y".split())
 # what a question asks for wherever it says it: a year, or a count
 _CUES = re.compile(r"\b(?:(?:what|which) (year)|how (?:many|much))\b", re.IGNORECASE)
-# "..., A or B?": the two (or more) things a comparison question names
-_CHOICES = re.compile(r"[,:]\s*([^,:?]+?(?:,\s*[^,:?]+?)*)\s+or\s+([^,:?]+?)\s*\?\s*$")
+# "..., A or B?": the two (or more) things a comparison question names (the question mark
+# may be missing; the last thing may hold a comma: "Paramount Pictures, Inc.")
+_CHOICES = re.compile(r"[,:]\s*([^,:?]+?(?:,\s*[^,:?]+?)*)\s+or\s+([^,:?]+?"
+                      r"(?:,\s*(?:Inc|Ltd|Co|Jr|Sr|USA|UK)\.?)?)\s*\??\s*$")
+# "Which band, A or B, had more members?": the two things set off by commas
+_CHOICES_MID = re.compile(
+    r"^(?:which|who|what)\b[^,?]*,\s*([^,:?]+?)\s+or\s+([^,:?]+?)\s*,\s*[^,?\s]+\s[^,?]+\?\s*$",
+    re.IGNORECASE)
+# "Which is larger A or B?", "who is younger A or B ?", "Who was born first A or B?",
+# "Which genus has more species A or B?": a comparison before the two things, no comma
+_CHOICES_AFTER = re.compile(
+    r"^(?:which|who)\b(?:\s+\w+){0,2}?\s+(?:is|was|are|were|has|had|have|came|come|did)"
+    r"(?:\s+(?:born|formed|founded|released|published|built))?\s+"
+    r"(?:(?:more|less|fewer|the\s+most|the\s+least)\s+\w+|\w+er|first|last|earlier|later|"
+    r"older|oldest|youngest|largest|biggest|longest|tallest|highest|smallest)\s+"
+    r"([^,:?]+?)\s+or\s+([^,:?]+?)\s*\??\s*$", re.IGNORECASE)
 # "Which of A and B was born first?": the two things named before the verb
 _CHOICES_OF = re.compile(
     r"^(?:which|who)\s+of\s+([^,:?]+?)\s+and\s+([^,:?]+?)\s+(?:was|is|were|are|did|does|do|"
@@ -301,7 +315,8 @@ def _shape(text: str) -> AnswerShape:
     cue = _CUES.search(text)  # asked in place: "..., who introduced them in what year?"
     if cue is not None:
         return AnswerShape(time=True, year=True) if cue.group(1) else AnswerShape(number=True)
-    choices = _CHOICES.search(text) or _CHOICES_OF.search(text)
+    choices = (_CHOICES_MID.search(text) or _CHOICES.search(text) or _CHOICES_OF.search(text)
+               or _CHOICES_AFTER.search(text))
     if choices:
         names = [c.strip() for c in choices.group(1).split(",")] + [choices.group(2).strip()]
         names = [n for n in names if n and len(n.split()) <= 8]
