@@ -628,6 +628,28 @@ def test_answer_shape(question, shape):
     assert answer_shape(question) == shape
 
 
+_NAME_WORD = st.from_regex(r"[A-Z][a-z]{1,8}", fullmatch=True).filter(
+    lambda w: w.lower() not in {"or", "and", "who", "which", "is", "was"})
+_NAMED = st.lists(_NAME_WORD, min_size=1, max_size=3).map(" ".join)
+
+
+@given(a=_NAMED, b=_NAMED, form=st.sampled_from([
+    "Who was born first, {a} or {b}?", "Who was born first, {a} or {b}",
+    "who is younger {a} or {b} ?", "Which band, {a} or {b}, had more members?",
+    "Which genus has more species {a} or {b}?", "Which came out first: {a} or {b}?"]))
+def test_a_comparison_offers_the_two_things_it_names(a, b, form):
+    assert answer_shape(form.format(a=a, b=b)).choices == tuple(dict.fromkeys((a, b)))
+
+
+@pytest.mark.parametrize("question", [
+    "Which doctrine, not held in Judaism or Islam, rests on the story of the first couple?",
+    "What is the condition, in which the skin turns pale or red and tingles, before frostbite?",
+    "What color do people wear during the festival or to celebrate the king's birthday?",
+])
+def test_an_aside_with_or_names_no_choices(question):
+    assert answer_shape(question).choices == ()
+
+
 @pytest.mark.parametrize(
     ("question", "span", "takes"),
     [
