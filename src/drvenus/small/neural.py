@@ -366,16 +366,18 @@ def echoes(span: str, asked: frozenset[str]) -> bool:
     (:func:`asked_words`: "France" for "What is the capital of France?", "16 January 1995" for
     "... on 16 January 1995?"); a number's parts count as written ("10,000" for "the 10,000
     metres")."""
-    parts = asked | {p for w in asked for p in re.findall(r"\w+", w)}
     words = [w.lower() for w in re.findall(r"\w+", span)
              if len(w) >= 3 or w.isdigit() or w[0].isupper()]
-    return bool(words) and all(w in parts for w in words)
+    return bool(words) and all(w in asked for w in words)
 
 
 def asked_words(question: str) -> frozenset[str]:
     """The words an answer should not merely repeat: the question's words
-    (:func:`~drvenus.small.spans.question_words`) and its numbers, however short ("16")."""
-    return question_words(question) | frozenset(re.findall(r"(?<![\w.])\d+(?![\w])", question))
+    (:func:`~drvenus.small.spans.question_words`), each also in its parts ("10,000": "10",
+    "000"), and its numbers, however short ("16"). Computed once a question, for every span."""
+    words = question_words(question)
+    parts = {p for w in words for p in re.findall(r"\w+", w)}
+    return words | parts | frozenset(re.findall(r"(?<![\w.])\d+(?![\w])", question))
 
 
 # words that cannot end a span ("Will &", "Kingdom of"), or start one ("& Grace")

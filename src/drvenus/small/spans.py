@@ -213,11 +213,13 @@ _CUES = re.compile(r"\b(?:(?:what|which) (year)|how (?:many|much))\b", re.IGNORE
 # may be missing; the last thing may hold a comma: "Paramount Pictures, Inc.")
 _CHOICES = re.compile(r"[,:]\s*([^,:?]+?(?:,\s*[^,:?]+?)*)\s+or\s+([^,:?]+?"
                       r"(?:,\s*(?:Inc|Ltd|Co|Jr|Sr|USA|UK)\.?)?)\s*\??\s*$")
+# where a named thing starts: a capital, a digit or a quote, in any case-insensitive pattern
+_THING = r"(?-i:[A-Z0-9\"\u201c])"
 # "Which band, A or B, had more members?": the two things set off by commas, each a name
 # (capitalised: "Which doctrine, not held in Judaism or Islam, is ...?" names no choice)
 _CHOICES_MID = re.compile(
-    r"^(?:which|who|what)\b[^,?]*,\s*((?-i:[A-Z0-9\"\u201c])[^,:?]*?)\s+or\s+"
-    r"((?-i:[A-Z0-9\"\u201c])[^,:?]*?)\s*,\s*[^,?\s]+\s[^,?]+\?\s*$",
+    rf"^(?:which|who|what)\b[^,?]*,\s*({_THING}[^,:?]*?)\s+or\s+"
+    rf"({_THING}[^,:?]*?)\s*,\s*[^,?\s]+\s[^,?]+\?\s*$",
     re.IGNORECASE)
 # "Which is larger A or B?", "who is younger A or B ?", "Who was born first A or B?",
 # "Which genus has more species A or B?": a comparison before the two things, no comma
@@ -226,7 +228,7 @@ _CHOICES_AFTER = re.compile(
     r"(?:\s+(?:born|formed|founded|released|published|built))?\s+"
     r"(?:(?:more|less|fewer|the\s+most|the\s+least)\s+\w+|\w+er|first|last|earlier|later|"
     r"older|oldest|youngest|largest|biggest|longest|tallest|highest|smallest)\s+"
-    r"((?-i:[A-Z0-9\"\u201c])[^,:?]*?)\s+or\s+((?-i:[A-Z0-9\"\u201c])[^,:?]*?)\s*\??\s*$",
+    rf"({_THING}[^,:?]*?)\s+or\s+({_THING}[^,:?]*?)\s*\??\s*$",
     re.IGNORECASE)
 # "Which of A and B was born first?": the two things named before the verb
 _CHOICES_OF = re.compile(
