@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -578,6 +579,9 @@ def test_span_answers_can_be_made_to_say_something_new():
 
 # -- answer shapes: what the question asks for --------------------------------------------------
 
+_THING = AnswerShape(bare_number=False)  # of no shape, naming no amount: no bare number
+
+
 @pytest.mark.parametrize(
     ("question", "shape"),
     [
@@ -592,10 +596,11 @@ def test_span_answers_can_be_made_to_say_something_new():
         ("Where was the painter born?", AnswerShape(name=True)),
         ("What is the capital of Lebanon?", AnswerShape(name=True)),
         ("What was the largest city of the colony?", AnswerShape(name=True)),
-        ("What is the name of the river?", PLAIN_SHAPE),
+        ("What is the name of the river?", _THING),
         ("Were Scott Derrickson and Ed Wood of the same nationality?",
          AnswerShape(yes_no=True, nationality=True)),
-        ("What nationality was the author of Dracula?", AnswerShape(nationality=True)),
+        ("What nationality was the author of Dracula?",
+         AnswerShape(nationality=True, bare_number=False)),
         ("Is the Nile longer than the Amazon?", AnswerShape(yes_no=True)),
         ("Which was founded first, Harvard University or Yale University?",
          AnswerShape(choices=("Harvard University", "Yale University"))),
@@ -616,15 +621,19 @@ def test_span_answers_can_be_made_to_say_something_new():
         ("Which case came first, Craig v. Boren or United States v. Paramount Pictures, Inc.?",
          AnswerShape(choices=("Craig v. Boren", "United States v. Paramount Pictures, Inc."))),
         ("Which film was nominated, LaLee's Kin: The Legacy of Cotton or Gimme Shelter, the "
-         "1970 documentary?", PLAIN_SHAPE),  # "..., the 1970 documentary" is no choice
-        ("Which of the planets is largest?", PLAIN_SHAPE),
-        ("What do some people consider the first musical instrument?", PLAIN_SHAPE),
+         "1970 documentary?", _THING),  # "..., the 1970 documentary" is no choice
+        ("Which of the planets is largest?", _THING),
+        ("What do some people consider the first musical instrument?", _THING),
         ("What is the atomic number of the metal?", AnswerShape(number=True)),
-        ("How often is the cup held?", PLAIN_SHAPE),
+        ("How often is the cup held?", _THING),
+        ("What was the 2020 census population of the city?", PLAIN_SHAPE),  # an amount
+        ("The city has a population of what in 2010?", PLAIN_SHAPE),
         ("", PLAIN_SHAPE),
     ],
 )
 def test_answer_shape(question, shape):
+    assert answer_shape(question).plain is (
+        replace(shape, bare_number=True, nationality=False) == PLAIN_SHAPE)
     assert answer_shape(question) == shape
 
 
@@ -664,6 +673,15 @@ def test_an_aside_with_or_names_no_choices(question):
         ("In which language is the novel written?", "English", True),
         ("In what year was Dracula published?", "Irish", False),
         ("What is the novel about?", "vampires", True),
+        ("Which Eminem album included vocals from the singer?", "2012", False),  # a year
+        ("Which Eminem album included vocals from the singer?", "Relapse", True),
+        ("The author of Sexual Politics attended which British University?", "1,500", False),
+        ("What number did the player wear?", "23", True),  # an amount is named
+        ("How many top 20 hits has the singer had?", "1994", False),  # a count, not a year
+        ("How many top 20 hits has the singer had?", "7", True),
+        ("How many islands make up the region?", "1,000", True),
+        ("How many islands make up the region?", "1000", True),
+        ("In what year did the band form?", "1994", True),
     ],
 )
 def test_a_shape_takes_a_nationality_only_where_one_is_asked(question, span, takes):

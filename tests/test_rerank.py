@@ -396,3 +396,20 @@ def test_after_a_second_search_its_own_answer_is_chosen_among_both_searches_span
     reader = RerankedReader(ByText(), scripted, generate=True)  # type: ignore[arg-type]
     got = reader.after_hops("Where was the author of Dracula born?", first, second)
     assert [a for a, _ in got] == ["Bram Stoker", "1847"]
+
+
+def test_the_reranker_runs_on_the_threads_the_settings_name(monkeypatch) -> None:
+    made: list[int | None] = []
+
+    class Recorder:
+        def __init__(self, *, n_threads: int | None = None) -> None:
+            made.append(n_threads)
+
+    monkeypatch.setattr(rerank, "SpanReranker", Recorder)
+    monkeypatch.setenv("DRVENUS_N_THREADS", "3")
+    rerank.span_reranker.cache_clear()
+    try:
+        rerank.span_reranker()
+    finally:
+        rerank.span_reranker.cache_clear()
+    assert made == [3]  # not the cores idle at load time: the same threads, the same answers

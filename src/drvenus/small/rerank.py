@@ -373,8 +373,11 @@ class RerankedReader:
 
 @cache
 def span_reranker() -> SpanReranker:
-    """The reranker (one per process)."""
-    return SpanReranker()
+    """The reranker (one per process), on the settings' threads (``DRVENUS_N_THREADS``; by
+    default the cores not busy when it loads)."""
+    from drvenus.config import load_settings
+
+    return SpanReranker(n_threads=load_settings().n_threads)
 
 
 __all__ = [

@@ -205,6 +205,13 @@ _ASKS_NATIONALITY = re.compile(
     r"\b(?:nationality|nationalities|citizenship|citizen|ethnicity|ethnic|language|"
     r"languages|tongue|demonym|descent)\b", re.IGNORECASE)
 _YEAR_WORD = re.compile(r"\d{3,4}s?")  # 1904, 820, 1960s
+_BARE_NUMBER = re.compile(r"[\d.,]*\d[\d.,]*s?")  # 2012, 1,500, 3.5, 1960s
+_YEAR_LIKE = re.compile(r"(?:1[1-9]|20)\d\d")  # a count written as 1100-2099 reads as a year
+# a question that names an amount anywhere may be answered by a bare number
+_NAMES_AMOUNT = re.compile(
+    r"\b(?:number|numbers|population|percentage|percent|amount|length|height|area|size|age|"
+    r"distance|depth|weight|speed|score|total|count|rank|capacity|attendance|tall|long|old|"
+    r"many|much|cost|price|seats|sum)\b", re.IGNORECASE)
 # lower-case words inside a name ("Leonardo da Vinci", "Gulf of Thailand")
 _NAME_LINKS = frozenset("of the de del della da di du dos von van der den la le al bin y".split())
 # what a question asks for wherever it says it: a year, or a count
@@ -255,6 +262,9 @@ class AnswerShape:
     #: the question asks for a nationality, a people or a language ("What nationality was
     #: ...?", "In which language ...?"); otherwise a bare nationality is no answer
     nationality: bool = False
+    #: a bare number ("2012", "1,500") may answer; not where a question of no particular
+    #: shape names no amount ("Which Eminem album ...?", "... attended which university?")
+    bare_number: bool = True
 
     def trim(self, span: tuple[str, ...]) -> tuple[str, ...]:
         """A name is its run of capitalised words ("University of Tokyo", not "University of
@@ -286,14 +296,20 @@ class AnswerShape:
     def plain(self) -> bool:
         """The wording asks for nothing in particular (a "what" question about anything);
         whether a nationality may answer it aside."""
-        return replace(self, nationality=False) == PLAIN_SHAPE
+        return replace(self, nationality=False, bare_number=True) == PLAIN_SHAPE
 
     def takes(self, span: str) -> bool:
-        """``span`` is an answer of this shape: it starts as :meth:`first` wants, and unless
-        a nationality is asked for, it is not one alone or before lower-case words ("Irish",
-        "Irish author Bram Stoker"; "Italian Renaissance" is a name)."""
+        """``span`` is an answer of this shape: it starts as :meth:`first` wants, it is no
+        bare number where none may answer (:attr:`bare_number`), a count is no year ("1994"
+        for "how many hits"), and unless a nationality is asked for, it is not one alone or
+        before lower-case words ("Irish", "Irish author Bram Stoker"; "Italian Renaissance" is
+        a name)."""
         words = span.split()
         if not words or not self.first(words[0]):
+            return False
+        if not self.bare_number and _BARE_NUMBER.fullmatch(span):
+            return False
+        if self.number and not self.time and _YEAR_LIKE.fullmatch(span):
             return False
         if not self.nationality and _demonym(words[0]):  # "Irish", "Irish author ..."
             return len(words) > 1 and words[1][:1].isupper() and not _demonym(words[1])
@@ -310,9 +326,12 @@ PLAIN_SHAPE = AnswerShape()
 
 def answer_shape(question: str) -> AnswerShape:
     """The :class:`AnswerShape` of ``question`` (see there); ``PLAIN_SHAPE`` when its wording
-    says nothing (a "what" question about anything)."""
+    says nothing (a "what" question about anything), without bare numbers unless it names an
+    amount."""
     text = " ".join(question.split())
     shape = _shape(text)
+    if shape == PLAIN_SHAPE and text and not _NAMES_AMOUNT.search(text):
+        shape = replace(shape, bare_number=False)  # "Which Eminem album ...?": not "2012"
     return replace(shape, nationality=True) if _ASKS_NATIONALITY.search(text) else shape
 
 
