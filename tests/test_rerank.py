@@ -273,6 +273,13 @@ def test_a_guided_second_search_follows_the_rerankers_doubt(monkeypatch) -> None
             assert len(scripted.calls) == 1
     monkeypatch.setattr(grammar, "span_reranker", lambda: Scripted({"1897": 0.0}))
     assert grammar.second_search(state, levers.but(bridge_search="always")) == "Bram Stoker Year born"
+    # a name of two words or more goes before a one-word name ("PhD" is no bridge)
+    spans = [ReadSpan(n, 5.0 - i, 0, 0) for i, n in enumerate(["Gothic", "Bram Stoker"])]
+    monkeypatch.setattr(grammar, "span_reader", lambda name: Fixed(spans))
+    assert grammar.second_search(state, levers.but(bridge_search="always")) == "Bram Stoker Year born"
+    spans = [ReadSpan(n, 5.0 - i, 0, 0) for i, n in enumerate(["1897", "Gothic"])]
+    monkeypatch.setattr(grammar, "span_reader", lambda name: Fixed(spans))
+    assert grammar.second_search(state, levers.but(bridge_search="always")).startswith("Gothic")
 
 
 def test_the_real_reranker_answers_after_the_second_search(reranker: SpanReranker) -> None:

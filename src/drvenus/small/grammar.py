@@ -64,8 +64,8 @@ _NAME = AnswerShape(name=True)
 
 def second_search(state: TurnState, levers: Levers) -> str | None:
     """The second search of ``bridge_search``: the bridge the first search found, the best name
-    among the :data:`BRIDGE_TOP` spans the levers' reader ranks best in what was read (its best
-    span when none is a name), with the question's content words that
+    of two words or more among the :data:`BRIDGE_TOP` spans the levers' reader ranks best in
+    what was read (else its best name, else its best span), with the question's content words that
     neither the span nor its passage holds (:func:`~drvenus.small.spans.bridge_query`); None
     when nothing was read, for a yes/no or a which-of question, or, ``bridge_search`` "guided",
     when the reranker's log-probability of the best span is at least
@@ -89,9 +89,11 @@ def second_search(state: TurnState, levers: Levers) -> str | None:
         best = list(reader.rank(state.question, texts, BRIDGE_TOP, levers.max_span_words))
     if not best:
         return None
-    # the bridge is a thing with a name: the best name among the best spans ("Adriana
-    # Trigiani", not the year or the number the question asks for at its end)
-    bridge = next((b for b in best if _NAME.takes(b.text)), best[0])
+    # the bridge is a thing with a name: the best name of two words or more among the best
+    # spans ("Kate Millett", not "PhD"; "Adriana Trigiani", not the year or the number the
+    # question asks for at its end), else the best name, else the best span
+    names = [b for b in best if _NAME.takes(b.text)]
+    bridge = next((b for b in names if len(b.text.split()) > 1), (names or best)[0])
     return bridge_query(state.question, bridge.text, passage_of(bridge, texts),
                         levers.call_chars) or None
 
