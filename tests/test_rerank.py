@@ -323,6 +323,7 @@ JOHNNY = ["Johnny Angel\nJohnny Angel is a 1945 American film noir directed by E
     ("1945", "Who starred in it?", None),  # a year is no answer to "who"
     ("Raft was an", "What was he?", None),  # a fragment
     ("Raf", "Who?", None),  # part of a word
+    ("L", "What is it?", None),  # a lone letter ("Edwin L. Marin"): no answer of any shape
 ])
 def test_the_rerankers_own_answer_counts_where_the_texts_hold_it(
         answer: str, question: str, expected: tuple[str, int] | None) -> None:

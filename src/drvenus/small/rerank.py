@@ -248,13 +248,15 @@ def grounded(answer: str, question: str, texts: Sequence[str], read: Sequence[st
              max_words: int = MAX_SPAN_WORDS) -> OwnSpan | None:
     """``answer`` (the reranker's own) as a span of ``texts``, as written there (case aside):
     first in the passages ``read`` (the reranker's prompt), then anywhere; None when no text
-    holds it, or when it is no answer of the shape asked, a fragment, longer than
-    ``max_words`` words, or only the question's words."""
+    holds it, or when it is no answer of the shape asked, a fragment, a lone letter, longer
+    than ``max_words`` words, or only the question's words."""
     from drvenus.small.neural import asked_words, echoes, whole
 
     words = answer.strip(_EDGE).split()
     if not words or len(words) > max_words:
         return None
+    if len(words) == 1 and len(words[0]) == 1 and words[0].isalpha():
+        return None  # a lone letter ("P", where the texts say "Picric acid") answers nothing
     pattern = re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, words)) + r"(?!\w)",
                          re.IGNORECASE)
     places = [p for p in read if p and any(p in text for text in texts)] + list(texts)
