@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -133,6 +134,80 @@ def test_the_prompt_holds_each_passage_once_within_its_bound() -> None:
     long = rerank.prompt_for("Q?", ["word " * 2000])
     text = long[len(rerank.EXAMPLES):].split("\nQuestion:")[0]
     assert len(text) <= len("Text: ") + rerank.PASSAGE_CHARS
+
+
+class Window:
+    """A stand-in for llama.cpp's completion call that refuses, as llama.cpp does, a prompt
+    longer than its window (counted in characters here), and records the prompts it took."""
+
+    def __init__(self, window: int, error: str = "request (9 tokens) exceeds the available "
+                                                   "context size (8 tokens)") -> None:
+        self.window = window
+        self.error = error
+        self.prompts: list[str] = []
+
+    def complete(self, body: dict) -> dict:
+        from drvenus.llm.base import LLMError
+
+        if len(body["prompt"]) > self.window:
+            raise LLMError(f"gemma-3-270m-q4_k_m.gguf: {{'error': {{'message': '{self.error}', "
+                           "'type': 'exceed_context_size_error'}}")
+        self.prompts.append(body["prompt"])
+        words = body.get("grammar", "").count(" ")
+        return {"choices": [{"text": " 1000", "logprobs": {"content": [{"logprob": -1.0}] * words}}]}
+
+
+def _over(server: Window) -> SpanReranker:
+    model = SpanReranker.__new__(SpanReranker)
+    model.server = server  # type: ignore[assignment]
+    model._lock = threading.Lock()
+    return model
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, rerank.PASSAGE_CHARS + 400), st.lists(
+    st.text(alphabet="ab ", min_size=1, max_size=30), min_size=1, max_size=4))
+def test_a_prompt_the_window_cannot_hold_is_asked_again_with_half_the_passages(
+        room: int, answers: list[str]) -> None:
+    """Every answer is scored after one and the same prompt, the longest that fits after
+    halving the passages, at most FIT_HALVINGS times; past that the refusal is raised."""
+    from drvenus.llm.base import LLMError
+
+    passage = "x" * (rerank.PASSAGE_CHARS + 100)
+    base = len(rerank.prompt_for("Q?", [passage], 0))
+    server = Window(base + room)
+    fits = [rerank.PASSAGE_CHARS // 2 ** h for h in range(rerank.FIT_HALVINGS + 1)]
+    fitting = [c for c in fits if base + c <= server.window]
+    if not fitting:
+        with pytest.raises(LLMError, match="exceed"):
+            _over(server).scores("Q?", answers, [passage])
+        return
+    scores = _over(server).scores("Q?", answers, [passage])
+    assert len(scores) == len(answers)
+    assert set(server.prompts) == {rerank.prompt_for("Q?", [passage], fitting[0])}
+    assert _over(Window(base + room)).answer("Q?", [passage]) == "1000"
+
+
+def test_a_refusal_for_another_reason_is_not_asked_again() -> None:
+    from drvenus.llm.base import LLMError
+
+    server = Window(0, error="model is closed")
+    with pytest.raises(LLMError, match="closed"):
+        _over(server).scores("Q?", ["a"], ["text"])
+    assert server.prompts == []
+
+
+def test_the_real_reranker_reads_text_with_more_tokens_than_characters(
+        reranker: SpanReranker) -> None:
+    """Digits take about a token each: 2,500 characters of them and the examples are more than
+    the reranker's window, so the passages are cut until they fit, and every answer is scored
+    after the same prompt (the two answers together score as each alone)."""
+    digits = " ".join(str(1000 + i) for i in range(700))
+    question = "Which number comes first in the list?"
+    both = reranker.scores(question, ["1000", "1001"], [digits])
+    alone = reranker.scores(question, ["1001"], [digits])
+    assert both[1] == pytest.approx(alone[0], abs=0.05) and all(s < 0 for s in both)
+    assert reranker.answer(question, [digits]).strip()
 
 
 def test_the_preset_reranks_the_neural_readers_five_best_unless_told_not_to() -> None:

@@ -3,7 +3,7 @@
 The neural reader has the answer among its best five spans far more often than as its best
 (natural test, single-hop, after the first search: 56 against 35 of 105 questions), but it
 scores each span alone, in its window. Gemma 3 270M (the base model, Q4_K_M GGUF, in llama.cpp
-in-process) reads the question and the passages the spans come from, after three worked
+in-process) reads the question and the passages the spans come from, after four worked
 examples, and scores each span by the log-probability of its tokens, and of the line break that
 ends an answer, as what follows ``Answer:``; the best-scored span goes first. The prompt is
 evaluated once a question (llama.cpp keeps it cached), each span then costs a few tokens.
@@ -56,7 +56,14 @@ CHUNKS: tuple[tuple[str, str, str], ...] = tuple(
 #: how many of the reader's best spans the reranker chooses among (chosen on natural dev)
 RERANK_TOP = 5
 WINDOW = 2048  # tokens of the reranker's context: the examples, the passages, the question
-PASSAGE_CHARS = 1500  # characters of the passages the spans come from, at most
+# characters of the passages the spans come from, at most (HotpotQA dev rows 101-300, the 155
+# span questions, the agent's turns emulated: 1,500 -> 2,500 gave EM 26 -> 28, F1 0.236 -> 0.249;
+# five results of about 420 characters, and a second search's, now fit whole)
+PASSAGE_CHARS = 2500
+# text that takes more tokens than characters (digits, scripts the tokenizer splits finely) may
+# not fit the window: the passages are then cut to half, at most this many times
+FIT_HALVINGS = 3
+QUESTION_CHARS = 500  # characters of the question, at most
 ANSWER_END = "\n"
 ANSWER_TOKENS = 16  # tokens of the reranker's own answer, at most
 # below this score of the reader's best span, the reranker's own answer goes first (chosen on
@@ -65,8 +72,11 @@ ANSWER_TOKENS = 16  # tokens of the reranker's own answer, at most
 # / 4 of 57, HotpotQA 16 / 19 / 20 / 22 / 21 / 21 of 161)
 OWN_BELOW = -14.0
 
-# Three worked examples (written for drvenus; none is a question we measure on): a passage, a
+# Four worked examples (written for drvenus; none is a question we measure on): a passage, a
 # question that describes its subject rather than naming it, and a short answer copied from it.
+# The fourth is two hops: the answer is a fact about the thing the question describes (the
+# town, not the writer), so that the thing described is not taken for the answer (HotpotQA dev
+# rows 101-300 as above, passages 2,500: EM 28 -> 29, F1 0.249 -> 0.262).
 EXAMPLES = """Read the text and answer the question with words from the text.
 
 Text: The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris. It was \
@@ -83,6 +93,11 @@ Text: Lake Baikal is a rift lake in southern Siberia, Russia. It is the deepest 
 world, at 1,642 metres, and holds about a fifth of the world's fresh surface water.
 Question: How deep is the deepest lake on Earth?
 Answer: 1,642 metres
+
+Text: The Old Man and the Sea is a short novel written by the American author Ernest \
+Hemingway in 1951. Hemingway was born in Oak Park, Illinois, a suburb west of Chicago, in 1899.
+Question: In what town was the writer of The Old Man and the Sea born?
+Answer: Oak Park
 
 """
 
@@ -160,13 +175,20 @@ def passage_of(span: ScoredSpan, texts: Sequence[str],
     return found
 
 
-def prompt_for(question: str, passages: Sequence[str]) -> str:
+def prompt_for(question: str, passages: Sequence[str], chars: int | None = None) -> str:
     """The reranker's prompt: the examples, then the passages (once each, the best span's
-    first, at most :data:`PASSAGE_CHARS` characters), the question and ``Answer:``."""
+    first, at most ``chars`` characters, by default :data:`PASSAGE_CHARS`), the question (at
+    most :data:`QUESTION_CHARS` characters) and ``Answer:``."""
     unique = list(dict.fromkeys(p for p in passages if p.strip()))
-    text = " ".join(" ".join(unique).split())[:PASSAGE_CHARS]
-    question = " ".join(question.split())
+    text = " ".join(" ".join(unique).split())[:PASSAGE_CHARS if chars is None else chars]
+    question = " ".join(question.split())[:QUESTION_CHARS]
     return f"{EXAMPLES}Text: {text}\nQuestion: {question}\nAnswer:"
+
+
+def _too_long(exc: LLMError) -> bool:
+    """Whether llama.cpp refused a request for not fitting the reranker's window."""
+    text = str(exc).lower()
+    return "exceed" in text and "context" in text
 
 
 def _literal(text: str) -> str:
@@ -192,39 +214,60 @@ class SpanReranker:
     def scores(self, question: str, answers: Sequence[str],
                passages: Sequence[str]) -> list[float]:
         """The log-probability of each answer (and of the line break after it) as what
-        follows ``Answer:`` in :func:`prompt_for` of ``question`` and ``passages``."""
-        prompt = prompt_for(question, passages)
-        out = []
+        follows ``Answer:`` in :func:`prompt_for` of ``question`` and ``passages``; every
+        answer is read after the same prompt (one the window holds)."""
+        chars = PASSAGE_CHARS
         with self._lock:
-            for answer in answers:
-                text = " " + " ".join(answer.split())
-                body: dict[str, Any] = {
-                    "prompt": prompt, "grammar": f"root ::= {_literal(text + ANSWER_END)}",
-                    "n_predict": 64, "n_probs": 1, "temperature": 0.0, "cache_prompt": True,
-                }
-                reply = self.server.complete(body)
-                try:
-                    tokens = reply["choices"][0]["logprobs"]["content"]
-                    out.append(float(sum(t["logprob"] for t in tokens)))
-                except (KeyError, IndexError, TypeError):
-                    raise LLMError(f"the reranker gave no log-probabilities: {reply!r:.200}") \
-                        from None
-        return out
+            while True:
+                out = []
+                for answer in answers:
+                    text = " " + " ".join(answer.split())
+                    reply, fitted = self._fitted(question, passages, chars, {
+                        "grammar": f"root ::= {_literal(text + ANSWER_END)}", "n_predict": 64,
+                        "n_probs": 1, "temperature": 0.0, "cache_prompt": True})
+                    if fitted != chars:  # a shorter prompt: every answer after it
+                        chars = fitted
+                        if out:
+                            break
+                    try:
+                        tokens = reply["choices"][0]["logprobs"]["content"]
+                        out.append(float(sum(t["logprob"] for t in tokens)))
+                    except (KeyError, IndexError, TypeError):
+                        raise LLMError("the reranker gave no log-probabilities: "
+                                       f"{reply!r:.200}") from None
+                else:
+                    return out
 
     def answer(self, question: str, passages: Sequence[str]) -> str:
         """The reranker's own answer, greedy, after ``Answer:`` in :func:`prompt_for` of
         ``question`` and ``passages`` (at most :data:`ANSWER_TOKENS` tokens, up to the line
         break); the prompt is the one :meth:`scores` reads, so it is evaluated once for both."""
-        body: dict[str, Any] = {
-            "prompt": prompt_for(question, passages), "n_predict": ANSWER_TOKENS,
-            "temperature": 0.0, "stop": [ANSWER_END], "cache_prompt": True,
-        }
+        body: dict[str, Any] = {"n_predict": ANSWER_TOKENS, "temperature": 0.0,
+                                "stop": [ANSWER_END], "cache_prompt": True}
         with self._lock:
-            reply = self.server.complete(body)
+            reply, _ = self._fitted(question, passages, PASSAGE_CHARS, body)
         try:
             return str(reply["choices"][0]["text"]).strip()
         except (KeyError, IndexError, TypeError):
             raise LLMError(f"the reranker gave no answer: {reply!r:.200}") from None
+
+    def _fitted(self, question: str, passages: Sequence[str], chars: int,
+                body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """The reply to ``body`` with :func:`prompt_for` of ``question`` and ``passages`` (at
+        most ``chars`` characters of them), and the characters that fitted: a prompt the
+        window cannot hold is asked again with half the passages, at most
+        :data:`FIT_HALVINGS` times."""
+        for halving in range(FIT_HALVINGS + 1):
+            try:
+                return self.server.complete(
+                    {"prompt": prompt_for(question, passages, chars), **body}), chars
+            except LLMError as exc:
+                if not _too_long(exc) or halving == FIT_HALVINGS:
+                    raise
+                log.debug("the reranker's prompt does not fit its window: %d characters of "
+                          "passages now", chars // 2)
+                chars //= 2
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
         self.server.close()
