@@ -140,18 +140,21 @@ class Window:
     """A stand-in for llama.cpp's completion call that refuses, as llama.cpp does, a prompt
     longer than its window (counted in characters here), and records the prompts it took."""
 
-    def __init__(self, window: int, error: str = "request (9 tokens) exceeds the available "
-                                                   "context size (8 tokens)") -> None:
+    TOO_LONG = ("gemma-3-270m-q4_k_m.gguf: {'error': {'message': 'request (9 tokens) exceeds "
+                "the available context size (8 tokens)', 'type': 'exceed_context_size_error'}}")
+
+    def __init__(self, window: int, error: str = TOO_LONG) -> None:
         self.window = window
         self.error = error
         self.prompts: list[str] = []
+        self.asked = 0  # requests, refused or not
 
     def complete(self, body: dict) -> dict:
         from drvenus.llm.base import LLMError
 
+        self.asked += 1
         if len(body["prompt"]) > self.window:
-            raise LLMError(f"gemma-3-270m-q4_k_m.gguf: {{'error': {{'message': '{self.error}', "
-                           "'type': 'exceed_context_size_error'}}")
+            raise LLMError(self.error)
         self.prompts.append(body["prompt"])
         words = body.get("grammar", "").count(" ")
         return {"choices": [{"text": " 1000", "logprobs": {"content": [{"logprob": -1.0}] * words}}]}
@@ -191,10 +194,10 @@ def test_a_prompt_the_window_cannot_hold_is_asked_again_with_half_the_passages(
 def test_a_refusal_for_another_reason_is_not_asked_again() -> None:
     from drvenus.llm.base import LLMError
 
-    server = Window(0, error="model is closed")
+    server = Window(0, error="gemma-3-270m-q4_k_m.gguf: model is closed")
     with pytest.raises(LLMError, match="closed"):
         _over(server).scores("Q?", ["a"], ["text"])
-    assert server.prompts == []
+    assert server.prompts == [] and server.asked == 1
 
 
 def test_the_real_reranker_reads_text_with_more_tokens_than_characters(

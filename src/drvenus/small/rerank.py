@@ -186,9 +186,9 @@ def prompt_for(question: str, passages: Sequence[str], chars: int | None = None)
 
 
 def _too_long(exc: LLMError) -> bool:
-    """Whether llama.cpp refused a request for not fitting the reranker's window."""
-    text = str(exc).lower()
-    return "exceed" in text and "context" in text
+    """Whether llama.cpp refused a request for not fitting the reranker's window (its error
+    type ``exceed_context_size_error``)."""
+    return "exceed_context_size" in str(exc)
 
 
 def _literal(text: str) -> str:
@@ -217,26 +217,20 @@ class SpanReranker:
         follows ``Answer:`` in :func:`prompt_for` of ``question`` and ``passages``; every
         answer is read after the same prompt (one the window holds)."""
         chars = PASSAGE_CHARS
+        out = []
         with self._lock:
-            while True:
-                out = []
-                for answer in answers:
-                    text = " " + " ".join(answer.split())
-                    reply, fitted = self._fitted(question, passages, chars, {
-                        "grammar": f"root ::= {_literal(text + ANSWER_END)}", "n_predict": 64,
-                        "n_probs": 1, "temperature": 0.0, "cache_prompt": True})
-                    if fitted != chars:  # a shorter prompt: every answer after it
-                        chars = fitted
-                        if out:
-                            break
-                    try:
-                        tokens = reply["choices"][0]["logprobs"]["content"]
-                        out.append(float(sum(t["logprob"] for t in tokens)))
-                    except (KeyError, IndexError, TypeError):
-                        raise LLMError("the reranker gave no log-probabilities: "
-                                       f"{reply!r:.200}") from None
-                else:
-                    return out
+            for answer in answers:  # the prompt does not depend on the answer: once it fits,
+                text = " " + " ".join(answer.split())  # every answer is read after it
+                reply, chars = self._fitted(question, passages, chars, {
+                    "grammar": f"root ::= {_literal(text + ANSWER_END)}", "n_predict": 64,
+                    "n_probs": 1, "temperature": 0.0, "cache_prompt": True})
+                try:
+                    tokens = reply["choices"][0]["logprobs"]["content"]
+                    out.append(float(sum(t["logprob"] for t in tokens)))
+                except (KeyError, IndexError, TypeError):
+                    raise LLMError("the reranker gave no log-probabilities: "
+                                   f"{reply!r:.200}") from None
+        return out
 
     def answer(self, question: str, passages: Sequence[str]) -> str:
         """The reranker's own answer, greedy, after ``Answer:`` in :func:`prompt_for` of
@@ -257,17 +251,18 @@ class SpanReranker:
         most ``chars`` characters of them), and the characters that fitted: a prompt the
         window cannot hold is asked again with half the passages, at most
         :data:`FIT_HALVINGS` times."""
-        for halving in range(FIT_HALVINGS + 1):
+        for _ in range(FIT_HALVINGS):
             try:
                 return self.server.complete(
                     {"prompt": prompt_for(question, passages, chars), **body}), chars
             except LLMError as exc:
-                if not _too_long(exc) or halving == FIT_HALVINGS:
+                if not _too_long(exc):
                     raise
-                log.debug("the reranker's prompt does not fit its window: %d characters of "
-                          "passages now", chars // 2)
-                chars //= 2
-        raise AssertionError("unreachable")  # pragma: no cover
+            chars //= 2
+            log.debug("the reranker's prompt does not fit its window: %d characters of "
+                      "passages now", chars)
+        return self.server.complete({"prompt": prompt_for(question, passages, chars), **body}), \
+            chars
 
     def close(self) -> None:
         self.server.close()
