@@ -654,6 +654,9 @@ def main() -> None:
                     help="question source: the templated questions built here, the recipe's "
                     f"dev set ({DEV_FILE}), both alternating, or the hand-written natural "
                     "dev (or test) set of recipes/embedded/natural/")
+    ap.add_argument("--kinds", default=None,
+                    help="only the questions (of the sample) of these kinds, comma-separated "
+                    "(single-hop, two-hop, comparison, yes-no for the natural sets)")
     ap.add_argument("--no-adapter", action="store_true",
                     help="the plain embedded model, without its shipped adapter")
     ap.add_argument("--adapter", type=Path, default=None,
@@ -677,6 +680,9 @@ def main() -> None:
     if args.sample:  # a stable pseudo-random subset, every kind in proportion
         questions = sorted(questions, key=lambda q: _stable_order(q.get("id") or q["question"]))
         questions = questions[: args.sample]
+    if args.kinds:  # after the sample: the part of that sample of these kinds
+        kinds = set(args.kinds.split(","))
+        questions = [q for q in questions if q["kind"] in kinds]
     print(f"{len(questions)} questions ({QUESTIONS_FILE}); {os.cpu_count()} CPUs; "
           f"parallel={args.parallel} threads={args.threads or 'default'}", file=sys.stderr)
 

@@ -14,6 +14,7 @@ from drvenus.llm import embedded as emb
 from drvenus.llm.factory import make_model
 from drvenus.llm.gguf import GGUFInfo, read_gguf_info
 from drvenus.llm.llamacpp import (
+    LlamaCppServer,
     check_cpu,
     choose_window,
     default_threads,
@@ -163,6 +164,33 @@ def test_closed_model_refuses_requests(embedded_gguf):
     asyncio.run(m.aclose())
     with pytest.raises(LLMError, match="closed"):
         gen(m)
+
+
+def test_the_engine_tokenizes_text_as_the_model_does_and_only_with_its_key(embedded_gguf):
+    """``tokenize`` asks the engine's loopback route with the engine's own key: the tokens,
+    written back through a grammar of token ids, are the text; a request without the key is
+    refused; a closed model refuses to tokenize."""
+    import urllib.error
+    import urllib.request
+
+    server = LlamaCppServer(embedded_gguf, window=512)
+    try:
+        tokens = server.tokenize(" Bram Stoker\n")
+        assert tokens and all(isinstance(t, int) for t in tokens)
+        reply = server.complete({"prompt": "Dracula was written by", "n_predict": len(tokens),
+                                 "grammar": "root ::= " + " ".join(f"<[{t}]>" for t in tokens),
+                                 "temperature": 0.0})
+        assert reply["choices"][0]["text"] == " Bram Stoker\n"
+        address = str(server._server.listening_address).rstrip("/")
+        assert address.startswith("http://127.0.0.1:")
+        request = urllib.request.Request(f"{address}/tokenize", data=b'{"content": "x"}',
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(request, timeout=10)
+    finally:
+        server.close()
+    with pytest.raises(LLMError, match="closed"):
+        server.tokenize("x")
 
 
 # -- bad files -------------------------------------------------------------------------------

@@ -301,6 +301,33 @@ class LlamaCppServer:
             raise LLMError(f"{self.path.name}: {reply!r:.300}")
         return reply
 
+    def tokenize(self, text: str, timeout: float = 30.0) -> list[int]:
+        """``text``'s token ids as the model's own tokenizer writes them (no start token): the
+        engine's ``/tokenize`` route on its loopback port, with its key (the binding has no
+        call of its own for it). One request, bounded by ``timeout`` seconds; LLMError when
+        the engine does not answer with tokens."""
+        import json
+        import urllib.request
+
+        with self._lock:
+            if self._closed:
+                raise LLMError(f"model {self.path.name} is closed")
+        address = str(self._server.listening_address).rstrip("/")
+        if not address.startswith("http"):
+            address = f"http://{address}"
+        request = urllib.request.Request(
+            f"{address}/tokenize", data=json.dumps({"content": text}).encode(),
+            headers={"Authorization": f"Bearer {self.api_key}",
+                     "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310
+                tokens = json.loads(reply.read())["tokens"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise LLMError(f"{self.path.name}: no tokens for the text: {exc}") from None
+        if not (isinstance(tokens, list) and all(isinstance(t, int) for t in tokens)):
+            raise LLMError(f"{self.path.name}: no tokens for the text: {tokens!r:.200}")
+        return tokens
+
     def close(self) -> None:
         """Stop every generation (within a token), wait for them, free the model."""
         with self._lock:

@@ -56,9 +56,11 @@ def _reranked(name: ReaderName, reranker: SpanReranker, top: int,
 
 BRIDGE_TOP = 5  # the spans a bridge is chosen among
 # "guided": a second search when the reranker's log-probability of the first search's best
-# span is below this (chosen on natural dev: single-hop 70 of 159 as with one search, two-hop
-# 9 of 57 against 5; a second search for 29% of single-hop questions and 46% of two-hop ones)
-SECOND_HOP_BELOW = -16.0
+# span is below this (chosen on natural dev as -16 when answers were scored by a grammar's
+# greedy spelling: single-hop 70 of 159 as with one search, two-hop 9 of 57 against 5; a
+# second search for 29% of single-hop questions and 46% of two-hop ones; scored as the
+# tokenizer's tokens, the same share, 40% of HotpotQA dev rows 101-200, falls below -7.5)
+SECOND_HOP_BELOW = -7.5
 _NAME = AnswerShape(name=True)
 
 
@@ -108,19 +110,26 @@ def finished(span: str, texts: Sequence[str], question: str) -> str:
 def answer_options(texts: Sequence[str], question: str, levers: Levers,
                    first: int | None = None) -> dict[str, Any]:
     """The answer a span grammar admits, as :class:`~drvenus.protocol.grammar.GrammarOptions`
-    fields: one of the choices a question names (or yes / no); for a plain "what" question
-    (no answer shape), or any span question when the reader is the neural one, one of the
-    ``span_rank`` spans the reader ranks best, whole (:func:`finished`: a surname as the full
-    name the texts write, a measure with its unit); after a second
-    search (``first``: how many of ``texts`` the first search gave), the reranker's best of
-    both searches' best spans; else a span
-    of ``texts`` without the question's words (``span_new_words``), of the shape asked
-    (``span_shaped``), from the ``span_focus`` sentences that match the question most when one
-    of them holds a span of that shape, else of anything read of that shape, else of anything
-    read; with ``span_news``, holding a word the question does not."""
+    fields: one of the choices a question names (or yes / no; with ``span_yes_no``, the
+    reranker's yes or no: :meth:`~drvenus.small.rerank.RerankedReader.yes_or_no`); for a plain
+    "what" question (no answer shape), or any span question when the reader is the neural
+    one, one of the ``span_rank`` spans the reader ranks best, whole (:func:`finished`: a
+    surname as the full name the texts write, a measure with its unit); after a second search
+    (``first``: how many of ``texts`` the first search gave), the reranker's best of both
+    searches' best spans; else a span of ``texts`` without the question's words
+    (``span_new_words``), of the shape asked (``span_shaped``), from the ``span_focus``
+    sentences that match the question most when one of them holds a span of that shape, else
+    of anything read of that shape, else of anything read; with ``span_news``, holding a word
+    the question does not."""
     bound = levers.max_span_words
     shape = answer_shape(question) if levers.span_shaped else PLAIN_SHAPE
     if shape.choices or shape.yes_no:
+        if shape.yes_no and levers.span_yes_no and texts:
+            reader = levers_reader(levers)
+            said = reader.yes_or_no(question, texts) if isinstance(reader, RerankedReader) \
+                else None
+            if said is not None:  # the reranker says yes or no
+                return {"answer_choices": (said,)}
         return {"answer_choices": shape.choices or ("yes", "no")}
     neural = levers.span_reader == "neural"
     if levers.span_rank and (neural or answer_shape(question).plain):

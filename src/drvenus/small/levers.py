@@ -44,7 +44,8 @@ class Levers:
     (:func:`drvenus.small.reader.span_reader`); ``span_rerank`` (K): a small language model
     reorders the reader's K best spans (:mod:`drvenus.small.rerank`); ``span_generate``: the
     reranker's own answer is among them, when the texts read hold it
-    (:func:`drvenus.small.rerank.grounded`).
+    (:func:`drvenus.small.rerank.grounded`); ``span_yes_no``: the reranker answers a yes/no
+    question (:meth:`drvenus.small.rerank.RerankedReader.yes_or_no`; needs ``span_rerank``).
 
     Calls: ``first_search_question``: the first search asks the question's own content words;
     ``bridge_search``: "always" or "guided" (when the reranker doubts the first search's best
@@ -75,6 +76,7 @@ class Levers:
     span_reader: ReaderName = "linear"
     span_rerank: int = 0
     span_generate: bool = False
+    span_yes_no: bool = False
     first_search_question: bool = False
     bridge_search: SecondHop = "off"
     calls_grounded: bool = False
@@ -166,6 +168,8 @@ EMBEDDED_LEVERS = Levers(
     span_rerank=RERANK_TOP,
     # and its own answer, where what was read holds it (issue 41)
     span_generate=True,
+    # and answers a yes/no question, not the embedded model, which says "yes" to nearly all
+    span_yes_no=True,
     # a second search for the bridge the first found when the reranker doubts the first
     # search's best span, the answer chosen among both searches' best spans (issue 41)
     bridge_search="guided",

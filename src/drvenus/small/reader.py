@@ -51,9 +51,9 @@ from drvenus.small.spans import (
     AnswerShape,
     _echoes,
     _ok_word,
-    _stems,
     answer_shape,
     clean_word,
+    content_stems,
     question_query,
     question_words,
     weak_word,
@@ -165,7 +165,7 @@ def _sentence(text: str, exclude: frozenset[str], wanted: set[str], order: int,
 
 def _sentences(texts: Sequence[str], question: str) -> list[_Sentence]:
     exclude = question_words(question)
-    wanted = _stems(question_query(question))
+    wanted = content_stems(question_query(question))
     out: list[_Sentence] = []
     for t, text in enumerate(texts):
         order = 0

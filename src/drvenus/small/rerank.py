@@ -66,11 +66,14 @@ FIT_HALVINGS = 3
 QUESTION_CHARS = 500  # characters of the question, at most
 ANSWER_END = "\n"
 ANSWER_TOKENS = 16  # tokens of the reranker's own answer, at most
-# below this score of the reader's best span, the reranker's own answer goes first (chosen on
-# natural dev and HotpotQA dev rows 101-300, the first search read: bounds -1e9 / -20 / -16 /
-# -14 / -12 / 1e9 gave single-hop 70 / 74 / 77 / 76 / 70 / 63 of 159, two-hop 5 / 5 / 4 / 5 / 5
-# / 4 of 57, HotpotQA 16 / 19 / 20 / 22 / 21 / 21 of 161)
-OWN_BELOW = -14.0
+TOKENS_KEPT = 512  # answers whose tokens are kept
+# below this score of the reader's best span, the reranker's own answer goes first. Chosen on
+# natural dev and HotpotQA dev rows 101-300 when answers were scored by a grammar's greedy
+# spelling (bounds -1e9 / -20 / -16 / -14 / -12 / 1e9 gave single-hop 70 / 74 / 77 / 76 / 70 /
+# 63 of 159, two-hop 5 / 5 / 4 / 5 / 5 / 4 of 57, HotpotQA 16 / 19 / 20 / 22 / 21 / 21 of 161:
+# -14); scored as the tokenizer's tokens, the same share of questions falls below -6.5 (48% of
+# HotpotQA dev rows 101-200 after the first search, both ways)
+OWN_BELOW = -6.5
 
 # Four worked examples (written for drvenus; none is a question we measure on): a passage, a
 # question that describes its subject rather than naming it, and a short answer copied from it.
@@ -98,6 +101,42 @@ Text: The Old Man and the Sea is a short novel written by the American author Er
 Hemingway in 1951. Hemingway was born in Oak Park, Illinois, a suburb west of Chicago, in 1899.
 Question: In what town was the writer of The Old Man and the Sea born?
 Answer: Oak Park
+
+"""
+
+
+# "yes" is chosen over "no" only when its log-probability is higher by more than this: the
+# reranker leans to "yes" ("yes" scored higher for 46 of the 47 yes/no questions of HotpotQA
+# dev rows 201-400, where 26 answers are "no"). Bounds 0 / 0.5 / 1 / 1.25 / 1.5 / 2 gave 22 /
+# 25 / 27 / 30 / 26 / 26 of those 47 right, and 15 / 12 / 16 / 14 / 14 / 13 of natural dev's 27
+# (13 "no"): 1.25 is best over both, and on natural dev no better than always "yes"
+YES_OVER_NO = 1.25
+# Worked examples for a question that names its possible answers, one of two things or yes /
+# no (written for drvenus; none is a question we measure on); both facts are in the text. The
+# reranker answers only the yes/no questions with them: among two named things it chose worse
+# than the embedded model does (HotpotQA dev rows 201-400, 67 such questions: EM 17, F1 0.31,
+# against 25, 0.50).
+CHOICE_EXAMPLES = """Read the text and answer the question with one of the answers it names.
+
+Text: The Danube is the second-longest river in Europe, at 2,850 km. The Rhine rises in the \
+Swiss Alps and flows 1,230 km to the North Sea.
+Question: Which river is longer, the Rhine or the Danube?
+Answer: Danube
+
+Text: Wolfgang Amadeus Mozart was a prolific and influential composer of the Classical \
+period. Joseph Haydn was an Austrian composer of the Classical period.
+Question: Were Mozart and Haydn both composers?
+Answer: yes
+
+Text: Marie Curie was a Polish and naturalised-French physicist and chemist, born in Warsaw. \
+Pierre Curie was a French physicist, born in Paris.
+Question: Were Marie Curie and Pierre Curie both born in France?
+Answer: no
+
+Text: Kyoto was the capital of Japan from 794 until 1868. Osaka is a city in the Kansai \
+region of Japan, founded as Naniwa in the 7th century.
+Question: Which city was founded first, Kyoto or Osaka?
+Answer: Osaka
 
 """
 
@@ -175,26 +214,21 @@ def passage_of(span: ScoredSpan, texts: Sequence[str],
     return found
 
 
-def prompt_for(question: str, passages: Sequence[str], chars: int | None = None) -> str:
-    """The reranker's prompt: the examples, then the passages (once each, the best span's
+def prompt_for(question: str, passages: Sequence[str], chars: int | None = None,
+               examples: str = EXAMPLES) -> str:
+    """The reranker's prompt: the ``examples``, then the passages (once each, the best span's
     first, at most ``chars`` characters, by default :data:`PASSAGE_CHARS`), the question (at
     most :data:`QUESTION_CHARS` characters) and ``Answer:``."""
     unique = list(dict.fromkeys(p for p in passages if p.strip()))
     text = " ".join(" ".join(unique).split())[:PASSAGE_CHARS if chars is None else chars]
     question = " ".join(question.split())[:QUESTION_CHARS]
-    return f"{EXAMPLES}Text: {text}\nQuestion: {question}\nAnswer:"
+    return f"{examples}Text: {text}\nQuestion: {question}\nAnswer:"
 
 
 def _too_long(exc: LLMError) -> bool:
     """Whether llama.cpp refused a request for not fitting the reranker's window (its error
     type ``exceed_context_size_error``)."""
     return "exceed_context_size" in str(exc)
-
-
-def _literal(text: str) -> str:
-    """``text`` as a GBNF string literal."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
 
 
 class SpanReranker:
@@ -210,9 +244,10 @@ class SpanReranker:
         except LLMError as exc:
             raise RerankerUnavailable(f"the reranker's model does not load: {exc}") from None
         self._lock = threading.Lock()
+        self._tokenized: dict[str, tuple[int, ...]] = {}
 
     def scores(self, question: str, answers: Sequence[str],
-               passages: Sequence[str]) -> list[float]:
+               passages: Sequence[str], examples: str = EXAMPLES) -> list[float]:
         """The log-probability of each answer (and of the line break after it) as what
         follows ``Answer:`` in :func:`prompt_for` of ``question`` and ``passages``; every
         answer is read after the same prompt (one the window holds)."""
@@ -220,17 +255,36 @@ class SpanReranker:
         out = []
         with self._lock:
             for answer in answers:  # the prompt does not depend on the answer: once it fits,
-                text = " " + " ".join(answer.split())  # every answer is read after it
-                reply, chars = self._fitted(question, passages, chars, {
-                    "grammar": f"root ::= {_literal(text + ANSWER_END)}", "n_predict": 64,
-                    "n_probs": 1, "temperature": 0.0, "cache_prompt": True})
+                tokens = self._tokens(" " + " ".join(answer.split()) + ANSWER_END)
+                reply, chars = self._fitted(question, passages, chars, examples, {
+                    "grammar": "root ::= " + " ".join(f"<[{t}]>" for t in tokens),
+                    "n_predict": len(tokens), "n_probs": 1, "temperature": 0.0,
+                    "cache_prompt": True})  # every answer is read after it
                 try:
-                    tokens = reply["choices"][0]["logprobs"]["content"]
-                    out.append(float(sum(t["logprob"] for t in tokens)))
-                except (KeyError, IndexError, TypeError):
+                    read = [float(t["logprob"]) for t in
+                            reply["choices"][0]["logprobs"]["content"][:len(tokens)]]
+                except (KeyError, IndexError, TypeError, ValueError):
                     raise LLMError("the reranker gave no log-probabilities: "
                                    f"{reply!r:.200}") from None
+                if len(read) != len(tokens):
+                    raise LLMError(f"the reranker read {len(read)} of the answer's "
+                                   f"{len(tokens)} tokens")
+                out.append(sum(read))
         return out
+
+    def _tokens(self, text: str) -> tuple[int, ...]:
+        """``text``'s tokens as the model's tokenizer writes them (kept for the last
+        :data:`TOKENS_KEPT` texts): an answer is scored as those tokens, the way the model
+        would read it in a text, not as whichever spelling a greedy walk finds first."""
+        found = self._tokenized.get(text)
+        if found is None:
+            found = tuple(self.server.tokenize(text))
+            if not found:
+                raise LLMError(f"the reranker's tokenizer gave no tokens for {text!r:.80}")
+            self._tokenized[text] = found
+            while len(self._tokenized) > TOKENS_KEPT:
+                self._tokenized.pop(next(iter(self._tokenized)))
+        return found
 
     def answer(self, question: str, passages: Sequence[str]) -> str:
         """The reranker's own answer, greedy, after ``Answer:`` in :func:`prompt_for` of
@@ -239,13 +293,13 @@ class SpanReranker:
         body: dict[str, Any] = {"n_predict": ANSWER_TOKENS, "temperature": 0.0,
                                 "stop": [ANSWER_END], "cache_prompt": True}
         with self._lock:
-            reply, _ = self._fitted(question, passages, PASSAGE_CHARS, body)
+            reply, _ = self._fitted(question, passages, PASSAGE_CHARS, EXAMPLES, body)
         try:
             return str(reply["choices"][0]["text"]).strip()
         except (KeyError, IndexError, TypeError):
             raise LLMError(f"the reranker gave no answer: {reply!r:.200}") from None
 
-    def _fitted(self, question: str, passages: Sequence[str], chars: int,
+    def _fitted(self, question: str, passages: Sequence[str], chars: int, examples: str,
                 body: dict[str, Any]) -> tuple[dict[str, Any], int]:
         """The reply to ``body`` with :func:`prompt_for` of ``question`` and ``passages`` (at
         most ``chars`` characters of them), and the characters that fitted: a prompt the
@@ -254,15 +308,15 @@ class SpanReranker:
         for _ in range(FIT_HALVINGS):
             try:
                 return self.server.complete(
-                    {"prompt": prompt_for(question, passages, chars), **body}), chars
+                    {"prompt": prompt_for(question, passages, chars, examples), **body}), chars
             except LLMError as exc:
                 if not _too_long(exc):
                     raise
             chars //= 2
             log.debug("the reranker's prompt does not fit its window: %d characters of "
                       "passages now", chars)
-        return self.server.complete({"prompt": prompt_for(question, passages, chars), **body}), \
-            chars
+        return self.server.complete(
+            {"prompt": prompt_for(question, passages, chars, examples), **body}), chars
 
     def close(self) -> None:
         self.server.close()
@@ -372,6 +426,17 @@ class RerankedReader:
             return [same[0], *(entry for entry in scored if entry is not same[0])]
         return [(own, self.reranker.scores(question, [own.text], read)[0]), *scored]
 
+    def yes_or_no(self, question: str, texts: Sequence[str]) -> str | None:
+        """"yes" or "no" to a yes/no ``question``, as the reranker scores each after
+        :data:`CHOICE_EXAMPLES` and the passages of ``texts`` that share the question's
+        content words (:func:`question_passages`), "yes" only when it leads by more than
+        :data:`YES_OVER_NO`; None when no passage shares a word with the question."""
+        read = question_passages(question, texts)
+        if not read:
+            return None
+        yes, no = self.reranker.scores(question, ["yes", "no"], read, CHOICE_EXAMPLES)
+        return "yes" if yes - no > YES_OVER_NO else "no"
+
     def doubt(self, ranked: Sequence[tuple[ScoredSpan, float | None]]) -> float | None:
         """The reranker's score of the reader's best span in ``ranked`` (its own answer
         aside): how sure it is of what the reader found; None when nothing was scored."""
@@ -411,6 +476,19 @@ class RerankedReader:
         return [(answers[i], scores[i]) for i in order]
 
 
+def question_passages(question: str, texts: Sequence[str]) -> list[str]:
+    """The passages of ``texts`` (each once) that share a content word with ``question``, the
+    most shared first, ties in reading order (the reranker's prompt keeps the first
+    :data:`PASSAGE_CHARS` characters)."""
+    from drvenus.small.neural import passages
+    from drvenus.small.spans import content_stems, question_query
+
+    wanted = content_stems(question_query(question))
+    parts = list(dict.fromkeys(text for _, _, text in passages(texts)))
+    shared = {p: len(wanted & content_stems(p)) for p in parts}
+    return sorted((p for p in parts if shared[p]), key=lambda p: -shared[p])
+
+
 @cache
 def span_reranker() -> SpanReranker:
     """The reranker (one per process), on the settings' threads (``DRVENUS_N_THREADS``; by
@@ -427,6 +505,7 @@ __all__ = [
     "RERANK_TOP",
     "OWN_BELOW",
     "OwnSpan",
+    "YES_OVER_NO",
     "RerankedReader",
     "RerankerUnavailable",
     "SpanReranker",

@@ -130,7 +130,9 @@ _STEM_CHARS = 5  # words compared by their first letters ("killed" ~ "kills")
 _LATEST = 2  # sentences of the latest reading always among the focus (a second hop's page)
 
 
-def _stems(text: str) -> set[str]:
+def content_stems(text: str) -> set[str]:
+    """The stems (first letters, lower case) of the words of three letters or more of
+    ``text``: what two texts share when they speak of the same things."""
     return {w.lower()[:_STEM_CHARS] for w in re.findall(r"[^\W_]+", text) if len(w) >= 3}
 
 
@@ -153,10 +155,10 @@ def focus_sentences(texts: Sequence[str], question: str, k: int) -> tuple[str, .
         heads.update((last, last + 1))
         sentences += [sentence for line in text.splitlines()
                       for sentence in split_sentences(line.strip())]
-    wanted = _stems(question_query(question))
+    wanted = content_stems(question_query(question))
     if len(sentences) <= k + len(heads) or not wanted:
         return tuple(sentences)
-    stems = [_stems(sentence) for sentence in sentences]
+    stems = [content_stems(sentence) for sentence in sentences]
     held = {w: sum(w in st for st in stems) for w in wanted}
     n = len(sentences)
 
@@ -501,8 +503,8 @@ def bridge_query(question: str, bridge: str, passage: str, limit: int = 60) -> s
     Orinoco's basin") and the question's content words that neither the bridge nor its
     passage holds ("capital"), at most ``limit`` characters (whole words, the bridge first),
     the first letter a capital, in the plain-query alphabet."""
-    have = _stems(passage) | _stems(bridge)
-    words = [w for w in question_query(question).split() if not _stems(w) & have]
+    have = content_stems(passage) | content_stems(bridge)
+    words = [w for w in question_query(question).split() if not content_stems(w) & have]
     text = " ".join(_NOT_QUERY_CHARS.sub(" ", bridge).split())[:limit]
     for word in words:
         if len(text) + 1 + len(word) > limit:
