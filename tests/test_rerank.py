@@ -566,22 +566,24 @@ def test_the_reranker_says_yes_or_no_and_yes_only_by_a_margin(monkeypatch) -> No
     question = "Is the Nile in Africa?"
     scripted = Scripted({})
     monkeypatch.setattr(grammar, "span_reranker", lambda: scripted)
+    assert not EMBEDDED_LEVERS.span_yes_no  # measured, and off in the preset
+    on = EMBEDDED_LEVERS.but(span_yes_no=True)
     for lead, expected in ((-1.0, "no"), (rerank.YES_OVER_NO / 2, "no"),
                            (rerank.YES_OVER_NO * 2, "yes")):
         scripted.table.update({"yes": -2.0 + lead, "no": -2.0})
-        assert grammar.answer_options(RIVERS, question, EMBEDDED_LEVERS) == {
+        assert grammar.answer_options(RIVERS, question, on) == {
             "answer_choices": (expected,)}
     assert scripted.examples == rerank.CHOICE_EXAMPLES
     assert scripted.calls[-1][1:] == (["yes", "no"], [RIVERS[0]])
-    for off in (EMBEDDED_LEVERS.but(span_rerank=0), EMBEDDED_LEVERS.but(span_yes_no=False)):
+    for off in (on.but(span_rerank=0), EMBEDDED_LEVERS):
         assert grammar.answer_options(RIVERS, question, off) == {"answer_choices": ("yes", "no")}
-    assert grammar.answer_options([], question, EMBEDDED_LEVERS) == {
+    assert grammar.answer_options([], question, on) == {
         "answer_choices": ("yes", "no")}
-    assert grammar.answer_options(RIVERS, "Is it?", EMBEDDED_LEVERS) == {
+    assert grammar.answer_options(RIVERS, "Is it?", on) == {
         "answer_choices": ("yes", "no")}
     calls = len(scripted.calls)
     assert grammar.answer_options(RIVERS, "Which is longer, the Thames or the Nile?",
-                                  EMBEDDED_LEVERS) == {"answer_choices": ("the Thames", "the Nile")}
+                                  on) == {"answer_choices": ("the Thames", "the Nile")}
     assert len(scripted.calls) == calls
 
 
