@@ -169,8 +169,8 @@ EMBEDDED_LEVERS = Levers(
     # and its own answer, where what was read holds it (issue 41)
     span_generate=True,
     # span_yes_no stays off: the reranker's yes/no was right more often than the embedded
-    # model's on HotpotQA dev (30 against 21 of 47) but not on natural dev (14 of 27 each), and
-    # on the natural test sample it was worse (4 against 7 of 13)
+    # model's on HotpotQA dev (30 against 18 of 47) but not on natural dev (14 of 27, as many
+    # as always "yes"), and on the natural test sample it was worse (4 against 7 of 13)
     # a second search for the bridge the first found when the reranker doubts the first
     # search's best span, the answer chosen among both searches' best spans (issue 41)
     bridge_search="guided",
