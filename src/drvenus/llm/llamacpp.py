@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from drvenus.llm.base import GrammarBuilder, LLMError
 from drvenus.llm.gguf import GGUFInfo, read_gguf_info
 from drvenus.llm.openai_compat import OpenAICompatModel, error_detail, status_error
@@ -306,23 +308,19 @@ class LlamaCppServer:
         engine's ``/tokenize`` route on its loopback port, with its key (the binding has no
         call of its own for it). One request, bounded by ``timeout`` seconds; LLMError when
         the engine does not answer with tokens."""
-        import json
-        import urllib.request
-
         with self._lock:
             if self._closed:
                 raise LLMError(f"model {self.path.name} is closed")
         address = str(self._server.listening_address).rstrip("/")
         if not address.startswith("http"):
             address = f"http://{address}"
-        request = urllib.request.Request(
-            f"{address}/tokenize", data=json.dumps({"content": text}).encode(),
-            headers={"Authorization": f"Bearer {self.api_key}",
-                     "Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310
-                tokens = json.loads(reply.read())["tokens"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            reply = httpx.post(f"{address}/tokenize", json={"content": text}, timeout=timeout,
+                               headers={"Authorization": f"Bearer {self.api_key}"},
+                               trust_env=False)  # the loopback port, never through a proxy
+            reply.raise_for_status()
+            tokens = reply.json()["tokens"]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             raise LLMError(f"{self.path.name}: no tokens for the text: {exc}") from None
         if not (isinstance(tokens, list) and all(isinstance(t, int) for t in tokens)):
             raise LLMError(f"{self.path.name}: no tokens for the text: {tokens!r:.200}")
