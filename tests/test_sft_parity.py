@@ -286,6 +286,7 @@ def test_two_processes_give_the_one_process_step_loss_and_gradient(tiny_policy, 
     averages), and that loss is the hand formula on the model's own logits."""
     import json
     import os
+    import socket
     import subprocess
     import sys
 
@@ -296,8 +297,11 @@ def test_two_processes_give_the_one_process_step_loss_and_gradient(tiny_policy, 
               "--global-batch-size", "4", "--max-steps", "1", "--save-steps", "1",
               "--no-shuffle", "--precision", "fp32"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with socket.socket() as probe:  # a free port: a fixed one clashes with a suite beside it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_port", "29637", "-m", "drvenus", "sft", *common,
+           "--master_port", str(port), "-m", "drvenus", "sft", *common,
            "--output", str(tmp_path / "ddp")]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
