@@ -426,6 +426,7 @@ JOHNNY = ["Johnny Angel\nJohnny Angel is a 1945 American film noir directed by E
 @pytest.mark.parametrize(("answer", "question", "expected"), [
     ("george raft.", "Who starred in Johnny Angel?", ("George Raft", 1)),  # as written there
     (" Edwin L.  Marin", "Who directed it?", ("Edwin L. Marin", 0)),  # the first text's place
+    ("Edwin L. Marin (director).", "Who directed it?", ("Edwin L. Marin", 0)),  # a title's end
     ("Humphrey Bogart", "Who starred in Johnny Angel?", None),  # nowhere in the texts
     ("Johnny Angel", "Who starred in Johnny Angel?", None),  # only the question's words
     ("1945", "Who starred in it?", None),  # a year is no answer to "who"
@@ -603,3 +604,65 @@ def test_the_real_reranker_says_yes_or_no(reranker: SpanReranker) -> None:
     reader = RerankedReader(span_reader("neural"), reranker)
     assert reader.yes_or_no("Was Dracula written by Charles Dickens?", DRACULA) == "no"
     assert reader.yes_or_no("Is it?", DRACULA) is None
+
+
+OWSLEY = ["Owsley Stanley\nAugustus Owsley Stanley III was an American audio engineer and "
+          "clandestine chemist.\nOld and in the Way (album)\nOld and in the Way is a 1975 album "
+          "recorded by Owsley Stanley.\nSan Francisco\nSan Francisco is a city in California.\n"
+          "A short line read alone"]
+
+
+@pytest.mark.parametrize(("question", "expected"), [
+    # the results' titles, a bracketed end dropped, each once, none without a line after it
+    ("Which American audio engineer was a chemist?",
+     ["Owsley Stanley", "Old and in the Way", "San Francisco"]),
+    ("How many albums did he record?", []),  # no title is a count
+    ("In what year was the album recorded?", []),  # no title is a year
+    ("Which chemist lived in San Francisco?", ["Owsley Stanley", "Old and in the Way"]),
+])
+def test_the_results_titles_that_answer_the_question(question: str, expected: list[str]) -> None:
+    from drvenus.small.neural import passages
+
+    got = rerank.result_titles(question, OWSLEY, passages(OWSLEY))
+    assert [t.text for t in got] == expected
+    for title in got:  # each placed at its own line, with the reader's scores none
+        assert OWSLEY[title.source][title.start:].startswith(title.text)
+        assert title.score == float("-inf")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.text(st.sampled_from("ab Xy.()\n"), max_size=20), max_size=4),
+       st.integers(1, 6))
+def test_a_title_is_always_a_line_read_and_never_more_than_asked(
+        texts: list[str], limit: int) -> None:
+    from drvenus.small.neural import passages
+
+    got = rerank.result_titles("What is it?", texts, passages(texts), limit)
+    assert len(got) <= limit
+    assert len({t.text.lower() for t in got}) == len(got)
+    for title in got:
+        line = texts[title.source][title.start:].split("\n", 1)[0]
+        assert " ".join(line.split()).startswith(title.text) and "\n" not in title.text
+
+
+def test_with_titles_the_reranker_scores_them_beside_the_readers_spans() -> None:
+    """A title no span of the reader's names is scored with the same passages as the spans
+    and can come first; a title that is one of the spans is scored once; without the lever
+    nothing but the spans is scored."""
+    spans = [ReadSpan("Augustus Owsley Stanley III", 4.0, 0, OWSLEY[0].find("Augustus")),
+             ReadSpan("1975", 3.0, 0, OWSLEY[0].find("1975")),
+             ReadSpan("San Francisco", 2.0, 0, OWSLEY[0].find("San Francisco is"))]
+    question = "Which American audio engineer was a clandestine chemist?"
+    scripted = Scripted({"Owsley Stanley": -2.0, "Augustus Owsley Stanley III": -5.0})
+    reader = RerankedReader(Fixed(spans), scripted, titles=True)  # type: ignore[arg-type]
+    got = reader.ranked(question, OWSLEY, 3)
+    assert got[0] == (rerank.TitleSpan("Owsley Stanley", float("-inf"), 0, 0), -2.0)
+    assert reader.doubt(got) == -2.0  # a title is one of the answers the reranker believes
+    _, answers, passages = scripted.calls[0]
+    assert answers == ["Augustus Owsley Stanley III", "1975", "San Francisco", "Owsley Stanley",
+                       "Old and in the Way"]
+    assert len(passages) == 3  # the spans' passages: a title adds none
+    plain = Scripted({"Owsley Stanley": -2.0})
+    RerankedReader(Fixed(spans), plain).ranked(question, OWSLEY, 3)  # type: ignore[arg-type]
+    assert plain.calls[0][1] == [s.text for s in spans]
+    assert not EMBEDDED_LEVERS.span_titles  # measured, and off (docs/BENCHMARKS.md)

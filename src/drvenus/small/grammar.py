@@ -39,19 +39,20 @@ from drvenus.small.spans import (
 
 def levers_reader(levers: Levers) -> SpanReader:
     """The levers' reader (``span_reader``), its best ``span_rerank`` spans reordered by the
-    reranker when that lever is on (with its own answer when ``span_generate``): one
+    reranker when that lever is on (with its own answer when ``span_generate``, the results'
+    titles when ``span_titles``): one
     reranked reader per setting, so that its kept
     rankings serve the turns that follow (the first search is reranked once a run)."""
     if not levers.span_rerank:
         return span_reader(levers.span_reader)
     return _reranked(levers.span_reader, span_reranker(), levers.span_rerank,
-                     levers.span_generate)
+                     levers.span_generate, levers.span_titles)
 
 
 @lru_cache(maxsize=8)
 def _reranked(name: ReaderName, reranker: SpanReranker, top: int,
-              generate: bool) -> RerankedReader:
-    return RerankedReader(span_reader(name), reranker, top, generate)
+              generate: bool, titles: bool) -> RerankedReader:
+    return RerankedReader(span_reader(name), reranker, top, generate, titles)
 
 
 BRIDGE_TOP = 5  # the spans a bridge is chosen among

@@ -44,8 +44,10 @@ class Levers:
     (:func:`drvenus.small.reader.span_reader`); ``span_rerank`` (K): a small language model
     reorders the reader's K best spans (:mod:`drvenus.small.rerank`); ``span_generate``: the
     reranker's own answer is among them, when the texts read hold it
-    (:func:`drvenus.small.rerank.grounded`); ``span_yes_no``: the reranker answers a yes/no
-    question (:meth:`drvenus.small.rerank.RerankedReader.yes_or_no`; needs ``span_rerank``).
+    (:func:`drvenus.small.rerank.grounded`); ``span_titles``: the titles of the results read
+    are scored beside them (:func:`drvenus.small.rerank.result_titles`); ``span_yes_no``: the
+    reranker answers a yes/no question
+    (:meth:`drvenus.small.rerank.RerankedReader.yes_or_no`; needs ``span_rerank``).
 
     Calls: ``first_search_question``: the first search asks the question's own content words;
     ``bridge_search``: "always" or "guided" (when the reranker doubts the first search's best
@@ -76,6 +78,7 @@ class Levers:
     span_reader: ReaderName = "linear"
     span_rerank: int = 0
     span_generate: bool = False
+    span_titles: bool = False
     span_yes_no: bool = False
     first_search_question: bool = False
     bridge_search: SecondHop = "off"
@@ -168,6 +171,11 @@ EMBEDDED_LEVERS = Levers(
     span_rerank=RERANK_TOP,
     # and its own answer, where what was read holds it (issue 41)
     span_generate=True,
+    # span_titles stays off: HotpotQA's answer is the name of one of its paragraphs for a
+    # quarter of its questions, and with the results' titles the first search's candidates
+    # hold the answer for 25 of HotpotQA dev rows 101-200 against 16; but the reranker then
+    # picks a title as readily when it is wrong ("Commonwealth Games held in Delhi"), and the
+    # whole agent stayed at EM 17 (F1 0.245 against 0.235)
     # span_yes_no stays off: the reranker's yes/no was right more often than the embedded
     # model's on HotpotQA dev (30 against 18 of 47) but not on natural dev (14 of 27, as many
     # as always "yes"), and on the natural test sample it was worse (4 against 7 of 13)

@@ -335,6 +335,7 @@ class OwnSpan:
 
 
 _EDGE = " ,.;:\"'"
+_BRACKETED_END = re.compile(r"\s*\([^()]*\)$")  # a title's "(film)", "(song)"
 
 
 def grounded(answer: str, question: str, texts: Sequence[str], read: Sequence[str] = (),
@@ -342,10 +343,12 @@ def grounded(answer: str, question: str, texts: Sequence[str], read: Sequence[st
     """``answer`` (the reranker's own) as a span of ``texts``, as written there (case aside):
     first in the passages ``read`` (the reranker's prompt), then anywhere; None when no text
     holds it, or when it is no answer of the shape asked, a fragment, a lone letter, longer
-    than ``max_words`` words, or only the question's words."""
+    than ``max_words`` words, or only the question's words. A bracketed end is dropped first:
+    copied from a title, "The Spiderwick Chronicles (film)" answers as "The Spiderwick
+    Chronicles", as a name is written in a sentence."""
     from drvenus.small.neural import asked_words, echoes, whole
 
-    words = answer.strip(_EDGE).split()
+    words = _BRACKETED_END.sub("", answer.strip(_EDGE)).strip(_EDGE).split()
     if not words or len(words) > max_words:
         return None
     if len(words) == 1 and len(words[0]) == 1 and words[0].isalpha():
@@ -367,6 +370,48 @@ def grounded(answer: str, question: str, texts: Sequence[str], read: Sequence[st
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class TitleSpan:
+    """The title of a result read, as an answer the reranker scores beside the reader's spans
+    (:func:`result_titles`): where it starts, in which text. The reader gives it no score."""
+
+    text: str
+    score: float
+    source: int
+    start: int
+
+
+def result_titles(question: str, texts: Sequence[str], parts: Sequence[tuple[int, int, str]],
+                  limit: int = RERANK_TOP,
+                  max_words: int = MAX_SPAN_WORDS) -> list[TitleSpan]:
+    """The first ``limit`` titles of the results read (a passage's heading line, as the
+    reader splits them: :func:`~drvenus.small.neural.passages`), each once, a bracketed end
+    dropped ("Lush (company)" -> "Lush"), that answer ``question``: of the shape it asks
+    for, whole, at most ``max_words`` words, not only its own words. A question about the
+    thing a result is named after is answered by its title, where the snippet may name it
+    otherwise ("Which American audio engineer ...?": the result "Owsley Stanley", whose
+    snippet starts "Augustus Owsley Stanley III")."""
+    from drvenus.small.neural import asked_words, echoes, whole
+
+    shape, asked = answer_shape(question), asked_words(question)
+    out: list[TitleSpan] = []
+    seen: set[str] = set()
+    for source, offset, passage in parts:
+        head, newline, _ = passage.partition("\n")
+        if not newline:
+            continue  # a line read alone: no heading
+        title = " ".join(_BRACKETED_END.sub("", head.strip(_EDGE)).strip(_EDGE).split())
+        key = title.lower()
+        if not title or key in seen or len(title.split()) > max_words or not whole(title) \
+                or echoes(title, asked) or not shape.takes(title):
+            continue
+        seen.add(key)
+        out.append(TitleSpan(title, float("-inf"), source, offset + passage.find(title[:1])))
+        if len(out) >= limit:
+            break
+    return out
+
+
 class RerankedReader:
     """A :class:`~drvenus.small.reader.SpanReader` whose best ``top`` spans the reranker
     orders (the rest keep the reader's order), with, when ``generate``, its own answer among
@@ -376,11 +421,12 @@ class RerankedReader:
     KEEP = 8  # rankings kept
 
     def __init__(self, reader: SpanReader, reranker: SpanReranker, top: int = RERANK_TOP,
-                 generate: bool = False) -> None:
+                 generate: bool = False, titles: bool = False) -> None:
         self.reader = reader
         self.reranker = reranker
         self.top = top
         self.generate = generate
+        self.titles = titles
         self._kept: dict[tuple[Any, ...], tuple[int, list[tuple[ScoredSpan, float | None]]]] = {}
         self._guard = threading.Lock()  # the kept rankings (runs share one reader)
 
@@ -401,9 +447,10 @@ class RerankedReader:
                 from drvenus.small.neural import passages
                 parts = passages(texts)  # split once for the spans
                 read = [passage_of(s, texts, parts) for s in head]
-                scores = self.reranker.scores(question, [s.text for s in head], read)
-                order = sorted(range(len(head)), key=lambda i: -scores[i])  # ties: reader's
-                scored = [(head[i], scores[i]) for i in order]
+                answers = head + self._titles(question, texts, parts, head, max_words)
+                scores = self.reranker.scores(question, [s.text for s in answers], read)
+                order = sorted(range(len(answers)), key=lambda i: -scores[i])  # ties: reader's
+                scored = [(answers[i], scores[i]) for i in order]
                 if self.generate and scores[order[0]] < OWN_BELOW:
                     scored = self._own_first(question, texts, read, scored, max_words)
             kept = scored + [(s, None) for s in tail]
@@ -412,6 +459,17 @@ class RerankedReader:
                 while len(self._kept) > self.KEEP:
                     self._kept.pop(next(iter(self._kept)))
         return kept[:k]
+
+    def _titles(self, question: str, texts: Sequence[str],
+                parts: Sequence[tuple[int, int, str]], spans: Sequence[ScoredSpan],
+                max_words: int) -> list[ScoredSpan]:
+        """With ``titles``, the results' titles that are none of ``spans``
+        (:func:`result_titles`), to be scored with them; else none."""
+        if not self.titles:
+            return []
+        taken = {normalize_answer(s.text) for s in spans}
+        return [t for t in result_titles(question, texts, parts, self.top, max_words)
+                if normalize_answer(t.text) not in taken]
 
     def _own_first(self, question: str, texts: Sequence[str], read: Sequence[str],
                    scored: list[tuple[ScoredSpan, float | None]],
@@ -451,15 +509,18 @@ class RerankedReader:
     def after_hops(self, question: str, first: Sequence[str], second: Sequence[str],
                    max_words: int = MAX_SPAN_WORDS) -> list[tuple[str, float]]:
         """The answers after a second search, best first, with their reranker scores: the
-        reader's best ``top`` spans of each search's texts, scored together, read with the
-        passage of the first search's best span and those of the second's spans."""
+        reader's best ``top`` spans of each search's texts (with ``titles``, and their
+        results' titles), scored together, read with the passage of the first search's best
+        span and those of the second's spans."""
         from drvenus.small.neural import passages
         before = self.ranked(question, first, self.top, max_words)
         after: list[ScoredSpan] = list(self.reader.rank(question, second, self.top, max_words))
-        answers = list(dict.fromkeys([s.text for s, _ in before] + [s.text for s in after]))
+        parts = passages(second)
+        named = self._titles(question, second, parts, after, max_words)
+        answers = list(dict.fromkeys([s.text for s, _ in before] + [s.text for s in after]
+                                     + [t.text for t in named]))
         if not answers:
             return []
-        parts = passages(second)
         read = [passage_of(before[0][0], first)] if before else []
         read += [passage_of(s, second, parts) for s in after]
         own = None
@@ -509,6 +570,8 @@ __all__ = [
     "YES_OVER_NO",
     "RerankedReader",
     "RerankerUnavailable",
+    "TitleSpan",
+    "result_titles",
     "SpanReranker",
     "passage_of",
     "prompt_for",
