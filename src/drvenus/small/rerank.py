@@ -338,6 +338,12 @@ _EDGE = " ,.;:\"'"
 _BRACKETED_END = re.compile(r"\s*\([^()]*\)$")  # a title's "(film)", "(song)"
 
 
+def _name_words(text: str) -> list[str]:
+    """The words of ``text`` as an answer: its edge punctuation and a bracketed end dropped
+    ("The Spiderwick Chronicles (film)." -> The Spiderwick Chronicles)."""
+    return _BRACKETED_END.sub("", text.strip(_EDGE)).strip(_EDGE).split()
+
+
 def grounded(answer: str, question: str, texts: Sequence[str], read: Sequence[str] = (),
              max_words: int = MAX_SPAN_WORDS) -> OwnSpan | None:
     """``answer`` (the reranker's own) as a span of ``texts``, as written there (case aside):
@@ -348,7 +354,7 @@ def grounded(answer: str, question: str, texts: Sequence[str], read: Sequence[st
     Chronicles", as a name is written in a sentence."""
     from drvenus.small.neural import asked_words, echoes, whole
 
-    words = _BRACKETED_END.sub("", answer.strip(_EDGE)).strip(_EDGE).split()
+    words = _name_words(answer)
     if not words or len(words) > max_words:
         return None
     if len(words) == 1 and len(words[0]) == 1 and words[0].isalpha():
@@ -381,26 +387,27 @@ class TitleSpan:
     start: int
 
 
-def result_titles(question: str, texts: Sequence[str], parts: Sequence[tuple[int, int, str]],
-                  limit: int = RERANK_TOP,
+def result_titles(question: str, texts: Sequence[str],
+                  parts: Sequence[tuple[int, int, str]] | None = None, limit: int = RERANK_TOP,
                   max_words: int = MAX_SPAN_WORDS) -> list[TitleSpan]:
-    """The first ``limit`` titles of the results read (a passage's heading line, as the
-    reader splits them: :func:`~drvenus.small.neural.passages`), each once, a bracketed end
+    """The first ``limit`` titles of the results read in ``texts`` (a passage's heading line,
+    as the reader splits them: :func:`~drvenus.small.neural.passages`; ``parts``: those
+    passages, when already split), each once, a bracketed end
     dropped ("Lush (company)" -> "Lush"), that answer ``question``: of the shape it asks
     for, whole, at most ``max_words`` words, not only its own words. A question about the
     thing a result is named after is answered by its title, where the snippet may name it
     otherwise ("Which American audio engineer ...?": the result "Owsley Stanley", whose
     snippet starts "Augustus Owsley Stanley III")."""
-    from drvenus.small.neural import asked_words, echoes, whole
+    from drvenus.small.neural import asked_words, echoes, passages, whole
 
     shape, asked = answer_shape(question), asked_words(question)
     out: list[TitleSpan] = []
     seen: set[str] = set()
-    for source, offset, passage in parts:
+    for source, offset, passage in passages(texts) if parts is None else parts:
         head, newline, _ = passage.partition("\n")
         if not newline:
             continue  # a line read alone: no heading
-        title = " ".join(_BRACKETED_END.sub("", head.strip(_EDGE)).strip(_EDGE).split())
+        title = " ".join(_name_words(head))
         key = title.lower()
         if not title or key in seen or len(title.split()) > max_words or not whole(title) \
                 or echoes(title, asked) or not shape.takes(title):
