@@ -11,7 +11,9 @@ question's grammars are compared where its search response is the recorded one (
 in the fixture too), and nearly all of them must be. Rewrite the fixture, after a change that means to alter the grammars,
 with ``python tests/test_natural_dev_grammars.py --write``. Rewritten once since the move:
 the first search's grammar admits no thought (its query is the question's words, so the grammar
-fixes the turn and it is written without the model); nothing else changed.
+fixes the turn and it is written without the model); and the ``choice_years`` lever: a question
+of which of two things came first answers with the choice the years read make, or searches for
+the choice it read no year for (16 comparison questions; nothing else changed).
 """
 
 from __future__ import annotations

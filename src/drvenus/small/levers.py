@@ -47,7 +47,9 @@ class Levers:
     (:func:`drvenus.small.rerank.grounded`); ``span_titles``: the titles of the results read
     are scored beside them (:func:`drvenus.small.rerank.result_titles`); ``span_yes_no``: the
     reranker answers a yes/no question
-    (:meth:`drvenus.small.rerank.RerankedReader.yes_or_no`; needs ``span_rerank``).
+    (:meth:`drvenus.small.rerank.RerankedReader.yes_or_no`; needs ``span_rerank``);
+    ``choice_years``: a question that asks which of two things came first (or last) is answered
+    by the years their passages give (:func:`drvenus.small.compare.choose_by_year`).
 
     Calls: ``first_search_question``: the first search asks the question's own content words;
     ``bridge_search``: "always" or "guided" (when the reranker doubts the first search's best
@@ -80,6 +82,7 @@ class Levers:
     span_generate: bool = False
     span_titles: bool = False
     span_yes_no: bool = False
+    choice_years: bool = False
     first_search_question: bool = False
     bridge_search: SecondHop = "off"
     calls_grounded: bool = False
@@ -182,6 +185,9 @@ EMBEDDED_LEVERS = Levers(
     # a second search for the bridge the first found when the reranker doubts the first
     # search's best span, the answer chosen among both searches' best spans (issue 41)
     bridge_search="guided",
+    # a question of which of two things came first (or last) is answered by the years read,
+    # and searches again for a choice it read no year for (drvenus.small.compare; issue 41)
+    choice_years=True,
 )
 
 __all__ = ["DEFAULT_SPAN_WORDS", "EMBEDDED_LEVERS", "SECOND_HOPS", "Levers", "SecondHop"]
