@@ -46,7 +46,7 @@ def parts() -> list[str]:
     ("Which film is newer, The Apple Dumpling Gang or Heavyweights?", "late"),
     # a superlative about one thing, or no order at all
     ("Who was the first Russian composer to be known abroad, Scarlatti or Tchaikovsky?", None),
-    ("Which river is longer, the Ural or the Krishna?", None),
+    ("Which river is longer, the Ural or the Krishna?", None),  # an amount, not an order
     ("Who was born first and who died later, A or B?", None),
 ])
 def test_the_order_a_question_asks(question: str, order: str | None) -> None:
@@ -86,7 +86,8 @@ def test_the_year_a_passage_gives() -> None:
     ("Which was founded first, the Ptolemaic Kingdom or San Marino?", "the Ptolemaic Kingdom"),
     ("Which came out first, Ed Wood or Scott Derrickson?", "Scott Derrickson"),
     ("Which came out first, Ed Wood or Plan 9?", None),  # nothing read about Plan 9
-    ("Which is longer, Ed Wood or Scott Derrickson?", None),  # no order asked
+    ("Which is longer, Ed Wood or Scott Derrickson?", None),  # no length read
+    ("Which is better, Ed Wood or Scott Derrickson?", None),  # nothing the texts state
 ])
 def test_the_choice_the_years_make(question: str, chosen: str | None) -> None:
     from drvenus.small.spans import answer_shape
@@ -126,13 +127,13 @@ def test_the_answer_turn_admits_only_the_choice_the_years_make() -> None:
     from drvenus.protocol.grammar import protocol_grammar
     from drvenus.small import grammar
 
-    assert EMBEDDED_LEVERS.choice_years
+    assert EMBEDDED_LEVERS.choice_compare
     question = "Who was born earlier, Emma Bull or Virginia Woolf?"
     options = grammar.answer_options([RESULTS], question, EMBEDDED_LEVERS)
     assert options == {"answer_choices": ("Virginia Woolf",)}
     text = protocol_grammar(False, allow_tool_call=False, allow_answer=True, **options)
     assert "Virginia Woolf" in text and "Emma Bull" not in text
-    off = EMBEDDED_LEVERS.but(choice_years=False)
+    off = EMBEDDED_LEVERS.but(choice_compare=False)
     assert grammar.answer_options([RESULTS], question, off) == {
         "answer_choices": ("Emma Bull", "Virginia Woolf")}
     assert grammar.answer_options(["Nothing\nabout either."], question, EMBEDDED_LEVERS) == {
@@ -146,8 +147,10 @@ def test_the_choice_no_year_was_read_for_is_searched_for() -> None:
                                   found) == "Maria Theresa"
     assert compare.missing_choice("Who was born first, Emma Bull or Virginia Woolf?",
                                   ("Emma Bull", "Virginia Woolf"), found) is None
+    assert compare.missing_choice("Which is better, Plan 9 or Ed Wood?", ("Plan 9", "Ed Wood"),
+                                  found) is None  # nothing the texts state is compared
     assert compare.missing_choice("Which is longer, Plan 9 or Ed Wood?", ("Plan 9", "Ed Wood"),
-                                  found) is None  # no order asked: nothing to look up
+                                  found) == "Plan 9"  # a length: none read for either
 
 
 def test_the_second_search_of_a_which_came_first_question_asks_for_the_missing_choice() -> None:
@@ -172,6 +175,72 @@ def test_the_second_search_of_a_which_came_first_question_asks_for_the_missing_c
     assert grammar.second_search(asked, EMBEDDED_LEVERS) == "Maria Theresa"
     text = grammar.turn_grammar("any", asked, EMBEDDED_LEVERS)
     assert "Maria Theresa" in text and "Emma Bull" not in text  # a search, no answer yet
-    assert grammar.second_search(asked, EMBEDDED_LEVERS.but(choice_years=False)) is None
+    assert grammar.second_search(asked, EMBEDDED_LEVERS.but(choice_compare=False)) is None
     both = state("Who was born first, Virginia Woolf or Emma Bull?")
     assert grammar.second_search(both, EMBEDDED_LEVERS) is None
+
+
+AMOUNTS = (
+    "Lahore\nCapital of Punjab, Pakistan. Lahore is the second-largest city of Pakistan, with "
+    "a population of 13,004,135 as of 2023.\n"
+    "Chengdu\nCapital of Sichuan, China. Chengdu is home to 20.9 million inhabitants.\n"
+    "Belgium\nCountry in Western Europe. Belgium covers an area of 30,689 km2 (11,849 sq mi) "
+    "and has a population of more than 11.8 million.\n"
+    "Rwanda\nCountry in Central Africa. Rwanda is 26,338 square kilometres in area, founded "
+    "in 1962.\n"
+    "Ural (river)\nThe Ural is a river that flows 2,428 km through Russia and Kazakhstan.\n"
+    "Krishna River\nThe Krishna is a river 1,400 kilometres long; in 2001 a dam was built.\n"
+    "Xanthoceras\nXanthoceras is a genus with one species, native to China.\n"
+    "Ehretia\nEhretia is a genus of about 66 accepted species of flowering plants.\n"
+    "Empire State Building\nThe Empire State Building is a 1,454 ft skyscraper.\n"
+    "Chrysler Building\nThe Chrysler Building is 319 m tall, built in 1930.\n"
+)
+
+
+@pytest.mark.parametrize(("question", "measure", "chosen"), [
+    ("Which city has more inhabitants, Lahore or Chengdu?", "population", "Chengdu"),
+    ("Which city has fewer people, Lahore or Chengdu?", "population", "Lahore"),
+    ("Which country covers a larger area, Belgium or Rwanda?", "area", "Belgium"),
+    ("Which country is larger, Belgium or Rwanda?", "area", "Belgium"),
+    ("Which country has the bigger population, Belgium or Rwanda?", "population", None),
+    ("Which river is longer, the Ural or the Krishna?", "length", "the Ural"),
+    ("Which genus has more species, Xanthoceras or Ehretia?", "count", "Ehretia"),
+    ("Which building is taller, the Empire State Building or the Chrysler Building?", "height",
+     "the Empire State Building"),
+    ("Which magazine is published more often, Lahore or Chengdu?", None, None),
+    ("Who led his country for longer, Lahore or Chengdu?", None, None),
+])
+def test_the_choice_the_amounts_make(question: str, measure: str | None,
+                                     chosen: str | None) -> None:
+    from drvenus.small.neural import passages
+    from drvenus.small.spans import answer_shape
+
+    asked = compare.compared(question)
+    assert (asked.measure if asked else None) == measure
+    found = [p for _, _, p in passages([AMOUNTS])]
+    assert compare.choose(question, answer_shape(question).choices, found) == chosen
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 10**9), st.integers(1, 10**9), st.booleans(),
+       st.sampled_from(["inhabitants", "km2", "km", "species"]))
+def test_the_larger_amount_wins_in_any_unit_order(a: int, b: int, more: bool,
+                                                   unit: str) -> None:
+    from drvenus.small.neural import passages
+
+    question = {
+        "inhabitants": "Which city has {} inhabitants, Alpha or Beta?",
+        "km2": "Which country is {} in area, Alpha or Beta?",
+        "km": "Which river is {}, Alpha or Beta?",
+        "species": "Which genus has {} species, Alpha or Beta?",
+    }[unit].format({("inhabitants", True): "more", ("inhabitants", False): "fewer",
+                    ("km2", True): "larger", ("km2", False): "smaller",
+                    ("km", True): "longer", ("km", False): "shorter",
+                    ("species", True): "more", ("species", False): "fewer"}[unit, more])
+    texts = [f"Alpha\nAlpha has {a:,} {unit} by one count.\nBeta\nBeta has {b:,} {unit}."]
+    found = [p for _, _, p in passages(texts)]
+    chosen = compare.choose(question, ("Alpha", "Beta"), found)
+    if a == b:
+        assert chosen is None
+    else:
+        assert chosen == ("Alpha" if (a > b) == more else "Beta")

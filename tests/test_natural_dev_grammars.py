@@ -8,12 +8,12 @@ before the answering policy moved out of ``protocol/`` (issue 41); the move must
 one of them as it was. A fresh index of the built-in corpus is not bit-stable from one process
 to the next (a few results of a few questions change places: 10 of 270 in three runs), so a
 question's grammars are compared where its search response is the recorded one (its SHA-256 is
-in the fixture too), and nearly all of them must be. Rewrite the fixture, after a change that means to alter the grammars,
-with ``python tests/test_natural_dev_grammars.py --write``. Rewritten once since the move:
-the first search's grammar admits no thought (its query is the question's words, so the grammar
-fixes the turn and it is written without the model); and the ``choice_years`` lever: a question
-of which of two things came first answers with the choice the years read make, or searches for
-the choice it read no year for (16 comparison questions; nothing else changed).
+in the fixture too), and nearly all of them must be. Rewrite the fixture, after a change that
+means to alter the grammars, with ``python tests/test_natural_dev_grammars.py --write``.
+Rewritten twice since the move: the first search's grammar admits no thought (its query is the
+question's words, so the grammar fixes the turn and it is written without the model); and the
+``choice_compare`` lever, for comparison questions only: the answer is the choice the years or
+amounts read make, or the next turn searches for the choice none was read for.
 """
 
 from __future__ import annotations

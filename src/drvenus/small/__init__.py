@@ -13,8 +13,8 @@ steers and below :mod:`drvenus.stack`, which assembles it:
 - :mod:`~drvenus.small.reader`: the span readers behind one interface (``SpanReader``): the
   linear reader (weights in ``reader.json``) and, chosen by the ``span_reader`` lever, the
   neural one (:mod:`drvenus.small.neural`)
-- :mod:`~drvenus.small.compare`: which of two things a question names came first, by the
-  years read (the ``choice_years`` lever)
+- :mod:`~drvenus.small.compare`: which of two things a question names came first or has
+  more, by the years and amounts read (the ``choice_compare`` lever)
 - :mod:`~drvenus.small.heavy`: Heavy mode's synthesis choices and the reader's evidence scores
 
 ``protocol/`` stays the protocol alone and imports nothing from here (tests/test_layout.py).

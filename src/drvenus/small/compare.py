@@ -1,25 +1,34 @@
-"""Which of two things came first: the years the texts read give each of them.
+"""Which of two things came first, or has more: the years and amounts the texts read give.
 
 A question that names two things and asks which came first ("Who was born first, Erika Jayne
 or Marco Da Silva?", "Which band formed earlier, Lit or Adorable?", "Which film is newer, ...")
 is answered by the texts, not by a guess: each choice's own passage (the result titled with its
-name, else the passage that starts with it) gives a year, and the earlier (or later) one wins.
-The year is the one its title gives ("Battle of Guam (1944)"), the year a person died for "died
-first", else the passage's first year: a lead sentence gives a person's birth year and a work's
-year first ("Ed Wood is a 1994 American ... film", "Reynolds v. Sims, 377 U.S. 533 (1964)").
-Measured against the year after a word of the kind asked ("founded", "released"): that word
-often comes after the year that matters ("a 2015 film ... produced by ... in 1987"). When a
-choice has no passage, no year, or the two years are the same, nothing is chosen and the model
-chooses as before.
+name, else one whose title holds it, else one that starts with it) gives a year, and the
+earlier (or later) one wins. The year is the one its title gives ("Battle of Guam (1944)"), the
+year a person died for "died first", the year after "founded" for what was founded first, else
+the passage's first year: a lead sentence gives a person's birth year and a work's year first
+("Ed Wood is a 1994 American ... film", "Reynolds v. Sims, 377 U.S. 533 (1964)"). Measured
+against the year after a word of any kind asked ("released"): that word often comes after the
+year that matters ("a 2015 film ... produced by ... in 1987").
+
+A question of which has more (or fewer) of something ("Which city has more inhabitants, ...",
+"Which country is larger in area, ...", "Which river is longer, ...", "Which genus has more
+species, ...") is answered the same way by the amount each passage gives: a population (the
+number after "population", or before "inhabitants" / "people" / "residents"), an area, a
+length or a height (a number with its unit, in one unit), or a count (the number before the
+noun counted: "about 40 species"). When a choice has no passage or no value, or the two are
+the same, nothing is chosen and the model chooses as before.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 Order = Literal["early", "late"]
+Measure = Literal["year", "population", "area", "length", "height", "count"]
 
 # "which came first", "born earlier", "is older"; never "the first" ("Who was the first
 # Russian composer to ...": a superlative about one thing, not an order of two)
@@ -136,38 +145,183 @@ def passage_year(passage: str, question: str) -> int | None:
     return years[0][1] if years else None
 
 
-def choose_by_year(question: str, choices: Sequence[str], parts: Sequence[str]) -> str | None:
-    """The one of two ``choices`` that came first (or last, as ``question`` asks,
-    :func:`order_asked`) by the years their passages among ``parts`` give
-    (:func:`choice_year`); None when the question asks no order, or a choice has no year, or
-    the years are the same."""
+# which has more (or fewer): the direction, what is not an amount a passage states, and what
+# is measured
+_MORE = re.compile(r"\b(?:more|larger|bigger|greater|longer|taller|higher|busier|most|largest|"
+                   r"biggest|greatest|longest|tallest|highest)\b", re.I)
+_LESS = re.compile(r"\b(?:fewer|less|smaller|shorter|lower|fewest|least|smallest|shortest|"
+                   r"lowest)\b", re.I)
+_NO_AMOUNT = re.compile(r"\b(?:ratio|often|frequently|career|life|for (?:longer|shorter)|ranking|"
+                        r"different|important|popular|famous|successful|known)\b", re.I)
+_POPULATION_ASKED = re.compile(r"\b(?:people|inhabitants|residents|population|populous)\b", re.I)
+_COUNTED = re.compile(r"\b(?:more|fewer|most|fewest)\s+(?:[\w'’-]+\s+){0,3}?([a-z]+s)\b")
+_LENGTH_ASKED = re.compile(r"\b(?:longer|shorter|longest|shortest)\b", re.I)
+_HEIGHT_ASKED = re.compile(r"\b(?:taller|tallest|higher|highest)\b", re.I)
+_SIZE_ASKED = re.compile(r"\b(?:area|larger|bigger|smaller|largest|biggest|smallest)\b", re.I)
+_NUMBER = r"(\d[\d,]*(?:\.\d+)?)(?:\s*(million|billion|thousand))?"
+_SCALE = {"thousand": 1e3, "million": 1e6, "billion": 1e9}
+_WORD_NUMBERS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty".split())}
+# units and what one of them is in the unit compared (km², km, m)
+_AREA_UNITS = ((r"km2|km²|km\^2|square kilomet(?:re|er)s?|sq\.? ?km", 1.0),
+               (r"sq\.? ?mi|square miles?|mi2|mi²", 2.58999), (r"hectares?|ha", 0.01),
+               (r"acres?", 0.00404686))
+_LENGTH_UNITS = ((r"km|kilomet(?:re|er)s?", 1.0), (r"mi|miles?", 1.60934))
+_HEIGHT_UNITS = ((r"m|metres?|meters?", 1.0), (r"ft|feet|foot", 0.3048))
+AMOUNT_REACH = 60  # characters after "population" that its number may be found in
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a question compares two things by: ``measure`` (a year, a population, an area, a
+    length, a height or a ``count`` of ``noun``), and whether the larger value wins."""
+
+    measure: Measure
+    most: bool
+    noun: str = ""
+
+
+def compared(question: str) -> Asked | None:
+    """What ``question`` compares its two things by (:class:`Asked`), or None: an order (first,
+    earlier, more recently, ...: :func:`order_asked`), else an amount with a direction (more,
+    larger, longer, taller, fewer, ...) and a measure the texts state as a number; not how
+    often, how well known or for how long."""
     order = order_asked(question)
-    if order is None or len(choices) != 2:
+    if order is not None:
+        return Asked("year", order == "late")
+    more, less = _MORE.search(question), _LESS.search(question)
+    if bool(more) == bool(less) or _NO_AMOUNT.search(question):
         return None
-    years = []
+    most = bool(more)
+    if _POPULATION_ASKED.search(question):
+        return Asked("population", most)
+    counted = _COUNTED.search(question)
+    if counted:
+        return Asked("count", most, counted.group(1).lower())
+    if re.search(r"\barea\b", question, re.I):
+        return Asked("area", most)
+    if _LENGTH_ASKED.search(question):
+        return Asked("length", most)
+    if _HEIGHT_ASKED.search(question):
+        return Asked("height", most)
+    if _SIZE_ASKED.search(question):
+        return Asked("area", most)
+    return None
+
+
+def _number(digits: str, scale: str | None) -> float:
+    return float(digits.replace(",", "")) * _SCALE.get((scale or "").lower(), 1.0)
+
+
+def _measured(body: str, units: tuple[tuple[str, float], ...]) -> float | None:
+    """The first number of ``body`` with one of ``units`` after it, in the first unit."""
+    found: list[tuple[int, float]] = []
+    for unit, factor in units:
+        pattern = _NUMBER + r"\s*(?:" + unit + r")(?![\w²2^])"
+        for m in re.finditer(pattern, body, re.I):
+            found.append((m.start(), _number(m.group(1), m.group(2)) * factor))
+    return min(found)[1] if found else None
+
+
+def _population(body: str) -> float | None:
+    """The number after "population" (within :data:`AMOUNT_REACH` characters, not a year), or
+    before "inhabitants", "people" or "residents", whichever the text gives first."""
+    found: list[tuple[int, float]] = []
+    for cue in re.finditer(r"\bpopulation\b", body, re.I):
+        for m in re.finditer(_NUMBER, body[cue.end():cue.end() + AMOUNT_REACH]):
+            value = _number(m.group(1), m.group(2))
+            if m.group(2) or "," in m.group(1) or not 1000 <= value <= 2099:
+                found.append((cue.start(), value))
+                break
+    for m in re.finditer(_NUMBER + r"\s+(?:[a-z]+\s+)?(?:inhabitants|people|residents)\b",
+                         body, re.I):
+        found.append((m.start(), _number(m.group(1), m.group(2))))
+    return min(found)[1] if found else None
+
+
+def _count(body: str, noun: str) -> float | None:
+    """The number (in digits, or a word up to twenty) at most two words before ``noun`` (or
+    its singular) in ``body``."""
+    stem = re.escape(noun[:-1] if noun.endswith("s") and not noun.endswith("ies") else noun)
+    pattern = (r"\b(\d[\d,]*|" + "|".join(_WORD_NUMBERS) + r")\s+(?:[\w-]+\s+){0,2}?"
+               + stem + r"\w*\b")
+    m = re.search(pattern, body, re.I)
+    if m is None:
+        return None
+    word = m.group(1).lower()
+    return float(_WORD_NUMBERS[word]) if word in _WORD_NUMBERS else float(word.replace(",", ""))
+
+
+def passage_value(passage: str, question: str, asked: Asked) -> float | None:
+    """The value ``passage`` gives its subject for what ``asked`` measures (a year:
+    :func:`passage_year`); None when it gives none. Its title line is not read."""
+    if asked.measure == "year":
+        year = passage_year(passage, question)
+        return None if year is None else float(year)
+    body = passage.split("\n", 1)[1] if "\n" in passage else passage
+    if asked.measure == "population":
+        return _population(body)
+    if asked.measure == "area":
+        return _measured(body, _AREA_UNITS)
+    if asked.measure == "length":
+        return _measured(body, _LENGTH_UNITS)
+    if asked.measure == "height":
+        return _measured(body, _HEIGHT_UNITS)
+    return _count(body, asked.noun)
+
+
+def choice_value(choice: str, parts: Sequence[str], question: str,
+                 asked: Asked) -> float | None:
+    """The value the first of ``choice``'s passages that gives one gives it
+    (:func:`choice_passages`, :func:`passage_value`); None when none does."""
+    for passage in choice_passages(choice, parts):
+        value = passage_value(passage, question, asked)
+        if value is not None:
+            return value
+    return None
+
+
+def choose(question: str, choices: Sequence[str], parts: Sequence[str]) -> str | None:
+    """The one of two ``choices`` that came first (or last), or has more (or less), as
+    ``question`` asks (:func:`compared`), by the values their passages among ``parts`` give
+    (:func:`choice_value`); None when the question compares by nothing the texts state, or a
+    choice has no value, or the values are the same."""
+    asked = compared(question)
+    if asked is None or len(choices) != 2:
+        return None
+    values = []
     for choice in choices:
-        year = choice_year(choice, parts, question)
-        if year is None:
+        value = choice_value(choice, parts, question, asked)
+        if value is None:
             return None
-        years.append(year)
-    if years[0] == years[1]:
+        values.append(value)
+    if values[0] == values[1]:
         return None
-    first = 0 if years[0] < years[1] else 1
-    return choices[first if order == "early" else 1 - first]
+    larger = 0 if values[0] > values[1] else 1
+    return choices[larger if asked.most else 1 - larger]
+
+
+def choose_by_year(question: str, choices: Sequence[str], parts: Sequence[str]) -> str | None:
+    """:func:`choose` for a question of which came first or last only (None for any other)."""
+    return choose(question, choices, parts) if order_asked(question) else None
 
 
 def missing_choice(question: str, choices: Sequence[str], parts: Sequence[str]) -> str | None:
-    """The first of two ``choices`` that ``parts`` give no year for, when ``question`` asks
-    which came first or last: the name to search for next, without quotes or a possessive
-    ("Maria Theresa" for "Maria Theresa's"); None when both have one or no order is asked."""
-    if order_asked(question) is None or len(choices) != 2:
+    """The first of two ``choices`` that ``parts`` give no value for, when ``question``
+    compares them by one (:func:`compared`): the name to search for next, without quotes or a
+    possessive ("Maria Theresa" for "Maria Theresa's"); None when both have one or nothing
+    the texts state is compared."""
+    asked = compared(question)
+    if asked is None or len(choices) != 2:
         return None
     for choice in choices:
-        if choice_year(choice, parts, question) is None:
+        if choice_value(choice, parts, question, asked) is None:
             name = re.sub(r"(?:'s|’s)$", "", choice.strip().strip("\"'“”‘’").strip())
             return name or None
     return None
 
 
-__all__ = ["CUE_REACH", "choice_passage", "choice_passages", "choice_year", "choose_by_year",
-           "missing_choice", "order_asked", "passage_year"]
+__all__ = ["AMOUNT_REACH", "CUE_REACH", "Asked", "choice_passage", "choice_passages",
+           "choice_value", "choice_year", "choose", "choose_by_year", "compared",
+           "missing_choice", "order_asked", "passage_value", "passage_year"]

@@ -17,7 +17,7 @@ from typing import Any
 
 from drvenus.protocol.grammar import protocol_grammar, turn_kinds
 from drvenus.protocol.state import TurnState
-from drvenus.small.compare import choose_by_year, missing_choice
+from drvenus.small.compare import choose, missing_choice
 from drvenus.small.heavy import ranked_answers
 from drvenus.small.levers import Levers
 from drvenus.small.reader import ReaderName, SpanReader, span_reader
@@ -71,16 +71,16 @@ def second_search(state: TurnState, levers: Levers) -> str | None:
     of two words or more among the :data:`BRIDGE_TOP` spans the levers' reader ranks best in
     what was read (else its best name, else its best span), with the question's content words that
     neither the span nor its passage holds (:func:`~drvenus.small.spans.bridge_query`); None
-    when nothing was read, for a yes/no or a which-of question (with ``choice_years``, a
-    question of which came first searches for the choice it read no year for:
-    :func:`~drvenus.small.compare.missing_choice`), or, ``bridge_search`` "guided",
+    when nothing was read, for a yes/no or a which-of question (with ``choice_compare``, a
+    question of which came first, or has more, searches for the choice it read no year or
+    amount for: :func:`~drvenus.small.compare.missing_choice`), or, ``bridge_search`` "guided",
     when the reranker's log-probability of the best span is at least
     :data:`SECOND_HOP_BELOW` (without the reranker, "guided" never searches again)."""
     texts = span_sources(state)
     if not state.read or not state.question:
         return None
     shape = answer_shape(state.question)
-    if shape.choices and levers.choice_years:  # the choice no year was read for, if any
+    if shape.choices and levers.choice_compare:  # the choice no value was read for, if any
         from drvenus.small.neural import passages
 
         missing = missing_choice(state.question, shape.choices,
@@ -120,8 +120,9 @@ def finished(span: str, texts: Sequence[str], question: str) -> str:
 def answer_options(texts: Sequence[str], question: str, levers: Levers,
                    first: int | None = None) -> dict[str, Any]:
     """The answer a span grammar admits, as :class:`~drvenus.protocol.grammar.GrammarOptions`
-    fields: one of the choices a question names (with ``choice_years``, the one the years read
-    say came first or last: :func:`~drvenus.small.compare.choose_by_year`), or yes / no (with
+    fields: one of the choices a question names (with ``choice_compare``, the one the years or
+    amounts read say came first, or has more: :func:`~drvenus.small.compare.choose`), or yes /
+    no (with
     ``span_yes_no``, the reranker's: :meth:`~drvenus.small.rerank.RerankedReader.yes_or_no`);
     for a plain
     "what" question (no answer shape), or any span question when the reader is the neural
@@ -136,11 +137,11 @@ def answer_options(texts: Sequence[str], question: str, levers: Levers,
     bound = levers.max_span_words
     shape = answer_shape(question) if levers.span_shaped else PLAIN_SHAPE
     if shape.choices or shape.yes_no:
-        if shape.choices and levers.choice_years and texts:
+        if shape.choices and levers.choice_compare and texts:
             from drvenus.small.neural import passages
 
-            chosen = choose_by_year(question, shape.choices, [p for _, _, p in passages(texts)])
-            if chosen is not None:  # the years read say which came first
+            chosen = choose(question, shape.choices, [p for _, _, p in passages(texts)])
+            if chosen is not None:  # the years or amounts read say which
                 return {"answer_choices": (chosen,)}
         if shape.yes_no and levers.span_yes_no and texts:
             reader = levers_reader(levers)

@@ -48,8 +48,9 @@ class Levers:
     are scored beside them (:func:`drvenus.small.rerank.result_titles`); ``span_yes_no``: the
     reranker answers a yes/no question
     (:meth:`drvenus.small.rerank.RerankedReader.yes_or_no`; needs ``span_rerank``);
-    ``choice_years``: a question that asks which of two things came first (or last) is answered
-    by the years their passages give (:func:`drvenus.small.compare.choose_by_year`).
+    ``choice_compare``: a question that asks which of two things came first (or last), or has
+    more (or less) of an amount the texts state, is answered by the years or amounts their
+    passages give (:func:`drvenus.small.compare.choose`).
 
     Calls: ``first_search_question``: the first search asks the question's own content words;
     ``bridge_search``: "always" or "guided" (when the reranker doubts the first search's best
@@ -82,7 +83,7 @@ class Levers:
     span_generate: bool = False
     span_titles: bool = False
     span_yes_no: bool = False
-    choice_years: bool = False
+    choice_compare: bool = False
     first_search_question: bool = False
     bridge_search: SecondHop = "off"
     calls_grounded: bool = False
@@ -185,9 +186,9 @@ EMBEDDED_LEVERS = Levers(
     # a second search for the bridge the first found when the reranker doubts the first
     # search's best span, the answer chosen among both searches' best spans (issue 41)
     bridge_search="guided",
-    # a question of which of two things came first (or last) is answered by the years read,
-    # and searches again for a choice it read no year for (drvenus.small.compare; issue 41)
-    choice_years=True,
+    # a question of which of two things came first (or has more) is answered by the years (or
+    # amounts) read, and searches again for a choice it read none for (drvenus.small.compare)
+    choice_compare=True,
 )
 
 __all__ = ["DEFAULT_SPAN_WORDS", "EMBEDDED_LEVERS", "SECOND_HOPS", "Levers", "SecondHop"]
