@@ -209,6 +209,7 @@ AMOUNTS = (
      "the Empire State Building"),
     ("Which magazine is published more often, Lahore or Chengdu?", None, None),
     ("Who led his country for longer, Lahore or Chengdu?", None, None),
+    ("Which empire lasted longer, Lahore or Chengdu?", None, None),  # a time, not a length
 ])
 def test_the_choice_the_amounts_make(question: str, measure: str | None,
                                      chosen: str | None) -> None:

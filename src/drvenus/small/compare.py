@@ -152,7 +152,8 @@ _MORE = re.compile(r"\b(?:more|larger|bigger|greater|longer|taller|higher|busier
 _LESS = re.compile(r"\b(?:fewer|less|smaller|shorter|lower|fewest|least|smallest|shortest|"
                    r"lowest)\b", re.I)
 _NO_AMOUNT = re.compile(r"\b(?:ratio|often|frequently|career|life|for (?:longer|shorter)|ranking|"
-                        r"different|important|popular|famous|successful|known)\b", re.I)
+                        r"lasted|lasting|reigned|ruled|served|lived|different|important|"
+                        r"popular|famous|successful|known)\b", re.I)
 _POPULATION_ASKED = re.compile(r"\b(?:people|inhabitants|residents|population|populous)\b", re.I)
 _COUNTED = re.compile(r"\b(?:more|fewer|most|fewest)\s+(?:[\w'’-]+\s+){0,3}?([a-z]+s)\b")
 _LENGTH_ASKED = re.compile(r"\b(?:longer|shorter|longest|shortest)\b", re.I)
