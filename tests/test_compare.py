@@ -59,6 +59,11 @@ def test_the_passage_of_a_choice_is_the_result_titled_with_its_name() -> None:
     assert compare.choice_passage("the Battle of Guam", found).startswith("Battle of Guam")
     assert compare.choice_passage("San Marino's", found).startswith("San Marino\n")
     assert compare.choice_passage("Erika Jayne", found) is None
+    assert compare.choice_passage("Woo", found) is None  # whole words only
+    # a title of one word held in a longer name is another thing; of two words, the thing
+    manila = [*found, "Manila\nManila is the capital of the Philippines, founded in 1571."]
+    assert compare.choice_passage("the Battle of Manila", manila) is None
+    assert compare.choice_passage("Lady Emma Bull", found).startswith("Emma Bull\n")
     assert compare.choice_passage("", found) is None
 
 

@@ -70,17 +70,24 @@ def _name(text: str) -> str:
     return text[4:] if text.startswith("the ") else text
 
 
+def _holds(text: str, words: str) -> bool:
+    """Whether ``words`` are whole words of ``text`` ("lit" is not in "literature")."""
+    return f" {words} " in f" {text} "
+
+
 def choice_passages(choice: str, parts: Sequence[str]) -> list[str]:
     """The passages of ``parts`` about ``choice``, best first: those whose first line (a
-    result's title) is its name, then those whose title holds its name or is held in it
-    ("Apple Inc." for Apple, after the fruit's "Apple"), then those that start with it."""
+    result's title) is its name, then those whose title holds its name as whole words ("Apple
+    Inc." for Apple, after the fruit's "Apple") or is a name of two words or more that it holds
+    ("White Zombie" for "Rob Zombie's band White Zombie", never "Manila" for "the Battle of
+    Manila"), then those that start with it."""
     name = _name(choice)
     if not name:
         return []
     titled = [(p, _name(p.split("\n", 1)[0])) for p in parts]
     exact = [p for p, title in titled if title == name]
     within = [p for p, title in titled if title and "\n" in p and title != name
-              and (name in title or title in name)]
+              and (_holds(title, name) or (len(title.split()) > 1 and _holds(name, title)))]
     starts = [p for p in parts
               if _name(p.split("\n", 1)[-1][:len(choice) + 8]).startswith(name)]
     return list(dict.fromkeys(exact + within + starts))
