@@ -122,12 +122,11 @@ def answer_options(texts: Sequence[str], question: str, levers: Levers,
     """The answer a span grammar admits, as :class:`~drvenus.protocol.grammar.GrammarOptions`
     fields: one of the choices a question names (with ``choice_compare``, the one the years or
     amounts read say came first, or has more: :func:`~drvenus.small.compare.choose`), or yes /
-    no (with
-    ``span_yes_no``, the reranker's: :meth:`~drvenus.small.rerank.RerankedReader.yes_or_no`);
-    for a plain
-    "what" question (no answer shape), or any span question when the reader is the neural
-    one, one of the ``span_rank`` spans the reader ranks best, whole (:func:`finished`: a
-    surname as the full name the texts write, a measure with its unit); after a second search
+    no (with ``span_yes_no``, the reranker's:
+    :meth:`~drvenus.small.rerank.RerankedReader.yes_or_no`); for a plain "what" question
+    (no answer shape), or any span question when the reader is the neural one, one of the
+    ``span_rank`` spans the reader ranks best, whole (:func:`finished`: a surname as the full
+    name the texts write, a measure with its unit); after a second search
     (``first``: how many of ``texts`` the first search gave), the reranker's best of both
     searches' best spans; else a span of ``texts`` without the question's words
     (``span_new_words``), of the shape asked (``span_shaped``), from the ``span_focus``
